@@ -1,0 +1,10 @@
+from django.apps import AppConfig
+
+
+class DelayQConfig(AppConfig):
+    name = "django_delayq"
+    verbose_name = "Delayed jobs"
+    default_auto_field = "django.db.models.AutoField"
+
+    def ready(self) -> None:
+        from . import checks, connection  # noqa: F401  (register checks and receivers)

@@ -1,0 +1,133 @@
+"""System checks. Ids are stable; README.rst lists them.
+
+delayq.E001  the Redis connection cannot be built from CACHE (missing alias, or not Redis)
+delayq.E002  REDIS_URL is not a redis://, rediss:// or unix:// URL
+delayq.E003  PREFIX is not a non-empty string without braces
+delayq.E004  a number setting has the wrong type or range
+delayq.E005  QUEUES / DEFAULT_QUEUE are not valid queue names
+delayq.E006  DELAYQ is not a dict
+delayq.W001  DELAYQ has a key django-delayq does not know (a typo?)
+delayq.W002  (deploy) Redis does not answer, or is older than 6.2
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.checks import Error, Tags, Warning, register
+
+from .conf import DEFAULTS, delayq_settings
+from .exceptions import ConfigurationError
+
+NUMBERS = {
+    # name: (types, minimum, must be above the minimum)
+    "VISIBILITY_TIMEOUT": ((int, float), 0, True),
+    "MAX_RETRIES": ((int,), 0, False),
+    "RETRY_BACKOFF": ((int, float), 0, False),
+    "RETRY_BACKOFF_MAX": ((int, float), 0, False),
+    "DEAD_MAX_AGE": ((int, float), 0, True),
+    "DEAD_MAX_COUNT": ((int,), 0, False),
+    "MAX_ERRORS_KEPT": ((int,), 1, False),
+    "MAX_SLEEP": ((int, float), 0, True),
+    "SHUTDOWN_TIMEOUT": ((int, float), 0, False),
+}
+
+
+@register(Tags.compatibility)
+def check_settings(app_configs: Any = None, **kwargs: Any) -> list:
+    raw = getattr(settings, "DELAYQ", {})
+    if not isinstance(raw, dict):
+        return [Error(f"DELAYQ must be a dict, got {type(raw).__name__}.", id="delayq.E006")]
+    errors: list = []
+    for name in sorted(set(raw) - set(DEFAULTS)):
+        errors.append(
+            Warning(
+                f"DELAYQ[{name!r}] is not a django-delayq setting and is ignored.",
+                hint=f"Known settings: {', '.join(sorted(DEFAULTS))}.",
+                id="delayq.W001",
+            )
+        )
+    errors += _check_connection()
+    prefix = delayq_settings.PREFIX
+    if not isinstance(prefix, str) or not prefix or "{" in prefix or "}" in prefix:
+        errors.append(
+            Error(
+                f"DELAYQ['PREFIX'] must be a non-empty string without braces, got {prefix!r}.",
+                id="delayq.E003",
+            )
+        )
+    for name, (types, minimum, strict) in NUMBERS.items():
+        value = getattr(delayq_settings, name)
+        ok = isinstance(value, types) and not isinstance(value, bool)
+        ok = ok and (value > minimum if strict else value >= minimum)
+        if not ok:
+            kind = " or ".join(t.__name__ for t in types)
+            bound = ">" if strict else ">="
+            errors.append(
+                Error(
+                    f"DELAYQ[{name!r}] must be {kind} {bound} {minimum}, got {value!r}.",
+                    id="delayq.E004",
+                )
+            )
+    errors += _check_queues()
+    return errors
+
+
+def _check_connection() -> list:
+    url = delayq_settings.REDIS_URL
+    if url:
+        if not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://")):
+            return [
+                Error(
+                    "DELAYQ['REDIS_URL'] must be a redis://, rediss:// or unix:// URL, "
+                    f"got {url!r}.",
+                    id="delayq.E002",
+                )
+            ]
+        return []
+    from .connection import _cache_client
+
+    try:
+        _cache_client(delayq_settings.CACHE)  # builds a client; does not connect
+    except ConfigurationError as exc:
+        return [
+            Error(str(exc), hint="See README.rst, 'Install into your project'.", id="delayq.E001")
+        ]
+    return []
+
+
+def _check_queues() -> list:
+    from .store import check_queue_name
+
+    names = delayq_settings.QUEUES
+    if not isinstance(names, (list, tuple)) or not names:
+        return [
+            Error(f"DELAYQ['QUEUES'] must be a non-empty list, got {names!r}.", id="delayq.E005")
+        ]
+    for name in [delayq_settings.DEFAULT_QUEUE, *names]:
+        try:
+            check_queue_name(name)
+        except ValueError as exc:
+            return [Error(f"DELAYQ: {exc}.", id="delayq.E005")]
+    return []
+
+
+@register(Tags.database, deploy=True)
+def check_redis(app_configs: Any = None, **kwargs: Any) -> list:
+    from .connection import get_store
+
+    try:
+        store = get_store()
+        info = store.client.info("server")
+    except Exception as exc:
+        return [Warning(f"django-delayq cannot reach Redis: {exc}", id="delayq.W002")]
+    versions = info.get("redis_version", "0") if isinstance(info, dict) else "0"
+    major_minor = tuple(int(p) for p in str(versions).split(".")[:2] if p.isdigit())
+    if major_minor and major_minor < (6, 2):
+        return [
+            Warning(
+                f"Redis {versions} is older than 6.2, which django-delayq needs.", id="delayq.W002"
+            )
+        ]
+    return []

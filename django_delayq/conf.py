@@ -1,0 +1,59 @@
+"""Settings: one ``DELAYQ`` dict, read on every access so ``override_settings`` works.
+
+Every default lives in :data:`DEFAULTS`; README.rst documents each one and
+``checks.py`` validates them (``delayq.E0xx``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings as django_settings
+
+DAY = 24 * 60 * 60
+
+DEFAULTS: dict[str, Any] = {
+    # Where the Redis client comes from: a cache alias, unless REDIS_URL is set.
+    "CACHE": "default",
+    "REDIS_URL": None,
+    # With REDIS_URL: connect with redis-py's RedisCluster instead of Redis.
+    "CLUSTER": False,
+    # First part of every key; keeps several projects apart in one Redis.
+    "PREFIX": "delayq",
+    # Queue used by tasks that name none, and the queues a worker runs by default.
+    "DEFAULT_QUEUE": "default",
+    "QUEUES": ["default"],
+    # Seconds a claimed job may go without a heartbeat before it is recovered.
+    "VISIBILITY_TIMEOUT": 60,
+    # Retries after the first attempt; a task's own max_retries wins.
+    "MAX_RETRIES": 5,
+    # Base delay of the exponential backoff in seconds (0: retry at once, no jitter)
+    # and its ceiling.
+    "RETRY_BACKOFF": 15,
+    "RETRY_BACKOFF_MAX": 6 * 60 * 60,
+    # Dead-letter retention.
+    "DEAD_MAX_AGE": 30 * DAY,
+    "DEAD_MAX_COUNT": 10_000,
+    # Errors (with tracebacks) kept per job.
+    "MAX_ERRORS_KEPT": 10,
+    # Longest a worker sleeps without looking at Redis (seconds).
+    "MAX_SLEEP": 5.0,
+    # Seconds running jobs get to finish after SIGTERM/SIGINT.
+    "SHUTDOWN_TIMEOUT": 30,
+}
+
+
+class DelayQSettings:
+    """Attribute access to ``settings.DELAYQ`` merged over :data:`DEFAULTS`."""
+
+    def user_settings(self) -> dict[str, Any]:
+        value = getattr(django_settings, "DELAYQ", None)
+        return value if isinstance(value, dict) else {}
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in DEFAULTS:
+            raise AttributeError(f"django-delayq has no setting named {name!r}")
+        return self.user_settings().get(name, DEFAULTS[name])
+
+
+delayq_settings = DelayQSettings()

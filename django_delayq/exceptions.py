@@ -1,0 +1,37 @@
+"""Every exception django-delayq raises derives from :class:`DelayQError`."""
+
+from __future__ import annotations
+
+from django.core.exceptions import ImproperlyConfigured
+
+
+class DelayQError(Exception):
+    """Root of django-delayq's exceptions."""
+
+
+class ConfigurationError(DelayQError, ImproperlyConfigured):
+    """The ``DELAYQ`` settings or the cache they point at cannot work."""
+
+
+class SerializationError(DelayQError, TypeError):
+    """A task argument cannot be carried as JSON (raised at schedule time)."""
+
+
+class TaskNotFound(DelayQError, LookupError):
+    """No task is registered under that name."""
+
+
+class JobNotFound(DelayQError, LookupError):
+    """No job with that id (or unique key) is where the operation needs it."""
+
+
+class LeaseLost(DelayQError):
+    """The worker's lease on a job expired and the job was recovered or re-claimed."""
+
+
+class CorruptJob(DelayQError, ValueError):
+    """A job record read from Redis cannot be decoded."""
+
+
+class ConnectionError(DelayQError):
+    """Redis could not be reached; the operation did not happen."""

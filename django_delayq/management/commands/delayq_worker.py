@@ -1,0 +1,83 @@
+"""``manage.py delayq_worker``: parse options, build a Worker, run it."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+
+from django_delayq.worker import Worker
+
+LEVELS = {0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
+
+
+class Command(BaseCommand):
+    help = "Run due django-delayq jobs. SIGTERM/SIGINT stops gracefully; a second one at once."
+
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument(
+            "--queues",
+            default=None,
+            help="Comma-separated queues to run (default: DELAYQ['QUEUES']).",
+        )
+        parser.add_argument(
+            "--concurrency", type=int, default=1, help="Jobs run at once, in threads (default 1)."
+        )
+        parser.add_argument(
+            "--burst", action="store_true", help="Run until nothing is due, then exit 0."
+        )
+        parser.add_argument(
+            "--shutdown-timeout",
+            type=float,
+            default=None,
+            help="Seconds running jobs get after SIGTERM (default: setting).",
+        )
+        parser.add_argument("--name", default=None, help="Worker name shown in the admin.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        self._configure_logging(options["verbosity"])
+        queues = (
+            [q.strip() for q in options["queues"].split(",") if q.strip()]
+            if options["queues"]
+            else None
+        )
+        if options["concurrency"] < 1:
+            raise CommandError("--concurrency must be at least 1")
+        try:
+            worker = Worker(
+                queues,
+                concurrency=options["concurrency"],
+                burst=options["burst"],
+                shutdown_timeout=options["shutdown_timeout"],
+                name=options["name"],
+            )
+        except ValueError as exc:
+            raise CommandError(str(exc)) from exc
+
+        def on_signal(signum: int, frame: Any) -> None:
+            logging.getLogger("django_delayq.worker").warning(
+                "received %s: %s",
+                signal.Signals(signum).name,
+                "stopping now" if worker._stopping else "finishing running jobs, then stopping",
+            )
+            worker.request_stop()
+
+        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            code = worker.run()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        if code:
+            sys.exit(code)
+
+    def _configure_logging(self, verbosity: int) -> None:
+        logger = logging.getLogger("django_delayq")
+        logger.setLevel(LEVELS.get(verbosity, logging.DEBUG))
+        if not logger.handlers and not logging.getLogger().handlers:
+            handler = logging.StreamHandler(self.stdout._out)
+            handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+            logger.addHandler(handler)
