@@ -1,0 +1,78 @@
+from __future__ import annotations
+
+import uuid
+
+import fakeredis
+import pytest
+import redis
+from django.conf import settings
+from django.test import override_settings
+
+from django_delayq import connection
+from django_delayq.store import Store
+from tests.testapp import tasks as testtasks
+
+
+def real_redis() -> redis.Redis:
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    try:
+        client.ping()
+    except redis.exceptions.ConnectionError as exc:  # fail loudly: never skip
+        pytest.fail(
+            f"the test suite needs a real Redis at {settings.REDIS_URL} ({exc}); start one with "
+            "redis-server --daemonize yes --port 6379 --bind 127.0.0.1 --save ''"
+        )
+    return client
+
+
+@pytest.fixture(params=["fake", "real"])
+def redis_client(request):
+    """A Redis client: fakeredis, then the real server (the store contract runs on both)."""
+    if request.param == "fake":
+        yield fakeredis.FakeRedis(server=fakeredis.FakeServer())
+    else:
+        yield real_redis()
+
+
+@pytest.fixture
+def real_client():
+    return real_redis()
+
+
+def _use_store(client: redis.Redis) -> Store:
+    prefix = f"dqt-{uuid.uuid4().hex[:12]}"
+    return Store(client, prefix=prefix)
+
+
+def _cleanup(store: Store) -> None:
+    keys = list(store.client.scan_iter(match=f"{store.prefix}:*", count=1000))
+    if keys:
+        store.client.delete(*keys)
+
+
+@pytest.fixture
+def store(redis_client):
+    """A Store with a unique prefix, installed as the one the API and worker use."""
+    yield from _installed(redis_client)
+
+
+@pytest.fixture
+def real_store(real_client):
+    yield from _installed(real_client)
+
+
+@pytest.fixture
+def fake_store():
+    yield from _installed(fakeredis.FakeRedis(server=fakeredis.FakeServer()))
+
+
+def _installed(client):
+    store = _use_store(client)
+    with override_settings(DELAYQ={"PREFIX": store.prefix, "RETRY_BACKOFF": 0}):
+        connection._stores[(None, False, "default", store.prefix)] = store
+        testtasks.CALLS.clear()
+        try:
+            yield store
+        finally:
+            _cleanup(store)
+            connection.reset()

@@ -1,0 +1,67 @@
+import os
+
+REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+
+SECRET_KEY = "django-delayq-tests"
+DEBUG = False
+USE_TZ = True
+TIME_ZONE = "UTC"
+INSTALLED_APPS = [
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.admin",
+    "django.contrib.staticfiles",
+    "django_delayq",
+    "tests.testapp",
+]
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+ROOT_URLCONF = "tests.urls"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+DATABASES = {
+    "default": {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": os.environ.get("DELAYQ_TEST_DB", ":memory:"),
+        "TEST": {"NAME": os.environ.get("DELAYQ_TEST_DB")},
+    }
+}
+CACHES = {
+    "default": {
+        "BACKEND": "django_redis.cache.RedisCache",
+        "LOCATION": REDIS_URL,
+    },
+    "builtin": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": REDIS_URL,
+    },
+    "locmem": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+}
+# Subprocess workers started by tests get the test's prefix and timings through the env.
+DELAYQ = {
+    "PREFIX": os.environ.get("DELAYQ_PREFIX", "delayq-tests"),
+    "VISIBILITY_TIMEOUT": float(os.environ.get("DELAYQ_VISIBILITY_TIMEOUT", 60)),
+    "RETRY_BACKOFF": float(os.environ.get("DELAYQ_RETRY_BACKOFF", 15)),
+    "SHUTDOWN_TIMEOUT": float(os.environ.get("DELAYQ_SHUTDOWN_TIMEOUT", 30)),
+}
+STATIC_URL = "/static/"
+DEFAULT_AUTO_FIELD = "django.db.models.AutoField"

@@ -1,0 +1,223 @@
+"""schedule() / cancel() / get_job(): validation, unique keys, on_commit, signals."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+from datetime import timedelta
+
+import pytest
+from django.db import transaction
+from django.test import override_settings
+from django.utils import timezone
+
+from django_delayq import (
+    ConnectionError,
+    SerializationError,
+    cancel,
+    get_job,
+    schedule,
+    schedule_many,
+    signals,
+    task,
+)
+from django_delayq.registry import unregister
+from tests.testapp import tasks as t
+
+
+def test_schedule_returns_the_stored_job(store):
+    before = timezone.now()
+    job = t.add.schedule(1, 2, delay=timedelta(minutes=30))
+    assert job.outcome == "created" and job.status == "pending" and job.queue == "default"
+    assert job.task == "tests.testapp.tasks.add" and job.args == [1, 2] and job.kwargs == {}
+    assert timedelta(minutes=29) < job.due_at - before < timedelta(minutes=31)
+    assert abs(job.created_at - before) < timedelta(seconds=5)
+    got = get_job(job.id)
+    assert got.id == job.id and got.status == "pending" and got.args == [1, 2]
+    assert got.attempts == 0 and got.max_retries == 5 and got.last_error is None
+    assert abs(got.due_at - job.due_at) < timedelta(milliseconds=1)
+
+
+def test_schedule_by_name_at_and_in_the_past(store):
+    at = timezone.now() + timedelta(hours=1)
+    job = schedule("tests.testapp.tasks.add", 1, b=2, at=at)
+    assert abs(job.due_at - at) < timedelta(milliseconds=1) and job.kwargs == {"b": 2}
+    past = schedule(t.add, 1, 2, at=timezone.now() - timedelta(days=1))
+    assert abs(past.due_at - timezone.now()) < timedelta(seconds=5)
+    unknown = schedule("other_service.tasks.run", 1)  # registered in the worker, not here
+    assert unknown.task == "other_service.tasks.run"
+
+
+def test_queue_from_task_and_option(store):
+    assert t.send_mail.schedule("a@b.c").queue == "emails"
+    job = t.add.schedule(1, 2, queue="fast")
+    assert job.queue == "fast" and get_job(job.id).queue == "fast"
+    assert get_job(job.id, queue="default") is None
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "match"),
+    [
+        (
+            lambda: t.add.schedule(dt.datetime(2020, 1, 1), 1),
+            SerializationError,
+            r"argument 0 is a datetime\.datetime.*ISO string.*tests\.testapp\.tasks\.add",
+        ),
+        (
+            lambda: t.add.schedule(1, b={"x": [1, decimal.Decimal("1")]}),
+            TypeError,
+            r"argument 'b'\['x'\]\[1\] is a decimal\.Decimal",
+        ),
+        (lambda: t.add.schedule((1, 2), 3), TypeError, "tuple.*pass a list"),
+        (lambda: t.add.schedule({1: "a"}, 3), TypeError, "key 1 .*string keys"),
+        (lambda: t.add.schedule(float("nan"), 3), TypeError, "nan.*finite"),
+        (lambda: t.add.schedule(1), TypeError, "cannot schedule tests.testapp.tasks.add.*missing"),
+        (lambda: t.add.schedule(1, 2, delay=1, at=timezone.now()), TypeError, "not both"),
+        (lambda: t.add.schedule(1, 2, delay="soon"), TypeError, "delay= must be a timedelta"),
+        (lambda: t.add.schedule(1, 2, at=dt.datetime(2030, 1, 1)), ValueError, "naive datetime"),
+        (lambda: t.add.schedule(1, 2, at="2030-01-01"), TypeError, "at= must be a datetime"),
+        (lambda: t.add.schedule(1, 2, key=""), TypeError, "key= must be a non-empty string"),
+        (lambda: t.add.schedule(1, 2, key="k", on_conflict="merge"), ValueError, "on_conflict"),
+        (lambda: t.add.schedule(1, 2, queue="a b"), ValueError, "invalid queue name"),
+        (lambda: t.add.schedule(1, 2, max_retries=-1), ValueError, "max_retries"),
+        (lambda: schedule(print, 1), TypeError, "not a task: decorate it with @django_delayq.task"),
+        (lambda: schedule("no dots", 1), ValueError, "dotted task name"),
+    ],
+)
+def test_bad_input_is_refused_at_schedule_time(store, call, error, match):
+    with pytest.raises(error, match=match):
+        call()
+    assert store.client.zcard(store.key("default", "pending")) == 0
+
+
+def test_serialization_error_is_a_type_error():
+    assert issubclass(SerializationError, TypeError)
+
+
+def test_naive_datetime_is_local_time_without_use_tz(store):
+    with override_settings(USE_TZ=False, TIME_ZONE="UTC"):
+        job = t.add.schedule(1, 2, at=dt.datetime(2099, 1, 1))
+    assert job.due_at == dt.datetime(2099, 1, 1, tzinfo=dt.UTC)
+
+
+def test_task_parameters_may_not_shadow_schedule_options():
+    with pytest.raises(TypeError, match="parameter named 'key'"):
+
+        @task
+        def bad(key):
+            pass
+
+
+def test_same_name_for_two_functions_is_refused():
+    def one():
+        pass
+
+    def two():
+        pass
+
+    task(name="tests.clash")(one)
+    try:
+        with pytest.raises(ValueError, match="two different functions"):
+            task(name="tests.clash")(two)
+    finally:
+        unregister("tests.clash")
+
+
+def test_unique_key_replace_and_keep(store):
+    first = t.add.schedule(1, 2, delay=60, key="order:1:autocancel")
+    second = t.add.schedule(5, 6, delay=600, key="order:1:autocancel")
+    assert second.outcome == "replaced" and second.id == first.id
+    assert get_job(first.id).args == [5, 6]
+    kept = t.add.schedule(7, 8, delay=5, key="order:1:autocancel", on_conflict="keep")
+    assert kept.outcome == "kept" and kept.id == first.id and kept.args == [5, 6]
+    assert abs(kept.due_at - second.due_at) < timedelta(milliseconds=1)
+    assert cancel(key="order:1:autocancel") is True
+    assert cancel(key="order:1:autocancel") is False
+    assert get_job(first.id) is None
+
+
+def test_cancel(store):
+    job = t.add.schedule(1, 2, delay=60)
+    assert cancel(job.id) is True
+    assert cancel(job.id) is False
+    assert cancel("01NOSUCHJOB") is False
+    with pytest.raises(TypeError):
+        cancel()
+    with pytest.raises(TypeError):
+        cancel(job.id, key="x")
+
+
+def test_cancel_finds_jobs_of_other_queues(store):
+    job = t.send_mail.schedule("x@y.z", delay=60)
+    assert get_job(job.id).queue == "emails"
+    assert cancel(job.id) is True
+
+
+@pytest.mark.django_db(transaction=True)
+def test_on_commit_stores_only_after_commit(store):
+    with transaction.atomic():
+        job = t.add.schedule(1, 2, on_commit=True)
+        assert job.outcome == "deferred"
+        assert get_job(job.id) is None
+    assert get_job(job.id).status == "pending"
+    with pytest.raises(RuntimeError), transaction.atomic():
+        rolled = t.add.schedule(3, 4, on_commit=True)
+        raise RuntimeError("roll back")
+    assert get_job(rolled.id) is None
+    assert store.client.zcard(store.key("default", "pending")) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_on_commit_outside_a_transaction_stores_at_once(store):
+    job = t.add.schedule(1, 2, on_commit=True)
+    assert job.outcome == "created" and get_job(job.id) is not None
+
+
+def test_signals_scheduled_and_cancelled(store):
+    seen = []
+
+    def on_scheduled(sender, job, **kwargs):
+        seen.append(("scheduled", sender, job.outcome))
+
+    def on_cancelled(sender, job, **kwargs):
+        seen.append(("cancelled", sender, job.id))
+
+    def broken(sender, **kwargs):
+        raise RuntimeError("a broken receiver must not break schedule()")
+
+    signals.job_scheduled.connect(on_scheduled)
+    signals.job_scheduled.connect(broken)
+    signals.job_cancelled.connect(on_cancelled)
+    try:
+        job = t.add.schedule(1, 2, delay=60)
+        cancel(job.id)
+    finally:
+        signals.job_scheduled.disconnect(on_scheduled)
+        signals.job_scheduled.disconnect(broken)
+        signals.job_cancelled.disconnect(on_cancelled)
+    assert seen == [("scheduled", t.add, "created"), ("cancelled", t.add, job.id)]
+
+
+def test_schedule_many(store):
+    jobs = schedule_many(t.add, [(1, 2), {"args": [3], "kwargs": {"b": 4}, "key": "k"}], delay=60)
+    assert [j.outcome for j in jobs] == ["created", "created"]
+    assert get_job(jobs[1].id).kwargs == {"b": 4} and get_job(jobs[1].id).key == "k"
+    with pytest.raises(TypeError, match="argument 0"):
+        schedule_many(t.add, [(1, 2), (dt.date.today(), 1)])
+    assert store.client.zcard(store.key("default", "pending")) == 2  # nothing of the bad batch
+
+
+def test_schedule_when_redis_is_down_raises():
+    with (
+        override_settings(DELAYQ={"REDIS_URL": "redis://127.0.0.1:1/0"}),
+        pytest.raises(ConnectionError, match="unreachable"),
+    ):
+        t.add.schedule(1, 2)
+
+
+def test_cache_alias_connections(real_client):
+    from django_delayq.connection import get_store
+
+    for alias in ("default", "builtin"):
+        with override_settings(DELAYQ={"CACHE": alias, "PREFIX": "dqt-alias"}):
+            assert get_store().client.ping()

@@ -1,0 +1,93 @@
+"""One test per system check id, and one that `manage.py check` runs them."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.management import call_command
+from django.test import override_settings
+
+from django_delayq.checks import check_redis, check_settings
+
+
+def ids(**delayq):
+    with override_settings(DELAYQ=delayq):
+        return [e.id for e in check_settings()]
+
+
+def test_defaults_pass():
+    assert ids() == []
+
+
+def test_e001_cache_is_not_redis():
+    with override_settings(DELAYQ={"CACHE": "locmem"}):
+        (error,) = check_settings()
+    assert error.id == "delayq.E001" and "LocMemCache" in error.msg and "REDIS_URL" in error.msg
+
+
+def test_e001_missing_cache_alias():
+    assert ids(CACHE="nope") == ["delayq.E001"]
+
+
+def test_e002_bad_url():
+    assert ids(REDIS_URL="http://x") == ["delayq.E002"]
+    assert ids(REDIS_URL="redis://127.0.0.1:6379/1") == []
+
+
+def test_e003_prefix():
+    assert ids(PREFIX="") == ["delayq.E003"]
+    assert ids(PREFIX="a{b}") == ["delayq.E003"]
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("VISIBILITY_TIMEOUT", 0),
+        ("VISIBILITY_TIMEOUT", "60"),
+        ("MAX_RETRIES", -1),
+        ("MAX_RETRIES", 2.5),
+        ("RETRY_BACKOFF", -1),
+        ("DEAD_MAX_AGE", 0),
+        ("DEAD_MAX_COUNT", True),
+        ("MAX_ERRORS_KEPT", 0),
+        ("MAX_SLEEP", 0),
+        ("SHUTDOWN_TIMEOUT", None),
+    ],
+)
+def test_e004_numbers(name, value):
+    with override_settings(DELAYQ={name: value}):
+        (error,) = check_settings()
+    assert error.id == "delayq.E004" and name in error.msg and repr(value) in error.msg
+
+
+def test_e005_queues():
+    assert ids(QUEUES=[]) == ["delayq.E005"]
+    assert ids(QUEUES=["ok", "not ok"]) == ["delayq.E005"]
+    assert ids(DEFAULT_QUEUE="{x}") == ["delayq.E005"]
+
+
+def test_e006_not_a_dict():
+    with override_settings(DELAYQ=["PREFIX"]):
+        assert [e.id for e in check_settings()] == ["delayq.E006"]
+
+
+def test_w001_unknown_key():
+    with override_settings(DELAYQ={"VISIBLITY_TIMEOUT": 5}):
+        (warning,) = check_settings()
+    assert warning.id == "delayq.W001" and "VISIBLITY_TIMEOUT" in warning.msg
+
+
+def test_w002_redis_unreachable_is_a_deploy_check():
+    with override_settings(DELAYQ={"REDIS_URL": "redis://127.0.0.1:1/0"}):
+        assert [w.id for w in check_redis()] == ["delayq.W002"]
+    assert check_redis() == []
+
+
+def test_manage_py_check_runs_them():
+    from django.core.management.base import SystemCheckError
+
+    with (
+        override_settings(DELAYQ={"MAX_RETRIES": "five"}),
+        pytest.raises(SystemCheckError, match=r"delayq\.E004.*MAX_RETRIES"),
+    ):
+        call_command("check")
+    call_command("check")

@@ -1,0 +1,258 @@
+"""The worker, in process (burst mode), on fakeredis and on the real server."""
+
+from __future__ import annotations
+
+import threading
+import time
+from unittest import mock
+
+import pytest
+
+from django_delayq import get_job, signals, task
+from django_delayq.worker import Worker, backoff_delay
+from tests.testapp import tasks as t
+
+
+def run_burst(**kwargs) -> Worker:
+    worker = Worker(kwargs.pop("queues", ["default"]), burst=True, **kwargs)
+    assert worker.run() == 0
+    return worker
+
+
+class Recorder:
+    def __init__(self, *sigs):
+        self.events = []
+        self.sigs = sigs
+
+    def __enter__(self):
+        self.receivers = []
+        for sig in self.sigs:
+
+            def receiver(sender, _sig=sig, **kwargs):
+                self.events.append((_sig, sender, kwargs))
+
+            sig.connect(receiver, weak=False)
+            self.receivers.append((sig, receiver))
+        return self
+
+    def __exit__(self, *exc):
+        for sig, receiver in self.receivers:
+            sig.disconnect(receiver)
+
+    def of(self, sig):
+        return [kw for s, _, kw in self.events if s is sig]
+
+
+def test_burst_runs_due_jobs_and_leaves_future_ones(store):
+    now = t.remember.schedule(1, x="y")
+    later = t.remember.schedule(2, delay=3600)
+    worker = run_burst()
+    assert t.CALLS == [((1,), {"x": "y"})]
+    assert get_job(now.id) is None and get_job(later.id).status == "pending"
+    assert worker.processed == 1
+
+
+def test_async_task(store):
+    t.async_double.schedule(21)
+    run_burst()
+    assert t.CALLS == [("async_double", 21)]
+
+
+def test_failing_job_dead_letters_after_max_retries_plus_one_attempts(store):
+    with Recorder(signals.job_failed, signals.job_dead, signals.job_started) as rec:
+        job = t.always_fails.schedule("nope")
+        run_burst()
+    failed = rec.of(signals.job_failed)
+    assert [f["job"].attempts for f in failed] == [1, 2, 3]  # max_retries=2
+    assert [f["will_retry"] for f in failed] == [True, True, False]
+    assert all(isinstance(f["exception"], ValueError) for f in failed)
+    assert "raise ValueError(message)" in failed[0]["traceback"]
+    assert len(rec.of(signals.job_started)) == 3
+    (dead,) = rec.of(signals.job_dead)
+    assert dead["job"].id == job.id and "ValueError: nope" in dead["error"]
+    stored = get_job(job.id)
+    assert stored.status == "dead" and stored.attempts == 3
+    assert stored.last_error == "builtins.ValueError: nope"
+    assert len(stored.errors) == 3 and "Traceback" in stored.errors[-1]["traceback"]
+
+
+def test_success_signals(store):
+    with Recorder(signals.job_started, signals.job_succeeded) as rec:
+        t.add.schedule(2, 3)
+        run_burst()
+    (ok,) = rec.of(signals.job_succeeded)
+    assert ok["result"] == 5 and ok["duration"] >= 0 and ok["job"].attempts == 1
+    assert rec.events[0][1] is t.add  # sender is the Task
+
+
+def test_a_raising_receiver_does_not_break_the_worker(store):
+    def broken(sender, **kwargs):
+        raise RuntimeError("receiver bug")
+
+    signals.job_started.connect(broken)
+    signals.job_succeeded.connect(broken)
+    try:
+        job = t.remember.schedule(1)
+        run_burst()
+    finally:
+        signals.job_started.disconnect(broken)
+        signals.job_succeeded.disconnect(broken)
+    assert t.CALLS == [((1,), {})] and get_job(job.id) is None
+
+
+def test_corrupt_record_is_dead_lettered_and_the_worker_goes_on(store):
+    bad = t.remember.schedule("bad")
+    good = t.remember.schedule("good")
+    store.client.hset(store.key("default", "jobs"), bad.id, b"\xff not json")
+    with Recorder(signals.job_dead) as rec:
+        run_burst()
+    assert t.CALLS == [(("good",), {})] and get_job(good.id) is None
+    dead = get_job(bad.id)
+    assert dead.status == "dead" and "CorruptJob" in dead.last_error
+    assert rec.of(signals.job_dead)[0]["job"].id == bad.id
+
+
+def test_unknown_task_is_retried_then_dead_lettered(store):
+    from django_delayq import schedule
+
+    job = schedule("tests.testapp.tasks.not_there", max_retries=1)
+    run_burst()
+    dead = get_job(job.id)
+    assert dead.status == "dead" and dead.attempts == 2
+    assert "is not registered in this process" in dead.last_error
+
+
+def test_close_old_connections_around_every_job(store):
+    with mock.patch("django_delayq.worker.close_old_connections") as close:
+        t.remember.schedule(1)
+        t.remember.schedule(2)
+        run_burst()
+    assert close.call_count == 4
+
+
+def test_injected_clock_runs_future_jobs_without_sleeping(store):
+    job = t.remember.schedule(1, delay=3600)
+    clock = lambda: time.time() + 3601  # noqa: E731
+    run_burst(clock=clock)
+    assert get_job(job.id) is None and t.CALLS == [((1,), {})]
+
+
+def test_recover_lost_lease(store):
+    job = t.remember.schedule(1)
+    store.claim("default", 1, lease=0.5, token="crashed", worker="ghost", now=None)
+    worker = Worker(["default"], burst=True, clock=lambda: time.time() + 1)
+    assert worker.recover() == 1
+    recovered = get_job(job.id)
+    assert recovered.status == "pending" and "ghost" in recovered.last_error
+    worker.run()
+    assert t.CALLS == [((1,), {})]
+
+
+def test_heartbeat_extends_running_leases(store):
+    started, release = threading.Event(), threading.Event()
+
+    @task(name="tests.blocking")
+    def blocking():
+        started.set()
+        release.wait(10)
+
+    blocking.schedule()
+    worker = Worker(["default"], burst=True)
+    runner = threading.Thread(target=worker.run)
+    runner.start()
+    assert started.wait(10)
+    key = store.key("default", "running")
+    ((job_id, before),) = store.client.zrange(key, 0, -1, withscores=True)
+    time.sleep(0.05)
+    worker._heartbeat()
+    after = store.client.zscore(key, job_id)
+    release.set()
+    runner.join(10)
+    assert after > before
+
+
+def test_many_threads_run_each_job_once(store):
+    for i in range(60):
+        t.remember.schedule(i)
+    run_burst(concurrency=8)
+    assert sorted(args[0] for args, _ in t.CALLS) == list(range(60))
+
+
+def test_queues_and_rotation(store):
+    t.send_mail.schedule("a@b.c")
+    t.remember.schedule(1)
+    run_burst(queues=["default", "emails"])
+    assert ("send_mail", "a@b.c") in t.CALLS and ((1,), {}) in t.CALLS
+
+
+def test_graceful_stop_lets_running_jobs_finish(store):
+    started = threading.Event()
+
+    @task(name="tests.slow")
+    def slow():
+        started.set()
+        time.sleep(0.3)
+        t.CALLS.append("slow done")
+
+    job = slow.schedule()
+    worker = Worker(["default"])
+    codes = []
+    runner = threading.Thread(target=lambda: codes.append(worker.run()))
+    runner.start()
+    assert started.wait(10)
+    worker.request_stop()
+    runner.join(10)
+    assert codes == [0] and t.CALLS == ["slow done"] and get_job(job.id) is None
+
+
+def test_forced_stop_hands_unfinished_jobs_back(store):
+    started, release = threading.Event(), threading.Event()
+
+    @task(name="tests.stuck")
+    def stuck():
+        started.set()
+        release.wait(10)
+
+    job = stuck.schedule()
+    worker = Worker(["default"], shutdown_timeout=30)
+    codes = []
+    runner = threading.Thread(target=lambda: codes.append(worker.run()))
+    runner.start()
+    assert started.wait(10)
+    worker.request_stop()
+    worker.request_stop()  # a second signal: stop now
+    runner.join(10)
+    release.set()
+    assert codes == [1]
+    back = get_job(job.id)
+    assert back.status == "pending" and back.attempts == 0
+
+
+def test_idle_worker_wakes_up_for_a_new_job(real_store):
+    worker = Worker(["default"])
+    runner = threading.Thread(target=worker.run)
+    runner.start()
+    try:
+        time.sleep(0.2)  # asleep in BLPOP now (MAX_SLEEP is 5 s)
+        t.remember.schedule("wake")
+        deadline = time.monotonic() + 2
+        while not t.CALLS and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert t.CALLS == [(("wake",), {})]
+    finally:
+        worker.request_stop()
+        runner.join(10)
+
+
+def test_backoff_delay():
+    assert backoff_delay(1, 0, 100) == 0
+    assert 10 <= backoff_delay(1, 10, 1000) <= 12.5
+    assert 40 <= backoff_delay(3, 10, 1000) <= 50
+    assert 100 <= backoff_delay(30, 10, 100) <= 125
+
+
+def test_worker_option_errors(store):
+    with pytest.raises(ValueError, match="concurrency"):
+        Worker(["default"], concurrency=0)
+    with pytest.raises(ValueError, match="invalid queue name"):
+        Worker(["no spaces"])
