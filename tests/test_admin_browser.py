@@ -1,0 +1,175 @@
+"""The admin dashboard in a real browser: Debian's headless Chromium driven by Playwright.
+
+Needs ``playwright`` (the test extra) and ``/usr/bin/chromium`` (``apt-get install
+chromium``; Playwright's own browser download is never used). In CI (``CI`` set) a missing
+browser fails the test; elsewhere it skips.
+
+The dashboard screenshot goes to the test's tmp dir; with ``DELAYQ_SCREENSHOT=1`` it also
+refreshes ``docs/admin-dashboard.png`` (the README's picture).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.models import Permission, User
+
+from django_delayq import schedule
+from django_delayq.job import encode_record, new_job_id
+from django_delayq.store import Store
+from tests.testapp import tasks as testtasks
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+DOCS_PNG = Path(__file__).resolve().parent.parent / "docs" / "admin-dashboard.png"
+Q = "default"
+
+
+def _browser_or_skip():
+    problems = []
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        sync_playwright = None
+        problems.append("the playwright package is not installed (pip install -e '.[test]')")
+    if not os.access(CHROMIUM, os.X_OK):
+        problems.append(f"{CHROMIUM} is missing (apt-get install -y chromium)")
+    if problems:
+        message = "browser test cannot run: " + "; ".join(problems)
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return sync_playwright
+
+
+def _throughput(store: Store, minutes: int = 30) -> None:
+    """Jobs done and failed over the last ``minutes`` minutes, as a worker would leave them."""
+    now = time.time()
+    for ago in range(minutes, 0, -1):
+        at = float(int(now) - ago * 60 + 1)  # whole seconds: claim compares at µs precision
+        done, failed = 2 + (ago * 7) % 9, (1 if ago % 6 == 0 else 0) + (2 if ago == 4 else 0)
+        for _ in range(done):
+            store.schedule(Q, new_job_id(), encode_record("shop.tasks.sync", [ago], {}), now=at)
+        claim = store.claim(Q, done, lease=60, token=f"t{ago}", worker="bench", now=at)
+        for job in claim.jobs[:failed]:
+            error = {"type": "builtins.TimeoutError", "message": "slow", "attempt": 1, "at": at}
+            store.fail(
+                Q,
+                job.id,
+                f"t{ago}",
+                error,
+                delay=0,
+                max_retries=3,
+                key=None,
+                dead_max_age=86400,
+                dead_max_count=100,
+                max_errors=10,
+                now=at,
+            )
+        again = store.claim(Q, failed, lease=60, token=f"r{ago}", worker="bench", now=at)
+        store.ack(Q, [(j.id, f"t{ago}", None) for j in claim.jobs[failed:]], now=at)
+        store.ack(Q, [(j.id, f"r{ago}", None) for j in again.jobs], now=at)
+
+
+def _dead(store: Store) -> str:
+    job = schedule(testtasks.always_fails, "card declined", key="refund:17")
+    store.claim(Q, 1, lease=60, token="tok-d", worker="web-2.311")
+    error = {
+        "type": "builtins.ValueError",
+        "message": "card declined",
+        "traceback": "Traceback (most recent call last):\nValueError: card declined",
+        "attempt": 3,
+        "at": time.time(),
+        "worker": "web-2.311",
+    }
+    store.fail(
+        Q,
+        job.id,
+        "tok-d",
+        error,
+        delay=-1,
+        max_retries=0,
+        key="refund:17",
+        dead_max_age=86400,
+        dead_max_count=100,
+        max_errors=10,
+    )
+    return job.id
+
+
+@pytest.mark.django_db(transaction=True)
+def test_operator_cancels_and_requeues_in_a_browser(real_store, live_server, settings, tmp_path):
+    sync_playwright = _browser_or_skip()
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    operator = User.objects.create_user("operator", password="s3cret-pass", is_staff=True)
+    operator.user_permissions.add(
+        *Permission.objects.filter(
+            content_type__app_label="django_delayq",
+            codename__in=["view_job", "cancel_job", "requeue_job", "delete_job", "run_job"],
+        )
+    )
+    # What the operator sees: throughput, a running job, an overdue backlog, two queues.
+    _throughput(real_store)
+    schedule(testtasks.sleepy, "report", 1, 30)
+    real_store.claim(Q, 1, lease=120, token="tok-r", worker="web-1.4242")
+    dead_id = _dead(real_store)
+    for i in range(3):
+        real_store.schedule(
+            Q, new_job_id(), encode_record("shop.tasks.sync", [i], {}), now=time.time() - 95
+        )
+    scheduled = schedule(testtasks.add, 40, 2, delay=29 * 60, key="invoice:42")
+    for i in range(4):
+        schedule(testtasks.send_mail, f"user{i}@example.com", delay=300 * (i + 1))
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1360, "height": 640})
+            page.set_default_timeout(10_000)
+            base = live_server.url
+            page.goto(f"{base}/admin/login/?next=/admin/django_delayq/job/")
+            page.fill("#id_username", "operator")
+            page.fill("#id_password", "s3cret-pass")
+            page.click("input[type=submit], button[type=submit]")
+            page.wait_for_selector("#dq-dashboard")
+            row = page.locator('#dq-dashboard tr[data-queue="default"]')
+            assert row.locator(".dq-pending").inner_text() == "4"
+            assert page.locator('#dq-dashboard tr[data-queue="emails"]').count() == 1
+            shot = tmp_path / "admin-dashboard.png"
+            page.screenshot(path=str(shot), full_page=True)
+            assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+            if os.environ.get("DELAYQ_SCREENSHOT"):
+                DOCS_PNG.parent.mkdir(exist_ok=True)
+                shutil.copyfile(shot, DOCS_PNG)
+
+            # The scheduled job is on the pending list, due in 29 minutes; cancel it.
+            row.locator(".dq-pending").click()
+            job_row = page.locator(f'tr[data-job-id="{scheduled.id}"]')
+            assert "in 28 min" in job_row.inner_text() or "in 29 min" in job_row.inner_text()
+            assert "invoice:42" in job_row.inner_text()
+            job_row.locator(f'button[value="cancel:{scheduled.id}"]').click()
+            page.wait_for_selector("ul.messagelist")
+            assert "1 job cancelled." in page.locator("ul.messagelist").inner_text()
+            assert page.locator(f'tr[data-job-id="{scheduled.id}"]').count() == 0
+            assert real_store.fetch(Q, scheduled.id) is None
+            assert real_store.id_for_key(Q, "invoice:42") is None
+
+            # The dead job: open it, read its traceback, requeue it from the list.
+            page.click('.dq-tabs a:has-text("Dead")')
+            page.click(f'tr[data-job-id="{dead_id}"] a')
+            assert "ValueError: card declined" in page.locator("#dq-errors").inner_text()
+            page.go_back()
+            page.check(f'tr[data-job-id="{dead_id}"] input.dq-select')
+            page.select_option('select[name="action"]', "requeue")
+            page.click('button[name="index"]')
+            page.wait_for_selector("ul.messagelist")
+            assert "1 job requeued." in page.locator("ul.messagelist").inner_text()
+            raw = real_store.fetch(Q, dead_id)
+            assert raw.status == "pending"
+            assert raw.score <= real_store.server_time()
+        finally:
+            browser.close()

@@ -1,0 +1,580 @@
+"""DelayQBackend: Django's documented behaviour of a django.tasks backend, on django-delayq.
+
+Jobs run in-process with ``Worker(burst=True)``; time is moved with the worker's clock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from asgiref.sync import async_to_sync
+from django.conf import settings
+from django.core.checks import Error, Warning
+from django.test import override_settings
+from django.utils import timezone
+
+from django_delayq import connection, get_job, schedule
+
+try:
+    import django.tasks  # noqa: F401
+except ImportError:  # Django 5.2 needs the backport: pip install 'django-delayq[tasks]'
+    pytest.importorskip("django_tasks", reason="Django 5.2 without the django-tasks backport")
+
+from django_delayq.backends import INTERNAL_TASK, DelayQBackend, run_django_task
+from django_delayq.exceptions import ConfigurationError
+from django_delayq.exceptions import ConnectionError as DelayQConnectionError
+from django_delayq.worker import Worker
+from tests.testapp import django_tasks as dt
+from tests.testapp import tasks as testtasks
+
+try:
+    from django.tasks import TaskResultStatus, default_task_backend, task_backends
+    from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist, TaskResultMismatch
+    from django.tasks.signals import task_enqueued, task_finished, task_started
+
+    IMMEDIATE = "django.tasks.backends.immediate.ImmediateBackend"
+except ImportError:  # Django 5.2: the django-tasks backport
+    from django_tasks import TaskResultStatus, default_task_backend, task_backends
+    from django_tasks.exceptions import InvalidTaskError as InvalidTask
+    from django_tasks.exceptions import TaskResultDoesNotExist, TaskResultMismatch
+    from django_tasks.signals import task_enqueued, task_finished, task_started
+
+    IMMEDIATE = "django_tasks.backends.immediate.ImmediateBackend"
+
+BACKEND = "django_delayq.backends.DelayQBackend"
+
+
+def tasks_setting(queues=("default", "emails"), **options):
+    return {"default": {"BACKEND": BACKEND, "QUEUES": list(queues), "OPTIONS": options}}
+
+
+@pytest.fixture(autouse=True)
+def _tasks():
+    dt.CALLS.clear()
+    with override_settings(TASKS=tasks_setting()):
+        yield
+
+
+@contextlib.contextmanager
+def delayq(store, **changes):
+    """Change DELAYQ settings and keep the test's store installed (changes drop it)."""
+    try:
+        with override_settings(DELAYQ={**settings.DELAYQ, **changes}):
+            connection._stores[(None, False, "default", store.prefix)] = store
+            yield
+    finally:
+        connection._stores[(None, False, "default", store.prefix)] = store
+
+
+def work(queues=("default",), clock=None) -> Worker:
+    worker = Worker(list(queues), burst=True, clock=clock)
+    worker.run()
+    return worker
+
+
+def later(seconds: float):
+    return lambda: time.time() + seconds
+
+
+# -- enqueue and results --------------------------------------------------------------
+
+
+def test_backend_is_the_configured_one(fake_store):
+    backend = default_task_backend
+    assert isinstance(task_backends["default"], DelayQBackend)
+    assert backend.supports_defer and backend.supports_async_task and backend.supports_get_result
+    assert not backend.supports_priority
+
+
+def test_enqueue_stores_a_ready_result_and_a_pending_job(store):
+    before = timezone.now() - timedelta(seconds=1)
+    result = dt.add.enqueue(2, 3)
+    assert result.status == TaskResultStatus.READY
+    assert result.backend == "default"
+    assert result.args == [2, 3] and result.kwargs == {}
+    assert result.task == dt.add
+    assert before <= result.enqueued_at <= timezone.now()
+    assert result.started_at is result.finished_at is result.last_attempted_at is None
+    assert result.worker_ids == [] and result.errors == [] and result.attempts == 0
+    assert not result.is_finished
+    with pytest.raises(ValueError, match="not finished"):
+        _ = result.return_value
+
+    job = get_job(result.id)  # the result id is the django-delayq job id
+    assert job.status == "pending" and job.queue == "default"
+    assert job.task == INTERNAL_TASK
+    assert job.args[:3] == ["tests.testapp.django_tasks.add", [2, 3], {}]
+    assert job.max_retries == 0
+
+    stored = default_task_backend.get_result(result.id)
+    assert stored.status == TaskResultStatus.READY
+    assert stored.enqueued_at == result.enqueued_at
+    assert stored.args == [2, 3] and stored.task == dt.add
+    assert dt.CALLS == []
+
+
+def test_worker_runs_it_and_refresh_sees_success(store):
+    result = dt.add.enqueue(2, 3)
+    worker = work()
+    assert dt.CALLS == [("add", 2, 3)]
+    result.refresh()
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert result.is_finished
+    assert result.return_value == 5
+    assert result.worker_ids == [worker.name]
+    assert result.attempts == 1
+    assert result.errors == []
+    assert result.enqueued_at <= result.started_at <= result.finished_at
+    assert result.last_attempted_at == result.started_at
+    assert get_job(result.id) is None  # acknowledged: the job is gone, the result stays
+
+
+def test_get_result_from_task_and_backend(store):
+    result = dt.add.enqueue(1, 1)
+    work()
+    assert dt.add.get_result(result.id).return_value == 2
+    assert default_task_backend.get_result(result.id).return_value == 2
+    with pytest.raises(TaskResultMismatch):
+        dt.fail.get_result(result.id)
+
+
+@pytest.mark.parametrize("result_id", ["nope", "01JAAAAAAAAAAAAAAAAAAAAAAA", "", "*"])
+def test_unknown_result_id_does_not_exist(fake_store, result_id):
+    with pytest.raises(TaskResultDoesNotExist):
+        default_task_backend.get_result(result_id)
+    with pytest.raises(TaskResultDoesNotExist):
+        dt.add.get_result(result_id)
+
+
+def test_running_status_is_visible_while_the_task_runs(store):
+    result = dt.own_status.enqueue()
+    work()
+    result.refresh()
+    assert result.return_value == TaskResultStatus.RUNNING
+
+
+def test_failure_is_recorded_with_traceback(store):
+    result = dt.fail.enqueue("kaput")
+    worker = work()
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED
+    assert result.is_finished and result.finished_at is not None
+    assert result.attempts == 1 and result.worker_ids == [worker.name]
+    [error] = result.errors
+    assert error.exception_class_path == "builtins.ValueError"
+    assert error.exception_class is ValueError
+    assert "kaput" in error.traceback and "Traceback" in error.traceback
+    with pytest.raises(ValueError, match="Task failed"):
+        _ = result.return_value
+    assert get_job(result.id).status == "dead"  # in the dead-letter set, like any failed job
+
+
+def test_unserializable_return_value_fails_the_task(fake_store):
+    result = dt.bad_return.enqueue()
+    work()
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED
+    assert result.errors[0].exception_class_path == "builtins.TypeError"
+
+
+def test_return_values_round_trip_through_json(fake_store):
+    result = dt.echo.enqueue((1, 2), b"bytes", x={"k": (3,)})
+    assert result.args == [[1, 2], "bytes"]
+    work()
+    result.refresh()
+    assert result.return_value == {"args": [[1, 2], "bytes"], "kwargs": {"x": {"k": [3]}}}
+
+
+# -- retries and attempts ---------------------------------------------------------------
+
+
+def test_retries_appear_as_attempts(store):
+    with override_settings(TASKS=tasks_setting(MAX_RETRIES=3)):
+        result = dt.flaky.enqueue(2)
+        worker = work()  # RETRY_BACKOFF is 0 in the tests: retries are due at once
+        result.refresh()
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert result.return_value == 3  # context.attempt of the attempt that succeeded
+    assert result.attempts == 3 and result.worker_ids == [worker.name] * 3
+    assert [e.exception_class_path for e in result.errors] == ["builtins.RuntimeError"] * 2
+    assert "attempt 2 fails" in result.errors[1].traceback
+    assert [c[1] for c in dt.CALLS] == [1, 2, 3]
+
+
+def test_ready_between_attempts_and_failed_only_at_the_end(store):
+    with override_settings(TASKS=tasks_setting(MAX_RETRIES=1)), delayq(store, RETRY_BACKOFF=60):
+        result = dt.fail.enqueue()
+        work()
+        result.refresh()
+        assert result.status == TaskResultStatus.READY  # waiting for its retry
+        assert result.attempts == 1 and len(result.errors) == 1
+        assert result.finished_at is None
+        assert get_job(result.id).status == "pending"
+
+        work(clock=later(3600))
+        result.refresh()
+    assert result.status == TaskResultStatus.FAILED
+    assert result.attempts == 2 and len(result.errors) == 2
+    assert get_job(result.id).status == "dead"
+
+
+def test_default_is_one_attempt(fake_store):
+    result = dt.flaky.enqueue(1)
+    work()
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED
+    assert result.attempts == 1
+    assert dt.CALLS == [("flaky", 1)]
+
+
+# -- deferred tasks ---------------------------------------------------------------------
+
+
+def test_deferred_task_does_not_run_early(store):
+    run_after = timezone.now() + timedelta(hours=1)
+    result = dt.add.using(run_after=run_after).enqueue(1, 2)
+    assert result.task.run_after == run_after
+    job = get_job(result.id)
+    assert job.status == "pending"
+    assert abs((job.due_at - run_after).total_seconds()) < 0.01
+
+    work()
+    work(clock=later(3500))
+    result.refresh()
+    assert result.status == TaskResultStatus.READY and dt.CALLS == []
+
+    work(clock=later(3700))
+    result.refresh()
+    assert result.status == TaskResultStatus.SUCCESSFUL and result.return_value == 3
+    assert result.task.run_after == run_after
+
+
+def test_run_after_in_the_past_runs_now(fake_store):
+    result = dt.add.using(run_after=timezone.now() - timedelta(days=1)).enqueue(1, 1)
+    work()
+    result.refresh()
+    assert result.return_value == 2
+
+
+def test_run_after_must_be_an_aware_datetime(fake_store):
+    with pytest.raises(InvalidTask, match="aware"):
+        dt.add.using(run_after=datetime(2030, 1, 1))
+    with pytest.raises(InvalidTask, match="must be a datetime"):
+        dt.add.using(run_after=timedelta(minutes=5))
+
+
+@override_settings(USE_TZ=False)
+def test_naive_run_after_without_time_zones(fake_store):
+    run_after = datetime.now() + timedelta(hours=1)
+    result = dt.add.using(run_after=run_after).enqueue(1, 1)
+    assert timezone.is_naive(result.enqueued_at)
+    work()
+    work(clock=later(3700))
+    result.refresh()
+    assert result.return_value == 2 and timezone.is_naive(result.finished_at)
+
+
+# -- kinds of tasks ---------------------------------------------------------------------
+
+
+def test_async_task(store):
+    result = dt.async_double.enqueue(21)
+    work()
+    result.refresh()
+    assert result.status == TaskResultStatus.SUCCESSFUL and result.return_value == 42
+    assert dt.CALLS == [("async_double", 21)]
+
+
+def test_takes_context(fake_store):
+    result = dt.describe.enqueue()
+    worker = work()
+    result.refresh()
+    assert result.return_value == {
+        "attempt": 1,
+        "id": result.id,
+        "status": "RUNNING",
+        "worker_ids": [worker.name],
+        "backend": "default",
+    }
+
+
+def test_aenqueue_aget_result_and_arefresh(fake_store):
+    result = async_to_sync(dt.add.aenqueue)(4, 5)
+    assert result.status == TaskResultStatus.READY
+    work()
+    assert async_to_sync(dt.add.aget_result)(result.id).return_value == 9
+    async_to_sync(result.arefresh)()
+    assert result.return_value == 9
+
+
+def test_one_worker_runs_delayq_jobs_and_django_tasks(fake_store):
+    result = dt.add.enqueue(1, 2)
+    testtasks.remember.schedule("own")
+    work()
+    assert testtasks.CALLS == [(("own",), {})]
+    assert dt.add.get_result(result.id).return_value == 3
+
+
+def test_queue_name_is_the_delayq_queue(store):
+    result = dt.add.using(queue_name="emails").enqueue(1, 2)
+    assert get_job(result.id).queue == "emails"
+    work(["default"])
+    assert dt.add.get_result(result.id).status == TaskResultStatus.READY
+    work(["emails"])
+    assert dt.add.get_result(result.id).return_value == 3
+
+
+def test_any_queue_when_queues_is_empty(fake_store):
+    with override_settings(TASKS=tasks_setting(queues=())):
+        result = dt.add.using(queue_name="anything").enqueue(1, 2)
+        work(["anything"])
+        assert dt.add.get_result(result.id).return_value == 3
+
+
+# -- signals ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def received():
+    events = []
+
+    def receiver(signal_name):
+        def record(sender, task_result, **kwargs):
+            events.append((signal_name, sender, task_result.status, task_result.attempts))
+
+        return record
+
+    receivers = [
+        (task_enqueued, receiver("enqueued")),
+        (task_started, receiver("started")),
+        (task_finished, receiver("finished")),
+    ]
+    for signal, func in receivers:
+        signal.connect(func)
+    yield events
+    for signal, func in receivers:
+        signal.disconnect(func)
+
+
+def test_signals_are_sent_with_the_backend_class(fake_store, received):
+    dt.add.enqueue(1, 2)
+    work()
+    assert received == [
+        ("enqueued", DelayQBackend, TaskResultStatus.READY, 0),
+        ("started", DelayQBackend, TaskResultStatus.RUNNING, 1),
+        ("finished", DelayQBackend, TaskResultStatus.SUCCESSFUL, 1),
+    ]
+
+
+def test_signals_of_retries_and_failure(fake_store, received):
+    with override_settings(TASKS=tasks_setting(MAX_RETRIES=1)):
+        dt.fail.enqueue()
+        work()
+    assert [(name, status, n) for name, _, status, n in received] == [
+        ("enqueued", TaskResultStatus.READY, 0),
+        ("started", TaskResultStatus.RUNNING, 1),
+        ("started", TaskResultStatus.RUNNING, 2),
+        ("finished", TaskResultStatus.FAILED, 2),
+    ]
+
+
+def test_a_failing_receiver_does_not_break_enqueue(fake_store):
+    def broken(**kwargs):
+        raise RuntimeError("receiver bug")
+
+    task_enqueued.connect(broken)
+    try:
+        result = dt.add.enqueue(1, 2)
+    finally:
+        task_enqueued.disconnect(broken)
+    work()
+    assert dt.add.get_result(result.id).return_value == 3
+
+
+# -- validation -------------------------------------------------------------------------
+
+
+def test_validate_task_errors(fake_store):
+    def local(x):
+        return x
+
+    with pytest.raises(InvalidTask, match="module level"):
+        dt.task(local)
+    with pytest.raises(InvalidTask, match="priority"):
+        dt.add.using(priority=10)
+    with pytest.raises(InvalidTask, match="Queue 'other' is not valid"):
+        dt.add.using(queue_name="other")
+    with pytest.raises(InvalidTask, match="context"):
+        dt.task(takes_context=True)(dt.not_a_task)
+    bad_queue = override_settings(TASKS=tasks_setting(queues=("default", "bad queue")))
+    with bad_queue, pytest.raises(InvalidTask, match="invalid queue name"):
+        dt.add.using(queue_name="bad queue")
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "match"),
+    [
+        ((object(),), {}, "Unsupported type"),
+        ((datetime.now(UTC),), {}, "Unsupported type"),
+        (({1: "a"},), {}, "key 1"),
+        ((float("nan"),), {}, "nan"),
+        ((), {"x": {"y": float("inf")}}, "inf"),
+    ],
+)
+def test_bad_arguments_fail_at_enqueue(fake_store, args, kwargs, match):
+    with pytest.raises(TypeError, match=match):
+        dt.echo.enqueue(*args, **kwargs)
+    assert fake_store.counts("default", time.time())["pending"] == 0
+    assert list(fake_store.client.scan_iter(match=f"{fake_store.prefix}:*:result:*")) == []
+
+
+# -- configuration ----------------------------------------------------------------------
+
+
+def test_init_does_no_io(fake_store):
+    unreachable = {**settings.DELAYQ, "REDIS_URL": "redis://127.0.0.1:1/0"}
+    with override_settings(DELAYQ=unreachable):
+        backend = DelayQBackend("default", {"QUEUES": ["default"], "OPTIONS": {}})
+        backend.validate_task(dt.add)
+        assert backend.check() == []
+        with pytest.raises(DelayQConnectionError):
+            dt.add.enqueue(1, 2)
+
+
+def test_bad_options_are_check_errors_and_refuse_enqueue(fake_store):
+    config = tasks_setting(RESULT_TTL=float("inf"), MAX_RETRIES="3", TYPO=1)
+    with override_settings(TASKS=config):
+        messages = default_task_backend.check()
+        errors = [m for m in messages if isinstance(m, Error)]
+        assert {m.id for m in errors} == {"delayq.E101"}
+        assert len(errors) == 3
+        with pytest.raises(ConfigurationError, match="TYPO"):
+            dt.add.enqueue(1, 2)
+
+
+def test_queue_checks(fake_store):
+    with override_settings(TASKS=tasks_setting(queues=("default", "emails", "no good"))):
+        messages = default_task_backend.check()
+    assert [(type(m), m.id) for m in messages] == [
+        (Warning, "delayq.W101"),  # emails: not in DELAYQ["QUEUES"]
+        (Error, "delayq.E102"),  # "no good" is not a queue name
+    ]
+
+
+def test_results_expire_after_the_ttl(store):
+    with override_settings(TASKS=tasks_setting(RESULT_TTL=100)):
+        result = dt.add.enqueue(1, 2)
+        deferred = dt.add.using(run_after=timezone.now() + timedelta(seconds=1000)).enqueue(1, 2)
+        key = store.result_key("default", result.id)
+        assert 99_000 < store.client.pttl(key) <= 100_000
+        deferred_ttl = store.client.pttl(store.result_key("default", deferred.id))
+        assert 1_090_000 < deferred_ttl <= 1_100_000  # kept until it runs, and then the TTL
+        work()
+        assert 99_000 < store.client.pttl(key) <= 100_000
+    with override_settings(TASKS=tasks_setting(RESULT_TTL=None)):
+        forever = dt.add.enqueue(1, 2)
+        assert store.client.pttl(store.result_key("default", forever.id)) == -1
+
+
+def test_a_lost_result_is_rebuilt_by_the_worker(fake_store):
+    result = dt.add.enqueue(1, 2)
+    fake_store.client.delete(fake_store.result_key("default", result.id))
+    with pytest.raises(TaskResultDoesNotExist):
+        result.refresh()
+    work()
+    result.refresh()
+    assert result.return_value == 3 and result.attempts == 1
+    assert result.enqueued_at is not None
+
+
+def test_an_unreadable_result_is_rebuilt_by_the_worker(fake_store):
+    result = dt.add.enqueue(1, 2)
+    fake_store.client.set(fake_store.result_key("default", result.id), b"\xff not json")
+    with pytest.raises(ValueError, match="unreadable"):
+        result.refresh()
+    work()
+    result.refresh()
+    assert result.return_value == 3 and result.attempts == 1
+
+
+def test_result_document_format(fake_store):
+    result = dt.add.enqueue(1, 2)
+    raw = fake_store.client.get(fake_store.result_key("default", result.id))
+    document = json.loads(raw)
+    assert document["v"] == 1 and document["status"] == "READY"
+    assert document["task"] == "tests.testapp.django_tasks.add"
+
+
+# -- the internal task is an allow-list -------------------------------------------------
+
+
+def _spec(**changes):
+    return {
+        "backend": "default",
+        "queue_name": "default",
+        "priority": 0,
+        "run_after": None,
+        **changes,
+    }
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "tests.testapp.django_tasks.not_a_task",  # a plain function
+        "os.getcwd",
+        "tests.testapp.no_such_module.task",
+        "tests.testapp.django_tasks.CALLS",
+    ],
+)
+def test_only_django_tasks_are_run(fake_store, path):
+    job = schedule(run_django_task, path, [], {}, _spec())
+    work()
+    dead = get_job(job.id)
+    assert dead.status == "dead"
+    assert "InvalidTask" in dead.last_error
+    assert dt.CALLS == []
+    result = json.loads(fake_store.client.get(fake_store.result_key("default", job.id)))
+    assert result["status"] == "FAILED" and "InvalidTask" in result["errors"][0]["traceback"]
+
+
+def test_only_tasks_of_a_delayq_backend_alias_are_run(fake_store):
+    config = {**tasks_setting(), "other": {"BACKEND": IMMEDIATE}}
+    with override_settings(TASKS=config):
+        path = "tests.testapp.django_tasks.add"
+        job = schedule(run_django_task, path, [1, 2], {}, _spec(backend="other"))
+        work()
+    assert "not a DelayQBackend" in get_job(job.id).last_error
+    assert dt.CALLS == []
+
+
+def test_internal_task_outside_a_worker(fake_store):
+    with pytest.raises(RuntimeError, match="only inside a django-delayq worker"):
+        run_django_task("tests.testapp.django_tasks.add", [1, 2], {}, _spec())
+
+
+def test_a_worker_process_registers_the_internal_task():
+    """Workers autodiscover django_delayq.tasks, which registers run_django_task even when
+    no module of the project has imported the backend."""
+    code = (
+        "import django; django.setup()\n"
+        "from django.utils.module_loading import autodiscover_modules\n"
+        "from django_delayq.registry import _registry\n"
+        f"before = {INTERNAL_TASK!r} in _registry\n"
+        "autodiscover_modules('tasks')\n"
+        f"print(before, {INTERNAL_TASK!r} in _registry)\n"
+    )
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings", "PYTHONPATH": root}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=root, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "True"]
