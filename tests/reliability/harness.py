@@ -1,0 +1,503 @@
+"""Processes of the reliability suite: redis-server (plain, AOF, cluster, sentinel) and
+``delayq_worker`` processes, each started in a temporary directory on 127.0.0.1 and
+stopped by the fixture that created it, even when the test fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from django.test import override_settings
+
+from django_delayq import connection
+from django_delayq.store import Store
+
+ROOT = Path(__file__).resolve().parents[2]
+HOST = "127.0.0.1"
+_taken: set[int] = set()
+
+
+def binary(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:  # fail loudly: a reliability suite that skips proves nothing
+        pytest.fail(
+            f"the reliability suite needs {name} (Redis 6.2+) on PATH: install it "
+            "(apt-get install redis-server, brew install redis) and rerun"
+        )
+    return path
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((HOST, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(low: int = 16400, high: int = 16999, bus: bool = False) -> int:
+    """A free loopback port in [low, high] (and port + 10000 free too when ``bus``)."""
+    for _ in range(200):
+        port = random.randint(low, high)
+        if port in _taken or port == 6379:
+            continue
+        if _bindable(port) and (not bus or _bindable(port + 10000)):
+            _taken.add(port)
+            return port
+    raise RuntimeError(f"no free port in {low}-{high}")
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float, what: str, step: float = 0.05) -> Any:
+    """Poll ``predicate`` until it returns something true; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(step)
+
+
+class RedisServer:
+    """One redis-server process in its own directory; restartable with the same data."""
+
+    def __init__(self, workdir: Path, port: int, args: list[str], name: str) -> None:
+        self.workdir = workdir
+        self.port = port
+        self.name = name
+        self.args = args
+        self.proc: subprocess.Popen | None = None
+        self.starts = 0
+
+    @property
+    def url(self) -> str:
+        return f"redis://{HOST}:{self.port}/0"
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def command(self) -> list[str]:
+        return [
+            binary("redis-server"),
+            *self.args,
+            "--port",
+            str(self.port),
+            "--bind",
+            HOST,
+            "--dir",
+            str(self.workdir),
+            "--logfile",
+            "redis.log",
+            "--daemonize",
+            "no",
+        ]
+
+    def start(self, timeout: float = 15.0) -> RedisServer:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.proc = subprocess.Popen(
+            self.command(),
+            cwd=self.workdir,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        self.starts += 1
+        self.wait_ready(timeout)
+        return self
+
+    def client(self, **kwargs: Any) -> redis.Redis:
+        options = {"socket_timeout": 10, "socket_connect_timeout": 2, **kwargs}
+        return redis.Redis(host=HOST, port=self.port, **options)
+
+    def ping(self) -> bool:
+        try:
+            with contextlib.closing(self.client(socket_timeout=1)) as client:
+                return bool(client.ping())
+        except redis.exceptions.RedisError:
+            return False
+
+    def wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while not self.ping():
+            if self.proc is not None and self.proc.poll() is not None:
+                pytest.fail(f"{self.name} exited with {self.proc.returncode}:\n{self.log_tail()}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"{self.name} did not answer in {timeout} s:\n{self.log_tail()}")
+            time.sleep(0.02)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> None:
+        """Send ``sig`` and wait for the process to end (SIGKILL after ``timeout``)."""
+        if not self.running:
+            return
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
+
+    def log_tail(self, lines: int = 25) -> str:
+        path = self.workdir / "redis.log"
+        if not path.exists():
+            return "(no log)"
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+class Cluster:
+    """A Redis Cluster of ``masters`` primaries without replicas."""
+
+    def __init__(self, nodes: list[RedisServer]) -> None:
+        self.nodes = nodes
+
+    @property
+    def url(self) -> str:
+        return self.nodes[0].url
+
+    def client(self) -> redis.RedisCluster:
+        return redis.RedisCluster(host=HOST, port=self.nodes[0].port, socket_timeout=10)
+
+    def create(self, timeout: float = 30.0) -> None:
+        addresses = [f"{HOST}:{node.port}" for node in self.nodes]
+        options = ["--cluster-replicas", "0", "--cluster-yes"]
+        done = subprocess.run(
+            [binary("redis-cli"), "--cluster", "create", *addresses, *options],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if done.returncode != 0:
+            pytest.fail(f"redis-cli --cluster create failed:\n{done.stdout}\n{done.stderr}")
+
+        def ready() -> bool:
+            for node in self.nodes:
+                with contextlib.closing(node.client()) as client:
+                    info = client.cluster("info")
+                    if info.get("cluster_state") != "ok" or int(info["cluster_known_nodes"]) != len(
+                        self.nodes
+                    ):
+                        return False
+            return True
+
+        wait_until(ready, timeout, "cluster_state:ok on every node", step=0.1)
+
+    def node_of(self, key: str) -> int:
+        """Index in ``nodes`` of the primary serving ``key``'s slot."""
+        with contextlib.closing(self.nodes[0].client()) as client:
+            slot = client.cluster("keyslot", key)
+            for low, high, primary, *_ in client.cluster("slots"):
+                if low <= slot <= high:
+                    port = primary[1]
+                    return [node.port for node in self.nodes].index(port)
+        raise AssertionError(f"no node serves slot {slot}")
+
+
+class SentinelSetup:
+    """One master, one replica and one sentinel, all on loopback."""
+
+    def __init__(self, master: RedisServer, replica: RedisServer, sentinel: RedisServer) -> None:
+        self.master = master
+        self.replica = replica
+        self.sentinel = sentinel
+        self.service = f"dq{sentinel.port}"
+
+    def sentinel_client(self) -> redis.Redis:
+        return self.sentinel.client(decode_responses=True)
+
+    def master_port(self) -> int:
+        with contextlib.closing(self.sentinel_client()) as client:
+            address = client.execute_command("SENTINEL", "get-master-addr-by-name", self.service)
+            return int(address[1])
+
+    def wait_healthy(self, timeout: float = 30.0) -> None:
+        """Until the sentinel sees the current master with one replica in sync."""
+
+        def healthy() -> bool:
+            port = self.master_port()
+            other = self.replica if port == self.master.port else self.master
+            with contextlib.closing(self.sentinel_client()) as client:
+                replicas = client.execute_command("SENTINEL", "replicas", self.service)
+            ok = any(
+                int(r["port"]) == other.port
+                and "s_down" not in r["flags"]
+                and "disconnected" not in r["flags"]
+                and r.get("master-link-status") == "ok"
+                for r in replicas
+            )
+            with contextlib.closing(other.client(decode_responses=True)) as client:
+                info = client.info("replication")
+            return ok and info.get("role") == "slave" and info.get("master_link_status") == "up"
+
+        wait_until(healthy, timeout, "a healthy master + replica seen by the sentinel", step=0.2)
+
+
+class Servers:
+    """Starts redis-server processes under ``base`` and stops every one of them in close()."""
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self.servers: list[RedisServer] = []
+
+    def redis(self, name: str, *extra: str, aof: bool = False) -> RedisServer:
+        port = free_port()
+        persistence = (
+            ["--appendonly", "yes", "--appendfsync", "always", "--save", ""]
+            if aof
+            else ["--appendonly", "no", "--save", ""]
+        )
+        server = RedisServer(self.base / f"{name}-{port}", port, [*persistence, *extra], name)
+        self.servers.append(server)
+        return server.start()
+
+    def cluster(self, masters: int = 3) -> Cluster:
+        nodes = []
+        for i in range(masters):
+            port = free_port(17000, 17999, bus=True)
+            args = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]
+            args += ["--cluster-node-timeout", "5000", "--appendonly", "no", "--save", ""]
+            node = RedisServer(self.base / f"cluster-{i}-{port}", port, args, f"cluster node {i}")
+            self.servers.append(node)
+            nodes.append(node.start())
+        cluster = Cluster(nodes)
+        cluster.create()
+        return cluster
+
+    def sentinel(self) -> SentinelSetup:
+        master = self.redis("sentinel-master")
+        replica = self.redis("sentinel-replica", "--replicaof", HOST, str(master.port))
+        port = free_port(26300, 26999)
+        workdir = self.base / f"sentinel-{port}"
+        workdir.mkdir(parents=True)
+        service = f"dq{port}"
+        (workdir / "sentinel.conf").write_text(
+            "\n".join(
+                [
+                    f"sentinel monitor {service} {HOST} {master.port} 1",
+                    f"sentinel down-after-milliseconds {service} 1000",
+                    f"sentinel failover-timeout {service} 4000",
+                    f"sentinel parallel-syncs {service} 1",
+                    "",
+                ]
+            )
+        )
+        sentinel = RedisServer(workdir, port, ["sentinel.conf", "--sentinel"], "sentinel")
+        self.servers.append(sentinel)
+        sentinel.start()
+        setup = SentinelSetup(master, replica, sentinel)
+        setup.wait_healthy()
+        return setup
+
+    def close(self) -> None:
+        for server in reversed(self.servers):
+            server.stop(signal.SIGTERM, timeout=5)  # SIGKILL after 5 s
+
+
+class WorkerProcess:
+    """One ``python -m django delayq_worker`` process, its output in a log file."""
+
+    def __init__(self, popen: subprocess.Popen, log: Path, name: str) -> None:
+        self.popen = popen
+        self.log = log
+        self.name = name
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def signal(self, sig: int) -> None:
+        if self.alive():
+            self.popen.send_signal(sig)
+
+    def wait(self, timeout: float) -> int:
+        return self.popen.wait(timeout)
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+
+class Workers:
+    """Starts worker processes and kills whatever is still running in close()."""
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self.procs: list[WorkerProcess] = []
+        self.counter = 0
+
+    def start(
+        self,
+        env: dict[str, str],
+        *args: str,
+        name: str | None = None,
+        clock_skew: float | None = None,
+    ) -> WorkerProcess:
+        self.counter += 1
+        name = name or f"w{self.counter}"
+        environ = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "tests.reliability.settings",
+            "PYTHONPATH": str(ROOT),
+            "PYTHONUNBUFFERED": "1",
+            **env,
+        }
+        environ.pop("DELAYQ_TEST_DB", None)
+        if clock_skew is None:
+            command = [sys.executable, "-m", "django", "delayq_worker"]
+        else:
+            command = [sys.executable, "-m", "tests.reliability.skewed", str(clock_skew)]
+            command.append("delayq_worker")
+        log = self.base / f"worker-{self.counter}-{name}.log"
+        with log.open("w") as out:
+            popen = subprocess.Popen(
+                [*command, "--name", name, *args],
+                cwd=ROOT,
+                env=environ,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        proc = WorkerProcess(popen, log, name)
+        self.procs.append(proc)
+        return proc
+
+    def close(self) -> None:
+        for proc in self.procs:
+            if proc.alive():
+                proc.signal(signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(10)
+
+    def outputs(self, lines: int = 15) -> str:
+        """The last lines of every worker's log, for assertion messages."""
+        parts = []
+        for proc in self.procs:
+            tail = "\n".join(proc.output().splitlines()[-lines:])
+            parts.append(f"--- {proc.name} (exit {proc.popen.poll()}):\n{tail}")
+        return "\n".join(parts)
+
+
+class LossyProxy:
+    """A TCP proxy to a Redis that can lose one reply: ``drop_next_reply()`` makes it close
+    the client's connection instead of forwarding the next bytes Redis sends back, as a
+    network failure after Redis executed a command would. redis-py then reconnects and
+    sends the command again."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.port = free_port()
+        self.dropped = 0
+        self._armed = threading.Event()
+        self._listener = socket.create_server((HOST, self.port))
+        self._sockets: list[socket.socket] = [self._listener]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"redis://{HOST}:{self.port}/0"
+
+    def drop_next_reply(self) -> None:
+        self._armed.set()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection((HOST, self.target_port))
+            self._sockets += [client, server]
+            threading.Thread(target=self._pump, args=(client, server, False), daemon=True).start()
+            threading.Thread(target=self._pump, args=(server, client, True), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket, replies: bool) -> None:
+        try:
+            while data := source.recv(65536):
+                if replies and self._armed.is_set():
+                    self._armed.clear()
+                    self.dropped += 1
+                    break
+                sink.sendall(data)
+        except OSError:
+            pass
+        for sock in (source, sink):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
+    def close(self) -> None:
+        for sock in self._sockets:
+            with contextlib.suppress(OSError):
+                sock.close()
+
+
+@contextlib.contextmanager
+def installed(store: Store, **delayq: Any) -> Iterator[Store]:
+    """Make ``store`` the one django_delayq's API and in-process workers use."""
+    settings = {"PREFIX": store.prefix, "RETRY_BACKOFF": 0, **delayq}
+    with override_settings(DELAYQ=settings):
+        config = (
+            settings.get("REDIS_URL"),
+            settings.get("CLUSTER", False),
+            settings.get("CACHE", "default"),
+            store.prefix,
+        )
+        connection._stores[config] = store
+        assert connection.get_store() is store, "connection.get_store() changed its cache key"
+        try:
+            yield store
+        finally:
+            connection.reset()
+
+
+def worker_env(data_url: str, runs_url: str, prefix: str, **settings: object) -> dict[str, str]:
+    """Environment of a worker process (read by tests/reliability/settings.py)."""
+    env = {
+        "REDIS_URL": data_url,
+        "DELAYQ_RUNS_URL": runs_url,
+        "DELAYQ_PREFIX": prefix,
+        "DELAYQ_RETRY_BACKOFF": "0",
+        "DELAYQ_VISIBILITY_TIMEOUT": "5",
+        "DELAYQ_SHUTDOWN_TIMEOUT": "20",
+    }
+    env.update({f"DELAYQ_{name}": str(value) for name, value in settings.items()})
+    return env
+
+
+def sizes(store: Store, queue: str = "default") -> dict[str, int]:
+    """ZCARD of pending, running and dead, and the number of job records."""
+    client = store.client
+    return {
+        "pending": client.zcard(store.key(queue, "pending")),
+        "running": client.zcard(store.key(queue, "running")),
+        "dead": client.zcard(store.key(queue, "dead")),
+        "records": client.hlen(store.key(queue, "jobs")),
+    }
+
+
+def waiting_workers(server: RedisServer) -> int:
+    """Clients blocked in BLPOP: one per idle worker process (its waker thread)."""
+    with contextlib.closing(server.client()) as client:
+        return sum(1 for c in client.client_list() if c.get("cmd") == "blpop")
+
+
+def runs(client: redis.Redis, key: str) -> list[str]:
+    return [v.decode() for v in client.lrange(f"runs:{key}", 0, -1)]

@@ -1,0 +1,41 @@
+"""Settings of the worker processes the reliability suite starts (and a Django app, so
+workers import ``tests/reliability/tasks.py``).
+
+Everything comes from the environment, on top of ``tests.settings``:
+``DELAYQ_REDIS_URL`` (+ ``DELAYQ_CLUSTER=1``), ``DELAYQ_SENTINELS`` ("host:port,...")
+with ``DELAYQ_SENTINEL_SERVICE``, ``DELAYQ_MAX_RETRIES``, ``DELAYQ_MAX_SLEEP``.
+"""
+
+import os
+
+from tests.settings import *  # noqa: F403
+from tests.settings import CACHES, DELAYQ, INSTALLED_APPS
+
+INSTALLED_APPS = [*INSTALLED_APPS, "tests.reliability"]
+CACHES = dict(CACHES)
+DELAYQ = dict(DELAYQ)
+
+if os.environ.get("DELAYQ_REDIS_URL"):
+    DELAYQ["REDIS_URL"] = os.environ["DELAYQ_REDIS_URL"]
+    DELAYQ["CLUSTER"] = os.environ.get("DELAYQ_CLUSTER") == "1"
+
+if os.environ.get("DELAYQ_SENTINELS"):
+    # django-redis's Sentinel client, as README.rst documents it.
+    CACHES["sentinel"] = {
+        "BACKEND": "django_redis.cache.RedisCache",
+        "LOCATION": f"redis://{os.environ.get('DELAYQ_SENTINEL_SERVICE', 'mymaster')}/0",
+        "OPTIONS": {
+            "CLIENT_CLASS": "django_redis.client.SentinelClient",
+            "CONNECTION_FACTORY": "django_redis.pool.SentinelConnectionFactory",
+            "SENTINELS": [
+                (host, int(port))
+                for host, port in (s.split(":") for s in os.environ["DELAYQ_SENTINELS"].split(","))
+            ],
+        },
+    }
+    DELAYQ["CACHE"] = "sentinel"
+
+if os.environ.get("DELAYQ_MAX_RETRIES"):
+    DELAYQ["MAX_RETRIES"] = int(os.environ["DELAYQ_MAX_RETRIES"])
+if os.environ.get("DELAYQ_MAX_SLEEP"):
+    DELAYQ["MAX_SLEEP"] = float(os.environ["DELAYQ_MAX_SLEEP"])

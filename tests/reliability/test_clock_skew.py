@@ -1,0 +1,89 @@
+"""Scenario 6: producers and workers whose clocks are off by +/-30 s. Due times are
+computed by the scripts from Redis's TIME, so only Redis's clock matters."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import time
+from datetime import timedelta
+from unittest import mock
+
+import pytest
+from django.utils import timezone
+
+from django_delayq.store import Store
+from tests.reliability.harness import installed, runs, wait_until, worker_env
+from tests.reliability.tasks import stamp
+
+pytestmark = pytest.mark.reliability
+
+SKEW = 30.0
+
+
+@contextlib.contextmanager
+def skewed_clock(offset: float):
+    """This process's wall clock (time.time, timezone.now) off by ``offset`` seconds."""
+    real_time, real_now = time.time, timezone.now
+    with (
+        mock.patch.object(time, "time", lambda: real_time() + offset),
+        mock.patch.object(timezone, "now", lambda: real_now() + timedelta(seconds=offset)),
+    ):
+        yield
+
+
+def test_skewed_producers_and_workers_run_jobs_on_redis_clock(
+    servers, runs_server, runs_client, workers, prefix, tag, report
+):
+    """Producers at +30 s and -30 s schedule with ``delay=``: each job is due ``delay``
+    seconds after Redis's now and runs then, on workers whose clocks are also +/-30 s off.
+    An ``at=`` computed from a skewed clock is taken as the absolute instant it names."""
+    delays = (1.0, 1.5, 2.0, 2.5)
+    data = servers.redis("data")
+    store = Store(data.client(), prefix)
+    redis_now = store.server_time
+    env = worker_env(data.url, runs_server.url, prefix)
+    procs = [
+        workers.start(
+            env, "--concurrency", "2", "-v", "0", name=f"skew{offset:+.0f}", clock_skew=offset
+        )
+        for offset in (SKEW, -SKEW)
+    ]
+    due: dict[str, float] = {}
+    with installed(store):
+        began = time.monotonic()
+        for offset in (SKEW, -SKEW):
+            with skewed_clock(offset):
+                assert abs(time.time() - redis_now() - offset) < 1
+                for d in delays:
+                    before = redis_now()
+                    job = stamp.schedule(tag, f"{offset:+.0f}/{d}", delay=d)
+                    after = redis_now()
+                    at = job.due_at.timestamp()
+                    assert before + d - 0.01 <= at <= after + d + 0.01, (offset, d)
+                    due[f"{offset:+.0f}/{d}"] = at
+        # at= is absolute: "my now + 2 s" from a clock 30 s fast is 32 s from now.
+        with skewed_clock(SKEW):
+            ahead = stamp.schedule(tag, "at-ahead", at=timezone.now() + timedelta(seconds=2))
+        assert ahead.due_at.timestamp() - redis_now() > SKEW
+
+        wait_until(lambda: runs_client.llen(f"runs:{tag}") >= len(due), 30, "the delay= jobs")
+        time.sleep(0.5)
+        elapsed = time.monotonic() - began
+        assert store.fetch("default", ahead.id).status == "pending"  # no worker ran it early
+    for proc in procs:
+        proc.signal(signal.SIGTERM)
+    codes = [proc.wait(30) for proc in procs]
+    ran = dict(line.split(" ") for line in runs(runs_client, tag))
+    lateness = {value: float(ran[value]) - due[value] for value in due}
+    report(
+        scenario="6. clock skew: producers and workers at +/-30 s",
+        jobs=len(due),
+        lost=len(set(due) - set(ran)),
+        seconds=elapsed,
+        max_lateness_ms=round(max(lateness.values()) * 1000, 1),
+        min_lateness_ms=round(min(lateness.values()) * 1000, 1),
+    )
+    assert codes == [0, 0], workers.outputs()
+    assert set(ran) == set(due)  # and not "at-ahead"
+    assert all(-0.01 <= late < 1.0 for late in lateness.values()), lateness

@@ -1,0 +1,130 @@
+"""Scenarios 4 and 5: jobs longer than the visibility timeout, and SIGTERM while jobs run."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+
+from django_delayq import get_job, schedule_many
+from django_delayq.store import Store
+from tests.reliability.harness import installed, runs, sizes, wait_until, worker_env
+from tests.reliability.tasks import slow, stall
+
+pytestmark = pytest.mark.reliability
+
+
+def test_slow_job_is_not_rerun_while_its_worker_heartbeats(
+    servers, runs_server, runs_client, workers, prefix, tag, report
+):
+    """Jobs running 4x the visibility timeout finish once: heartbeats keep their leases,
+    although two other workers try to recover expired leases all along."""
+    visibility, seconds, jobs = 1, 4.0, 3
+    data = servers.redis("data")
+    store = Store(data.client(), prefix)
+    env = worker_env(data.url, runs_server.url, prefix, VISIBILITY_TIMEOUT=visibility)
+    procs = [workers.start(env, "--concurrency", "3", name=f"slow-{i}") for i in range(3)]
+    with installed(store):
+        began = time.monotonic()
+        schedule_many(slow, [(tag, str(i), seconds) for i in range(jobs)])
+        wait_until(lambda: runs_client.llen(f"runs:{tag}") == jobs, 30, "the slow jobs to finish")
+        elapsed = time.monotonic() - began
+        time.sleep(visibility * 1.5)  # a wrongly recovered job would start again now
+    started = runs(runs_client, f"{tag}:started")
+    for proc in procs:
+        proc.signal(signal.SIGTERM)
+    codes = [proc.wait(30) for proc in procs]
+    output = workers.outputs(lines=1000)
+    report(
+        scenario=f"4a. {seconds:.0f} s jobs, {visibility} s visibility timeout, worker alive",
+        jobs=jobs,
+        duplicates=len(started) - jobs,
+        lost=jobs - len(set(runs(runs_client, tag))),
+        seconds=elapsed,
+    )
+    assert sorted(started) == [str(i) for i in range(jobs)], output
+    assert codes == [0, 0, 0], output
+    assert "recovered" not in output and "lease lost" not in output
+    assert sizes(store) == {"pending": 0, "running": 0, "dead": 0, "records": 0}
+
+
+def test_stuck_job_is_recovered_once_its_worker_is_gone(
+    servers, runs_server, runs_client, workers, prefix, tag, report
+):
+    """A job whose worker is SIGKILLed mid-run is recovered by another worker once its
+    lease expires (the visibility timeout), and then runs to the end, once."""
+    visibility = 1
+    data = servers.redis("data")
+    store = Store(data.client(), prefix)
+    env = worker_env(data.url, runs_server.url, prefix, VISIBILITY_TIMEOUT=visibility)
+    with installed(store):
+        job = stall.schedule(tag, "stuck", 60)  # sleeps 60 s on its first start only
+        victim = workers.start(env, name="victim")
+        wait_until(lambda: runs(runs_client, f"{tag}:started"), 20, "the job to start")
+        rescuer = workers.start(env, name="rescuer")
+        time.sleep(1.5)  # the rescuer is up and the victim heartbeats: nothing happens
+        assert runs(runs_client, f"{tag}:started") == ["stuck"]
+        assert get_job(job.id).status == "running"
+        victim.signal(signal.SIGKILL)
+        victim.wait(10)
+        killed = time.monotonic()
+        wait_until(lambda: runs(runs_client, tag), 20, "the recovered job to finish")
+        recovered_after = time.monotonic() - killed
+        time.sleep(visibility * 1.5)
+    rescuer.signal(signal.SIGTERM)
+    assert rescuer.wait(30) == 0, workers.outputs()
+    output = rescuer.output()
+    report(
+        scenario=f"4b. stuck job, worker SIGKILLed, {visibility} s visibility timeout",
+        jobs=1,
+        kills=1,
+        duplicates=len(runs(runs_client, f"{tag}:started")) - 1,
+        seconds=recovered_after,
+        recovered_after=round(recovered_after, 2),
+    )
+    assert runs(runs_client, f"{tag}:started") == ["stuck", "stuck"]
+    assert runs(runs_client, tag) == ["stuck"]
+    assert f"job {job.id} recovered from a lost worker" in output
+    assert recovered_after < visibility + 3
+    assert sizes(store) == {"pending": 0, "running": 0, "dead": 0, "records": 0}
+
+
+def test_sigterm_lets_running_jobs_finish_and_exits_0(
+    servers, runs_server, runs_client, workers, prefix, tag, report
+):
+    """SIGTERM to two busy workers: every started job finishes, both exit 0, the jobs not
+    started stay pending (nothing lost) and a later worker runs them."""
+    jobs, seconds = 40, 1.0
+    data = servers.redis("data")
+    store = Store(data.client(), prefix)
+    env = worker_env(data.url, runs_server.url, prefix, SHUTDOWN_TIMEOUT=20)
+    procs = [workers.start(env, "--concurrency", "4", "-v", "0") for _ in range(2)]
+    with installed(store):
+        began = time.monotonic()
+        schedule_many(slow, [(tag, str(i), seconds) for i in range(jobs)])
+        wait_until(lambda: runs_client.llen(f"runs:{tag}:started") >= 8, 30, "8 jobs to start")
+        for proc in procs:
+            proc.signal(signal.SIGTERM)
+        codes = [proc.wait(30) for proc in procs]
+        started = runs(runs_client, f"{tag}:started")
+        finished = runs(runs_client, tag)
+        left = sizes(store)
+        drain = workers.start(env, "--concurrency", "8", "--burst", "-v", "0", name="drain")
+        assert drain.wait(60) == 0, drain.output()
+        elapsed = time.monotonic() - began
+    done = runs(runs_client, tag)
+    report(
+        scenario="5. graceful shutdown (SIGTERM to 2 busy workers)",
+        jobs=jobs,
+        lost=jobs - len(set(done)),
+        duplicates=len(done) - len(set(done)),
+        seconds=elapsed,
+        sigterms=2,
+        running_at_sigterm=len(started),
+    )
+    assert codes == [0, 0], workers.outputs()
+    assert sorted(started) == sorted(finished)  # every started job finished
+    assert left["running"] == 0 and left["pending"] == jobs - len(finished), left
+    assert sorted(done, key=int) == [str(i) for i in range(jobs)]
+    assert sizes(store) == {"pending": 0, "running": 0, "dead": 0, "records": 0}
