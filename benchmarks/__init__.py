@@ -1,0 +1,1 @@
+"""django-delayq's benchmarks: ``python benchmarks/run.py`` (see run.py)."""

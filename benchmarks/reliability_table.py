@@ -1,0 +1,141 @@
+"""Run the reliability suite and print its results as a reStructuredText table.
+
+    python benchmarks/reliability_table.py              # runs pytest tests/reliability
+    python benchmarks/reliability_table.py --no-run     # only prints the last results
+    python benchmarks/reliability_table.py -- -k chaos  # arguments after -- go to pytest
+
+Every scenario of tests/reliability appends one JSON line to
+benchmarks/results/reliability.jsonl (``DELAYQ_RELIABILITY_RESULTS`` overrides the path);
+this script empties that file, runs the suite, and prints the table README.rst shows.
+Needs redis-server and redis-cli (6.2+) on PATH; nothing touches 127.0.0.1:6379.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = Path(
+    os.environ.get(
+        "DELAYQ_RELIABILITY_RESULTS", ROOT / "benchmarks" / "results" / "reliability.jsonl"
+    )
+)
+STANDARD = ("scenario", "jobs", "kills", "lost", "duplicates", "seconds")
+HIDDEN = {"test", "at", "cpus", "python"}
+NOTES = {
+    "exposed": "{} runs exposed by kills",
+    "dead": "{} dead",
+    "outage_seconds": "Redis down {} s",
+    "refused_while_down": "{} schedule() refused while down",
+    "schedule_raised_after": "raised after {} s",
+    "processed_in_threads": "{} run by the 2 in-process workers",
+    "recovered_after": "recovered {} s after the kill",
+    "running_at_sigterm": "{} running at SIGTERM, all finished",
+    "sigterms": "{} SIGTERM",
+    "max_lateness_ms": "at most {} ms late on Redis's clock",
+    "min_lateness_ms": "never early (min {} ms)",
+    "refused": "{} refused with TypeError",
+    "huge_schedule_ms": "10 MB job scheduled in {} ms",
+    "huge_run_ms": "ran {} ms later",
+    "wake_latency_ms": "idle worker woken in {} ms",
+    "failover_seconds": "failover took {} s",
+    "refused_during_failover": "{} schedule() refused during it",
+    "note": "{}",
+}
+
+
+def redis_version() -> str:
+    server = shutil.which("redis-server")
+    if server is None:
+        return "redis-server not found"
+    out = subprocess.run([server, "--version"], capture_output=True, text=True).stdout
+    for part in out.split():
+        if part.startswith("v="):
+            return part[2:]
+    return out.strip()
+
+
+def load(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    latest: dict[str, dict] = {}
+    for line in path.read_text().splitlines():
+        if line.strip():
+            row = json.loads(line)
+            latest[row["scenario"]] = row  # the last run of each scenario wins
+    return sorted(latest.values(), key=lambda row: row["scenario"])
+
+
+def notes(row: dict) -> str:
+    parts = []
+    for name, value in row.items():
+        if name in STANDARD or name in HIDDEN:
+            continue
+        parts.append(NOTES.get(name, name + " {}").format(value))
+    return "; ".join(parts)
+
+
+def table(rows: list[dict]) -> str:
+    header = ("Scenario", "Jobs", "Kills / restarts", "Lost", "Duplicates", "Time (s)", "Notes")
+    body = [
+        (
+            row["scenario"],
+            f"{row['jobs']:,}",
+            str(row["kills"]),
+            str(row["lost"]),
+            str(row["duplicates"]),
+            f"{row['seconds']:.1f}",
+            notes(row),
+        )
+        for row in rows
+    ]
+    widths = [max(len(cells[i]) for cells in [header, *body]) for i in range(len(header))]
+    rule = "  ".join("=" * w for w in widths)
+
+    def line(cells: tuple[str, ...]) -> str:
+        return "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
+
+    return "\n".join([rule, line(header), rule, *(line(cells) for cells in body), rule])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--no-run", action="store_true", help="print the last results only")
+    parser.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
+    options = parser.parse_args()
+    command = [sys.executable, "-m", "pytest", "tests/reliability", "-m", "reliability", "-q"]
+    command += options.pytest_args
+    code, wall = 0, None
+    if not options.no_run:
+        RESULTS.parent.mkdir(parents=True, exist_ok=True)
+        RESULTS.write_text("")
+        began = time.monotonic()
+        env = {**os.environ, "DELAYQ_RELIABILITY_RESULTS": str(RESULTS)}
+        code = subprocess.call(command, cwd=ROOT, env=env)
+        wall = time.monotonic() - began
+    rows = load(RESULTS)
+    print()
+    print(
+        f"Reliability suite, {datetime.now(UTC):%Y-%m-%d}: {os.cpu_count()} cores "
+        f"({platform.machine()}), Python {platform.python_version()}, Redis {redis_version()}"
+        + (f", {wall:.0f} s wall time" if wall else "")
+        + "; ``python benchmarks/reliability_table.py``"
+    )
+    print()
+    print(table(rows))
+    if code:
+        print(f"\npytest exited with {code}: some scenarios failed (see above)")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,21 @@
+"""Minimal Django settings for the benchmarks and the worker processes they start.
+
+Everything a user gets by default stays on: the django-redis cache connection, the
+task registry, signals, and the worker's INFO logging (one line per job start and
+finish). ``REDIS_URL`` and ``DELAYQ_BENCH_PREFIX`` come from the environment, so
+``run.py`` and its ``delayq_worker`` subprocesses agree.
+"""
+
+import os
+
+REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/15")
+
+SECRET_KEY = "django-delayq-benchmarks"
+DEBUG = False
+USE_TZ = True
+TIME_ZONE = "UTC"
+INSTALLED_APPS = ["django_delayq", "benchmarks"]
+DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
+CACHES = {"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": REDIS_URL}}
+DELAYQ = {"CACHE": "default", "PREFIX": os.environ.get("DELAYQ_BENCH_PREFIX", "delayq-bench")}
+DEFAULT_AUTO_FIELD = "django.db.models.AutoField"
