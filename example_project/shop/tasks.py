@@ -1,0 +1,67 @@
+"""The shop's delayed jobs. Every task is idempotent: it may run more than once
+(at-least-once delivery), so it re-reads the order and does nothing twice."""
+
+import logging
+
+from django.conf import settings
+from django.core.mail import send_mail
+from django.db import transaction
+from django.utils import timezone
+
+from django_delayq import task
+
+from .models import Order
+
+logger = logging.getLogger("shop.tasks")
+
+
+@task(max_retries=5)
+def cancel_unpaid_order(order_id: int) -> str:
+    """Cancel the order if it is still unpaid (paid or cancelled orders are left alone)."""
+    with transaction.atomic():
+        order = Order.objects.select_for_update().filter(pk=order_id).first()
+        if order is None or order.status != Order.Status.UNPAID:
+            logger.info(
+                "order %s is %s: nothing to cancel", order_id, order.status if order else "gone"
+            )
+            return "kept"
+        order.status = Order.Status.CANCELLED
+        order.cancelled_at = timezone.now()
+        order.save(update_fields=["status", "cancelled_at"])
+    logger.info(
+        "order %s cancelled: unpaid after %s s", order_id, settings.ORDER_AUTOCANCEL_SECONDS
+    )
+    return "cancelled"
+
+
+@task(queue="emails", max_retries=3)
+def send_delivery_reminder(order_id: int) -> None:
+    """Ask for a review some days after delivery, once."""
+    order = Order.objects.filter(pk=order_id, status=Order.Status.DELIVERED).first()
+    if order is None or order.reminder_sent_at is not None:
+        return
+    send_mail(
+        f"How is your {order.item}?",
+        f"Your order #{order.pk} was delivered {order.delivered_at:%Y-%m-%d}. Tell us about it!",
+        settings.DEFAULT_FROM_EMAIL,
+        [order.email],
+    )
+    Order.objects.filter(pk=order_id).update(reminder_sent_at=timezone.now())
+
+
+class WarehouseUnavailable(Exception):
+    pass
+
+
+@task(max_retries=4, retry_backoff=2)
+def sync_to_warehouse(order_id: int, failures: int = 2) -> None:
+    """A flaky integration: fails `failures` times, then succeeds (retries show in the admin)."""
+    order = Order.objects.get(pk=order_id)
+    if order.synced_at is not None:
+        return
+    order.sync_attempts += 1
+    order.save(update_fields=["sync_attempts"])
+    if order.sync_attempts <= failures:
+        raise WarehouseUnavailable(f"warehouse API timed out (attempt {order.sync_attempts})")
+    order.synced_at = timezone.now()
+    order.save(update_fields=["synced_at"])
