@@ -54,6 +54,16 @@ class JobAdmin(admin.ModelAdmin):
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
+    def get_model_perms(self, request: HttpRequest) -> dict[str, bool]:
+        # Listed on the admin index only for those who may open it: view_job. (Django
+        # would also list it for delete_job alone, and every page would then be a 403.)
+        return {
+            "add": False,
+            "change": False,
+            "delete": False,
+            "view": self._perm(request, "view_job"),
+        }
+
     def _perm(self, request: HttpRequest, codename: str) -> bool:
         return request.user.has_perm(f"{self.opts.app_label}.{codename}")
 
@@ -287,24 +297,43 @@ class JobAdmin(admin.ModelAdmin):
         store = get_store()
         queue = self._queue(request.POST.get("queue"), views.admin_queues(store))
         fallback = self._url(action.status, queue=queue)
+        searched = None
         if one_action:
             ids, capped = [one_id] if one_id else [], False
         elif request.POST.get("select_across") == "1":
             task = request.POST.get("task", "").strip()[:300]
-            ids, capped = views.matching_ids(store, queue, action.status, task)
+            matching = views.matching_ids(
+                store, queue, action.status, task, skip_due=action.name == "run_now"
+            )
+            ids, capped, searched = matching.ids, matching.limited, matching.searched
         else:
             ids, capped = request.POST.getlist("ids")[: views.MAX_POSTED_IDS], False
-        if not ids:
-            messages.warning(request, "No jobs were selected: tick the jobs to act on.")
+        if not ids and searched is None:
+            across = request.POST.get("select_across") == "1" and not one_action
+            messages.warning(
+                request,
+                f"No {action.status} jobs matched."
+                if across
+                else "No jobs were selected: tick the jobs to act on.",
+            )
             return HttpResponseRedirect(self._safe_next(request, fallback))
         done, missed = views.apply_action(store, action, queue, ids)
+        running = views.running_among(store, queue, missed) if action.status == PENDING else 0
         level = messages.SUCCESS if done else messages.WARNING
-        messages.add_message(request, level, views.action_message(action, done, missed))
+        messages.add_message(
+            request, level, views.action_message(action, done, len(missed), running)
+        )
         if capped:
             messages.warning(
                 request,
                 f"Stopped after {views.ALL_MATCHING_LIMIT:,} jobs; run the action again for "
                 "the rest.",
+            )
+        if searched:
+            messages.warning(
+                request,
+                f"Only the first {searched:,} {action.status} jobs of queue {queue} were "
+                f"searched for {task}; jobs further back were not touched.",
             )
         target = self._safe_next(request, fallback)
         if done and action.name in ("cancel", "delete") and request.POST.get("from_detail"):

@@ -3,7 +3,8 @@
 Every read goes through the store's rank-based reads (ZCARD, ZCOUNT, ZRANGE with
 offsets, HMGET of one page), so a page costs O(log N + page size) whatever the size
 of a queue. Every change goes through the store's scripts, the ones the worker runs,
-so an action racing a worker is reported ("was already gone"), never half applied.
+so an action racing a worker is reported ("1 is being run by a worker"), never half
+applied.
 The templates autoescape everything that comes from here.
 """
 
@@ -29,6 +30,8 @@ ALL_MATCHING_LIMIT = 10_000
 ALL_SCAN = 50_000
 ACTION_CHUNK = 500
 MAX_POSTED_IDS = 1_000
+# Missed ids looked up to tell "a worker is running it" from "it is gone".
+MISSED_CHECKED = 100
 CHART_MINUTES = 30
 PREVIEW_CHARS = 120
 
@@ -238,13 +241,31 @@ def _task_of(raw: RawJob) -> str:
     return job_from_raw(raw, 0).task if raw.record is not None else ""
 
 
-def matching_ids(store: Store, queue: str, status: str, task: str) -> tuple[list[str], bool]:
-    """Ids for an "all matching" action, capped; and whether the cap left some out."""
+@dataclass(frozen=True)
+class Matching:
+    """The jobs an "all matching" action acts on, and what its caps left out."""
+
+    ids: list[str]
+    limited: bool  # ALL_MATCHING_LIMIT was reached: more matching jobs may remain
+    searched: int | None  # a task search stopped after this many ranks (None: it saw all)
+
+
+def matching_ids(
+    store: Store, queue: str, status: str, task: str, *, skip_due: bool = False
+) -> Matching:
+    """Ids for an "all matching" action, capped at ALL_MATCHING_LIMIT.
+
+    ``skip_due`` starts after the jobs already due (run-now): those sort first, and making
+    them due again would change nothing while the cap hid the ones it should reach.
+    """
+    start = store.counts(queue, store.server_time())["due"] if skip_due else 0
     if not task:
-        ids = store.page_ids(queue, status, 0, ALL_MATCHING_LIMIT + 1)
-        return ids[:ALL_MATCHING_LIMIT], len(ids) > ALL_MATCHING_LIMIT
-    scan = scan_for_task(store, queue, status, task, 0, ALL_MATCHING_LIMIT, ALL_SCAN)
-    return [raw.id for raw in scan.raws], scan.more
+        ids = store.page_ids(queue, status, start, ALL_MATCHING_LIMIT + 1)
+        return Matching(ids[:ALL_MATCHING_LIMIT], len(ids) > ALL_MATCHING_LIMIT, None)
+    scan = scan_for_task(store, queue, status, task, start, ALL_MATCHING_LIMIT, ALL_SCAN)
+    limited = len(scan.raws) == ALL_MATCHING_LIMIT and scan.more
+    searched = scan.end - start if scan.more and not limited else None
+    return Matching([raw.id for raw in scan.raws], limited, searched)
 
 
 # -- actions ---------------------------------------------------------------------
@@ -255,10 +276,12 @@ def _chunks(items: Sequence[str], size: int) -> Iterator[Sequence[str]]:
         yield items[start : start + size]
 
 
-def apply_action(store: Store, action: Action, queue: str, ids: Sequence[str]) -> tuple[int, int]:
-    """Run ``action`` on ``ids`` through the store's scripts: (changed, missed)."""
+def apply_action(
+    store: Store, action: Action, queue: str, ids: Sequence[str]
+) -> tuple[int, list[str]]:
+    """Run ``action`` on ``ids`` through the store's scripts: (changed, ids it missed)."""
     ids = list(dict.fromkeys(ids))
-    done = 0
+    done, missed = 0, []
     if action.name == "cancel":
         from .api import _cancelled  # sends job_cancelled, as django_delayq.cancel() does
 
@@ -267,18 +290,37 @@ def apply_action(store: Store, action: Action, queue: str, ids: Sequence[str]) -
             if found is not None:
                 _cancelled(queue, *found)
                 done += 1
-        return done, len(ids) - done
+            else:
+                missed.append(job_id)
+        return done, missed
     method = {"run_now": store.run_now, "requeue": store.requeue, "delete": store.delete_dead}
     for chunk in _chunks(ids, ACTION_CHUNK):
-        done += sum(method[action.name](queue, chunk))
-    return done, len(ids) - done
+        for job_id, changed in zip(chunk, method[action.name](queue, chunk), strict=True):
+            if changed:
+                done += 1
+            else:
+                missed.append(job_id)
+    return done, missed
 
 
-def action_message(action: Action, done: int, missed: int) -> str:
+def running_among(store: Store, queue: str, ids: Sequence[str]) -> int:
+    """How many of ``ids`` (the first MISSED_CHECKED) a worker is running now."""
+    return sum(
+        1
+        for job_id in ids[:MISSED_CHECKED]
+        if (raw := store.fetch(queue, job_id)) is not None and raw.status == RUNNING
+    )
+
+
+def action_message(action: Action, done: int, missed: int, running: int = 0) -> str:
+    """'3 jobs cancelled, 1 is being run by a worker, 1 was already gone.'"""
     text = f"{done} job{'' if done == 1 else 's'} {action.done}"
-    if missed:
-        verb = action.missed if missed == 1 else action.missed.replace("was ", "were ", 1)
-        text += f", {missed} {verb}"
+    if running:
+        text += f", {running} {'is' if running == 1 else 'are'} being run by a worker"
+    others = missed - running
+    if others:
+        verb = action.missed if others == 1 else action.missed.replace("was ", "were ", 1)
+        text += f", {others} {verb}"
     return text + "."
 
 

@@ -196,6 +196,13 @@ def test_purge_needs_delete_permission(real_store):
     assert real_store.size(Q, "dead") == 1
 
 
+def test_admin_index_lists_the_dashboard_only_for_viewers(fake_store):
+    index = reverse("admin:index")
+    link = url("changelist")
+    assert link not in text(client_for(staff("delete_job", "cancel_job")).get(index))
+    assert link in text(client_for(staff("view_job", username="viewer")).get(index))
+
+
 def test_viewer_sees_no_action_controls(store):
     schedule(testtasks.add, 1, 2, delay=60)
     response = client_for(staff("view_job")).get(url("pending"))
@@ -432,8 +439,11 @@ def test_bulk_cancel_reports_jobs_already_gone_and_sends_signals(real_store, adm
 def test_cancel_of_a_job_a_worker_claimed_meanwhile_is_reported(real_store, admin_client):
     job_id = make_running(real_store)
     response = _post(admin_client, one=f"cancel:{job_id}")
-    assert msgs(response) == ["0 jobs cancelled, 1 was already gone."]
+    assert msgs(response) == ["0 jobs cancelled, 1 is being run by a worker."]
     assert real_store.fetch(Q, job_id).status == "running"
+    gone = schedule(testtasks.add, 1, 2, delay=600)
+    response = _post(admin_client, action="cancel", ids=[job_id, gone.id, "no-such-id"])
+    assert msgs(response) == ["1 job cancelled, 1 is being run by a worker, 1 was already gone."]
 
 
 def test_cancel_releases_the_unique_key(real_store, admin_client):
@@ -502,6 +512,41 @@ def test_all_matching_is_capped(real_store, admin_client, monkeypatch):
     assert "Stopped after 2 jobs" in msgs(response)[1]
     assert real_store.size(Q, "pending") == 1
     assert ALL_MATCHING_LIMIT == 10_000
+
+
+def test_all_matching_run_now_skips_jobs_already_due(real_store, admin_client, monkeypatch):
+    from django_delayq import admin_views
+
+    monkeypatch.setattr(admin_views, "ALL_MATCHING_LIMIT", 2)
+    overdue = [schedule_overdue(real_store, 60) for _ in range(3)]
+    later = [schedule(testtasks.add, i, i, delay=3600 + i).id for i in range(2)]
+    response = _post(admin_client, action="run_now", select_across="1")
+    assert msgs(response) == ["2 jobs made due now."]
+    now = real_store.server_time()
+    assert all(real_store.fetch(Q, job_id).score <= now for job_id in overdue + later)
+
+
+def test_all_matching_task_search_says_how_far_it_looked(real_store, admin_client, monkeypatch):
+    from django_delayq import admin_views
+
+    monkeypatch.setattr(admin_views, "ALL_SCAN", 3)
+    others = [schedule(testtasks.remember, i, delay=600 + i) for i in range(3)]
+    far = schedule(testtasks.add, 1, 1, delay=700)
+    fields = {"action": "cancel", "select_across": "1", "task": "tests.testapp.tasks.add"}
+    response = _post(admin_client, **fields)
+    assert msgs(response)[0] == "0 jobs cancelled."
+    assert msgs(response)[1] == (
+        "Only the first 3 pending jobs of queue default were searched for "
+        "tests.testapp.tasks.add; jobs further back were not touched."
+    )
+    assert real_store.size(Q, "pending") == 4
+    for job in others:
+        real_store.cancel(Q, job_id=job.id)
+    response = _post(admin_client, **fields)
+    assert msgs(response) == ["1 job cancelled."]
+    assert real_store.fetch(Q, far.id) is None
+    response = _post(admin_client, **fields)
+    assert msgs(response) == ["No pending jobs matched."]
 
 
 def test_action_edge_cases(real_store, admin_client):

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from django.contrib.auth.models import Permission, User
 
-from django_delayq import schedule
+from django_delayq import get_job, schedule
 from django_delayq.job import encode_record, new_job_id
 from django_delayq.store import Store
 from tests.testapp import tasks as testtasks
@@ -171,5 +171,6 @@ def test_operator_cancels_and_requeues_in_a_browser(real_store, live_server, set
             raw = real_store.fetch(Q, dead_id)
             assert raw.status == "pending"
             assert raw.score <= real_store.server_time()
+            assert get_job(dead_id).attempts == 0
         finally:
             browser.close()
