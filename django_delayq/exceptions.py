@@ -35,3 +35,7 @@ class CorruptJob(DelayQError, ValueError):
 
 class ConnectionError(DelayQError):
     """Redis could not be reached; the operation did not happen."""
+
+
+class Superseded(DelayQError):
+    """A job was not retried because another pending job holds its unique key."""

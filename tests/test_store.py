@@ -203,6 +203,60 @@ def test_unique_key_replace_keep_and_takeover(store):
     assert store.cancel(Q, key="order:1")[0] == new
 
 
+def key_holder(store: Store, key: str) -> str | None:
+    holder = store.client.hget(store.key(Q, "keys"), key)
+    return holder.decode() if holder else None
+
+
+def errors_of(store: Store, job_id: str) -> list[dict]:
+    return json.loads(store.client.hget(store.key(Q, "meta"), job_id))["e"]
+
+
+def test_a_unique_key_names_at_most_one_pending_job(store):
+    # A keyed job fails while a new job with its key was scheduled: it is not retried next
+    # to the new one (cancel(key=) could then stop only one of them) but dead-lettered.
+    old = put(store, key="k")
+    claim(store)
+    new = put(store, delay=60, key="k")
+    assert fail(store, old, key="k", max_retries=5) == ("dead", T0)
+    assert members(store, "pending") == {new} and members(store, "dead") == {old}
+    assert errors_of(store, old)[-1]["type"] == "django_delayq.exceptions.Superseded"
+    # ... and requeueing it is refused while the new one is pending.
+    assert store.requeue(Q, [old], now=T0) == [False]
+    assert key_holder(store, "k") == new
+    # Once the key is free, requeue takes it back.
+    store.cancel(Q, key="k")
+    assert store.requeue(Q, [old], now=T0) == [True]
+    assert key_holder(store, "k") == old and members(store, "pending") == {old}
+
+
+def test_recovery_respects_the_unique_key_too(store):
+    old = put(store, key="k")
+    claim(store, lease=10)
+    new = put(store, delay=60, key="k")
+    assert store.recover(Q, default_max_retries=5, now=T0 + 11, **DEAD_OPTS) == [(old, "dead")]
+    assert errors_of(store, old)[-1]["type"] == "django_delayq.exceptions.Superseded"
+    assert members(store, "pending") == {new} and key_holder(store, "k") == new
+    # Without a competitor, a recovered or retried job keeps its key.
+    store.cancel(Q, key="k")
+    again = put(store, key="k2")
+    claim(store, lease=10, now=T0 + 20)
+    assert store.recover(Q, default_max_retries=5, now=T0 + 31, **DEAD_OPTS) == [(again, "retry")]
+    assert key_holder(store, "k2") == again
+    claim(store, now=T0 + 40)
+    assert fail(store, again, key="k2", max_retries=5, now=T0 + 40)[0] == "retry"
+    assert key_holder(store, "k2") == again
+
+
+def test_replace_starts_the_attempts_over(store):
+    job_id = put(store, key="k")
+    claim(store)
+    assert fail(store, job_id, key="k", max_retries=5, delay=30)[0] == "retry"
+    store.schedule(Q, new_job_id(), encode_record("a.b", [9], {}, "k"), delay=5, key="k", now=T0)
+    meta = json.loads(store.client.hget(store.key(Q, "meta"), job_id))
+    assert meta["n"] == 0 and len(meta["e"]) == 1
+
+
 def test_cancel_only_pending(store):
     job_id = put(store, key="k")
     assert store.cancel(Q, job_id=job_id)[0] == job_id

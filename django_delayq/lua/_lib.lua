@@ -64,6 +64,23 @@ local function release_key(ukey, id)
   if ukey and ukey ~= '' and redis.call('HGET', U, ukey) == id then redis.call('HDEL', U, ukey) end
 end
 
+-- A job going back to pending (retry, recovery, requeue) takes its unique key back, so the
+-- key names at most one pending job. False when another pending job holds the key (it was
+-- scheduled with that key while this one ran or lay dead): the caller dead-letters or
+-- keeps this one dead instead of making two pending jobs answer to one key.
+local function take_key(ukey, id)
+  if not ukey or ukey == '' then return true end
+  local holder = redis.call('HGET', U, ukey)
+  if holder and holder ~= id and redis.call('ZSCORE', P, holder) then return false end
+  redis.call('HSET', U, ukey, id)
+  return true
+end
+
+local function superseded(ukey, now)
+  return {type = 'django_delayq.exceptions.Superseded', at = now,
+    message = 'not retried: another pending job holds its unique key ' .. ukey}
+end
+
 local function push_error(m, err, max_kept)
   local list = m.e
   if type(list) ~= 'table' then list = {} end

@@ -11,6 +11,8 @@
 -- ARGV[9] errors kept per job (integer)
 -- ARGV[10] now (epoch seconds) or '' for Redis TIME
 -- Returns {'retry', due_at} | {'dead', died_at} | {'lost', ''} (lease lost: nothing changed).
+-- A retry takes the unique key back; if another pending job holds it (scheduled with that
+-- key while this one ran), this job is dead-lettered with a 'Superseded' error instead.
 local id, token, delay, max_retries, ukey = ARGV[1], ARGV[2], tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
 local now = clock(ARGV[10])
 local m = owned(id, token)
@@ -18,7 +20,12 @@ if not m then return {'lost', ''} end
 push_error(m, decode_error(ARGV[3]), tonumber(ARGV[9]))
 redis.call('ZREM', R, id)
 bump('f', 1, now)
-if delay >= 0 and (tonumber(m.n) or 0) <= max_retries then
+local retry = delay >= 0 and (tonumber(m.n) or 0) <= max_retries
+if retry and not take_key(ukey, id) then
+  push_error(m, superseded(ukey, now), tonumber(ARGV[9]))
+  retry = false
+end
+if retry then
   m.t = nil
   m.w = nil
   set_meta(id, m)

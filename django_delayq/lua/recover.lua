@@ -8,6 +8,8 @@
 -- ARGV[5] errors kept per job (integer)
 -- ARGV[6] now (epoch seconds) or '' for Redis TIME
 -- Returns {id1, 'retry' | 'dead', id2, ...}.
+-- A retried job takes its unique key back; if another pending job holds it, the job is
+-- dead-lettered with a 'Superseded' error instead (see take_key in _lib.lua).
 local limit, default_max = tonumber(ARGV[1]), tonumber(ARGV[2])
 local now = clock(ARGV[6])
 local out, buried = {}, false
@@ -21,13 +23,19 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', R, '-inf', '(' .. exact(now), 'L
   m.t = nil
   m.w = nil
   local max_retries = tonumber(record_field(id, 'r')) or default_max
-  if redis.call('HEXISTS', J, id) == 1 and (tonumber(m.n) or 0) <= max_retries then
+  local ukey = record_field(id, 'u')
+  local retry = redis.call('HEXISTS', J, id) == 1 and (tonumber(m.n) or 0) <= max_retries
+  if retry and not take_key(ukey, id) then
+    push_error(m, superseded(ukey, now), tonumber(ARGV[5]))
+    retry = false
+  end
+  if retry then
     set_meta(id, m)
     redis.call('ZADD', P, now, id)
     table.insert(out, id)
     table.insert(out, 'retry')
   else
-    release_key(record_field(id, 'u'), id)
+    release_key(ukey, id)
     bury(id, m, now)
     buried = true
     table.insert(out, id)

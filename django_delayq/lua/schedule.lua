@@ -31,6 +31,13 @@ if ukey ~= '' then
       end
       redis.call('HSET', J, existing, record)
       redis.call('ZADD', P, due, existing)
+      -- A replaced job starts over: its attempts (a retry waiting) count from 0 again;
+      -- the errors of earlier attempts stay on record.
+      if redis.call('HEXISTS', M, existing) == 1 then
+        local m = get_meta(existing)
+        m.n = 0
+        set_meta(existing, m)
+      end
       wake_if_head(existing)
       return {'replaced', existing, fmt(due), ''}
     end
