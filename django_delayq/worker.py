@@ -205,7 +205,17 @@ class Worker:
                     claimed_any = self._exchange()
                     outage.ok()
                 except (DelayQError, redis.exceptions.RedisError) as exc:
-                    self._wake.wait(outage.failed(exc))
+                    pause = outage.failed(exc)
+                    if self._stopping:
+                        # Redis is away: nothing can be acked or handed back, so stop once
+                        # running jobs are done, on a second signal, or at the grace
+                        # period's end; unacked jobs are recovered after their lease.
+                        stop_at = stop_at or time.monotonic() + self.shutdown_timeout
+                        if self._forced or self._busy == 0 or time.monotonic() >= stop_at:
+                            code = 1 if self._running else 0
+                            break
+                        pause = min(pause, 0.5)
+                    self._wake.wait(pause)
                     continue
                 if self._stopping:
                     stop_at = stop_at or time.monotonic() + self.shutdown_timeout
@@ -404,7 +414,8 @@ class Worker:
     def _abandon(self) -> int:
         """Hand unfinished jobs back to pending (not counted as attempts); exit code 1."""
         with self._lock:
-            unfinished = list(self._running.values())
+            finished = {outcome.claimed.id for outcome in self._done}
+            unfinished = [i for i in self._running.values() if i.id not in finished]
         by_queue: dict[str, list[tuple[str, str]]] = {}
         for item in unfinished:
             by_queue.setdefault(item.queue, []).append((item.id, item.token))

@@ -205,6 +205,35 @@ def test_graceful_stop_lets_running_jobs_finish(store):
     assert codes == [0] and t.CALLS == ["slow done"] and get_job(job.id) is None
 
 
+def test_stop_works_while_redis_is_unreachable(fake_store):
+    import redis as redis_py
+
+    from django_delayq.store import Store
+
+    down = Store(redis_py.Redis(port=1, socket_connect_timeout=0.1), prefix=fake_store.prefix)
+    worker = Worker(["default"], store=down, shutdown_timeout=30)
+    codes = []
+    runner = threading.Thread(target=lambda: codes.append(worker.run()), daemon=True)
+    runner.start()
+    time.sleep(0.3)  # the dispatcher is now backing off from failed connections
+    worker.request_stop()
+    runner.join(5)
+    assert not runner.is_alive() and codes == [0]
+
+
+def test_forced_stop_never_hands_back_a_job_that_already_finished(fake_store):
+    from django_delayq.worker import Claimed, Outcome
+
+    worker = Worker(["default"])
+    finished = Claimed("default", "id-finished", "tok", b"{}", 1)
+    unfinished = Claimed("default", "id-running", "tok", b"{}", 1)
+    worker._running = {finished.id: finished, unfinished.id: unfinished}
+    worker._done.append(Outcome(finished, ok=True))
+    with mock.patch.object(fake_store, "release", return_value=[True]) as release:
+        assert worker._abandon() == 1
+    release.assert_called_once_with("default", [("id-running", "tok")], now=None)
+
+
 def test_forced_stop_hands_unfinished_jobs_back(store):
     started, release = threading.Event(), threading.Event()
 

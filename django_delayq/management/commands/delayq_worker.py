@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import signal
 import sys
+import threading
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
@@ -63,7 +64,10 @@ class Command(BaseCommand):
                 signal.Signals(signum).name,
                 "stopping now" if worker._stopping else "finishing running jobs, then stopping",
             )
-            worker.request_stop()
+            # request_stop sets Events; a handler runs between two bytecodes of the main
+            # thread, which may hold one of their locks (in Event.clear()), so setting them
+            # here could deadlock. Another thread does it.
+            threading.Thread(target=worker.request_stop, name="delayq-stop", daemon=True).start()
 
         previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         try:
