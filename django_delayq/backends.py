@@ -318,6 +318,50 @@ def run_django_task(path: str, args: list, kwargs: dict, spec: dict) -> Any:
     return _backend(spec.get("backend")).run(job, path, args, kwargs, spec)
 
 
+def _finish_outside_run(job: Job, error: dict[str, str]) -> None:
+    """A job of run_django_task ended without run() recording it (its worker died on the
+    last attempt, or it was cancelled while pending): make its result FAILED with
+    ``error`` and send task_finished, rather than leave it RUNNING or READY until it expires.
+    A result run() already finished is left alone."""
+    store = get_store()
+    found = store.load_result(job.id, [job.queue])
+    if found is None:
+        return
+    try:
+        state = _decode(found[1])
+    except ValueError:
+        return
+    finished = (TaskResultStatus.FAILED.value, TaskResultStatus.SUCCESSFUL.value)
+    if state.get("status") in finished:
+        return
+    backend = _backend(state["spec"].get("backend"))
+    errors = [*state.get("errors", []), error][-int(delayq_settings.MAX_ERRORS_KEPT) :]
+    state.update(errors=errors, status=TaskResultStatus.FAILED.value, finished_at=time.time())
+    store.save_result(job.queue, job.id, _encode(state), backend.result_ttl())
+    task = _load_task(state["task"], state["spec"])
+    signals.send(task_finished, type(backend), task_result=_task_result(task, job.id, state))
+
+
+def _on_job_dead(sender: Any, job: Job, error: str, **kwargs: Any) -> None:
+    last = job.errors[-1] if job.errors else {}
+    path = str(last.get("type") or "django_delayq.exceptions.LeaseLost")
+    text = str(last.get("traceback") or last.get("message") or error)
+    _finish_outside_run(job, {"exception_class_path": path, "traceback": text})
+
+
+def _on_job_cancelled(sender: Any, job: Job, **kwargs: Any) -> None:
+    message = f"django_delayq.exceptions.JobCancelled: job {job.id} was cancelled before it ran"
+    _finish_outside_run(
+        job, {"exception_class_path": "django_delayq.exceptions.JobCancelled", "traceback": message}
+    )
+
+
+signals.job_dead.connect(_on_job_dead, sender=run_django_task, dispatch_uid="delayq-tasks-dead")
+signals.job_cancelled.connect(
+    _on_job_cancelled, sender=run_django_task, dispatch_uid="delayq-tasks-cancelled"
+)
+
+
 # -- helpers --------------------------------------------------------------------
 
 

@@ -39,3 +39,7 @@ class ConnectionError(DelayQError):
 
 class Superseded(DelayQError):
     """A job was not retried because another pending job holds its unique key."""
+
+
+class JobCancelled(DelayQError):
+    """A pending job was cancelled before it ran (the error a django.tasks result shows)."""

@@ -385,6 +385,40 @@ def test_signals_of_retries_and_failure(fake_store, received):
     ]
 
 
+def test_a_worker_that_died_on_the_last_attempt_fails_the_result(store, received):
+    from django_delayq.exceptions import LeaseLost
+
+    result = dt.add.enqueue(1, 2)
+    # A worker claims it and dies without running it (no heartbeat, no ack).
+    store.claim("default", 1, lease=1, token="gone", worker="crashed")
+    assert Worker(["default"], clock=later(5)).recover() == 1
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED and result.finished_at is not None
+    [error] = result.errors
+    assert error.exception_class is LeaseLost and "lease expired" in error.traceback
+    assert received[-1] == ("finished", DelayQBackend, TaskResultStatus.FAILED, 0)
+
+
+def test_cancelling_the_job_fails_the_result(store, received):
+    from django_delayq import cancel
+    from django_delayq.exceptions import JobCancelled
+
+    result = dt.add.using(run_after=timezone.now() + timedelta(hours=1)).enqueue(1, 2)
+    assert cancel(result.id) is True
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED
+    assert result.errors[0].exception_class is JobCancelled
+    assert [name for name, *_ in received] == ["enqueued", "finished"]
+
+
+def test_a_failed_result_is_not_rewritten_when_its_job_dies(store, received):
+    result = dt.fail.enqueue("kaput")
+    work()  # run() records FAILED itself; job_dead must not add a second error
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED and len(result.errors) == 1
+    assert [name for name, *_ in received].count("finished") == 1
+
+
 def test_a_failing_receiver_does_not_break_enqueue(fake_store):
     def broken(**kwargs):
         raise RuntimeError("receiver bug")
