@@ -309,6 +309,12 @@ def test_dead_set_is_trimmed_by_age_and_count(store):
         Q, ids[3], "tok", {"message": "x"}, delay=-1, max_retries=0, key=None, now=T0 + 150, **opts
     )
     assert members(store, "dead") == {ids[3]}  # the others were older than 100 s
+    # On a quiet queue (nothing dies, nothing to recover) the periodic recover trims too.
+    opts.pop("dead_max_count")
+    assert store.recover(Q, default_max_retries=0, dead_max_count=2, now=T0 + 200, **opts) == []
+    assert members(store, "dead") == {ids[3]}
+    assert store.recover(Q, default_max_retries=0, dead_max_count=2, now=T0 + 251, **opts) == []
+    assert members(store, "dead") == set() and store.fetch(Q, ids[3]) is None
 
 
 def test_claim_dead_letters_an_id_without_record(store):

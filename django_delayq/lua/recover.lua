@@ -3,7 +3,8 @@
 -- KEYS: the queue's eight keys (see _lib.lua).
 -- ARGV[1] limit (integer): at most this many jobs per call
 -- ARGV[2] default max_retries (integer), for records that do not carry their own
--- ARGV[3] dead max age (seconds): older dead jobs are trimmed
+-- ARGV[3] dead max age (seconds): older dead jobs are trimmed (a bounded batch on every
+--         call, so a quiet queue's dead set is trimmed too: workers call this periodically)
 -- ARGV[4] dead max count (integer): the oldest beyond it are trimmed
 -- ARGV[5] errors kept per job (integer)
 -- ARGV[6] now (epoch seconds) or '' for Redis TIME
@@ -12,7 +13,7 @@
 -- dead-lettered with a 'Superseded' error instead (see take_key in _lib.lua).
 local limit, default_max = tonumber(ARGV[1]), tonumber(ARGV[2])
 local now = clock(ARGV[6])
-local out, buried = {}, false
+local out = {}
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', R, '-inf', '(' .. exact(now), 'LIMIT', 0, limit)) do
   redis.call('ZREM', R, id)
   local m = get_meta(id)
@@ -37,11 +38,10 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', R, '-inf', '(' .. exact(now), 'L
   else
     release_key(ukey, id)
     bury(id, m, now)
-    buried = true
     table.insert(out, id)
     table.insert(out, 'dead')
   end
 end
 if #out > 0 then wake() end
-if buried then trim_dead(now, tonumber(ARGV[3]), tonumber(ARGV[4])) end
+trim_dead(now, tonumber(ARGV[3]), tonumber(ARGV[4]))
 return out
