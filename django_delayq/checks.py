@@ -3,7 +3,7 @@
 delayq.E001  the Redis connection cannot be built from CACHE (missing alias, or not Redis)
 delayq.E002  REDIS_URL is not a redis://, rediss:// or unix:// URL
 delayq.E003  PREFIX is not a non-empty string without braces
-delayq.E004  a number setting has the wrong type or range
+delayq.E004  a number setting has the wrong type or range; CLUSTER is not a bool
 delayq.E005  QUEUES / DEFAULT_QUEUE are not valid queue names
 delayq.E006  DELAYQ is not a dict
 delayq.W001  DELAYQ has a key django-delayq does not know (a typo?)
@@ -70,6 +70,13 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list:
                     id="delayq.E004",
                 )
             )
+    if not isinstance(delayq_settings.CLUSTER, bool):
+        errors.append(
+            Error(
+                f"DELAYQ['CLUSTER'] must be True or False, got {delayq_settings.CLUSTER!r}.",
+                id="delayq.E004",
+            )
+        )
     errors += _check_queues()
     return errors
 
@@ -88,6 +95,15 @@ def _check_connection() -> list:
         return []
     from .connection import _cache_client
 
+    alias = delayq_settings.CACHE
+    if not isinstance(alias, str) or not alias:
+        return [
+            Error(
+                f"DELAYQ['CACHE'] must be the alias of a Redis cache in CACHES, got {alias!r}.",
+                hint="Or set DELAYQ['REDIS_URL'] to a redis:// URL.",
+                id="delayq.E001",
+            )
+        ]
     try:
         _cache_client(delayq_settings.CACHE)  # builds a client; does not connect
     except ConfigurationError as exc:
@@ -105,12 +121,15 @@ def _check_queues() -> list:
         return [
             Error(f"DELAYQ['QUEUES'] must be a non-empty list, got {names!r}.", id="delayq.E005")
         ]
-    for name in [delayq_settings.DEFAULT_QUEUE, *names]:
+    errors = []
+    for setting, name in [("DEFAULT_QUEUE", delayq_settings.DEFAULT_QUEUE)] + [
+        ("QUEUES", name) for name in names
+    ]:
         try:
             check_queue_name(name)
         except ValueError as exc:
-            return [Error(f"DELAYQ: {exc}.", id="delayq.E005")]
-    return []
+            errors.append(Error(f"DELAYQ[{setting!r}]: {exc}.", id="delayq.E005"))
+    return errors
 
 
 @register(Tags.database, deploy=True)

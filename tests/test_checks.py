@@ -28,6 +28,13 @@ def test_e001_missing_cache_alias():
     assert ids(CACHE="nope") == ["delayq.E001"]
 
 
+@pytest.mark.parametrize("alias", [5, None, ""])
+def test_e001_cache_alias_of_the_wrong_type(alias):
+    with override_settings(DELAYQ={"CACHE": alias}):
+        (error,) = check_settings()
+    assert error.id == "delayq.E001" and "DELAYQ['CACHE']" in error.msg and repr(alias) in error.msg
+
+
 def test_e002_bad_url():
     assert ids(REDIS_URL="http://x") == ["delayq.E002"]
     assert ids(REDIS_URL="redis://127.0.0.1:6379/1") == []
@@ -51,6 +58,7 @@ def test_e003_prefix():
         ("MAX_ERRORS_KEPT", 0),
         ("MAX_SLEEP", 0),
         ("SHUTDOWN_TIMEOUT", None),
+        ("CLUSTER", "yes"),
     ],
 )
 def test_e004_numbers(name, value):
@@ -63,6 +71,10 @@ def test_e005_queues():
     assert ids(QUEUES=[]) == ["delayq.E005"]
     assert ids(QUEUES=["ok", "not ok"]) == ["delayq.E005"]
     assert ids(DEFAULT_QUEUE="{x}") == ["delayq.E005"]
+    with override_settings(DELAYQ={"QUEUES": ["ok", "not ok"], "DEFAULT_QUEUE": "{x}"}):
+        messages = [e.msg for e in check_settings()]
+    assert messages[0].startswith("DELAYQ['DEFAULT_QUEUE']: invalid queue name '{x}'")
+    assert messages[1].startswith("DELAYQ['QUEUES']: invalid queue name 'not ok'")
 
 
 def test_e006_not_a_dict():
