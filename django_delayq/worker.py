@@ -4,13 +4,24 @@ Threads of one Worker:
 
 - the dispatcher (the thread that calls :meth:`Worker.run`): in one pipelined round
   trip it acknowledges finished jobs, records failures and claims as many due jobs as
-  there are free runner threads; then it sleeps until the next due time (capped at
-  ``MAX_SLEEP``), a finished job, a wake-up or a stop request;
+  there are free runner threads plus a few to prefetch (see below); then it sleeps until
+  the next due time (capped at ``MAX_SLEEP``), a refill or a failure, a wake-up or a
+  stop request;
 - ``concurrency`` runner threads, each running one job at a time;
 - a waker thread (not in burst mode) blocked in BLPOP on the queues' wake lists, so
   a ``schedule()`` of a job due sooner than anything pending starts it at once;
 - a maintenance thread that extends the leases of running jobs (heartbeat) and
   recovers jobs whose lease expired because their worker died.
+
+Prefetch: when jobs are short, a round trip per job would cost more than the jobs, so
+the dispatcher claims up to ``PREFETCH_MAX`` more due jobs than it has runners and
+refills when half of them are gone, acknowledging the finished ones in the same round
+trip. Prefetched jobs are claimed like running ones (leased, heartbeated, recovered if
+the worker dies). How many depends on how long jobs take (a moving average): enough
+that a prefetched job waits about ``PREFETCH_WAIT`` for a runner, none for jobs that
+take longer than that. When every runner has been busy for ``PREFETCH_STALL`` (a slow
+job in a fast queue), and when the worker stops, jobs not started yet are handed back to
+pending, so they never wait for a busy worker while another one is idle.
 
 Redis going away never kills the worker: every thread logs, backs off and retries,
 and finished jobs stay queued for acknowledgement until Redis is back.
@@ -51,6 +62,9 @@ logger = logging.getLogger("django_delayq.worker")
 
 TRACEBACK_LIMIT = 16_000
 MESSAGE_LIMIT = 2_000
+PREFETCH_MAX = 32  # claimed jobs waiting for a runner, at most
+PREFETCH_WAIT = 0.01  # seconds a prefetched job should wait for a runner, on average
+PREFETCH_STALL = 0.25  # seconds every runner may be busy before queued jobs are handed back
 
 # The job whose task the current thread is running; set by Worker._execute around the call.
 _current_job: ContextVar[Job | None] = ContextVar("django_delayq_current_job", default=None)
@@ -84,6 +98,8 @@ class Claimed:
     record: bytes
     attempts: int
     key: str | None = None
+    started: float | None = None  # time.monotonic() when a runner took it
+    withdrawn: bool = False  # handed back to pending before a runner took it
 
 
 @dataclass
@@ -141,7 +157,9 @@ class Worker:
         self._done: deque[Outcome] = deque()
         self._running: dict[str, Claimed] = {}  # claimed and not yet acked/failed
         self._lock = threading.Lock()
-        self._busy = 0  # dispatched to runners and not finished
+        self._busy = 0  # dispatched to runners (running or waiting) and not finished
+        self._prefetch = 0  # jobs claimed beyond the runners in the last claim
+        self._job_time: float | None = None  # moving average of a job's run time (s)
         self._stopping = False
         self._forced = False
         self._tokens = itertools.count(1)
@@ -218,6 +236,7 @@ class Worker:
                     self._wake.wait(pause)
                     continue
                 if self._stopping:
+                    self._hand_back_waiting()
                     stop_at = stop_at or time.monotonic() + self.shutdown_timeout
                     if self._busy == 0 and not self._done:
                         break
@@ -226,6 +245,8 @@ class Worker:
                         break
                 elif self.burst and not claimed_any and self._idle() and not self._due_now():
                     break
+                elif self._stalled():
+                    self._hand_back_waiting()
                 self._wake.wait(self._sleep_time(stop_at))
         finally:
             self._stopped.set()
@@ -249,11 +270,69 @@ class Worker:
     def _sleep_time(self, stop_at: float | None) -> float:
         if stop_at is not None:
             return max(0.0, min(stop_at - time.monotonic(), self.max_sleep))
-        if self._done:
+        if self._done and self._refill_now():
             return 0.0
-        if self._busy >= self.concurrency or self._deadline is None:
+        if self._busy >= self.concurrency:
+            # Runners wake us for a refill or a failure; waiting jobs need a stall check.
+            return PREFETCH_STALL if self._busy > self.concurrency else self.max_sleep
+        if self._deadline is None:
             return self.max_sleep
         return max(0.0, min(self._deadline - time.monotonic(), self.max_sleep))
+
+    # -- prefetch ---------------------------------------------------------------
+
+    def _prefetch_size(self) -> int:
+        """How many due jobs to claim beyond the runners: as many as the runners get
+        through in about PREFETCH_WAIT, judging by recent jobs (none before the first)."""
+        if self._job_time is None:
+            return 0
+        estimate = self._job_time
+        if self._busy:  # a job running for long now says more than the average
+            with self._lock:
+                started = [c.started for c in self._running.values() if c.started is not None]
+            if started:
+                estimate = max(estimate, time.monotonic() - min(started))
+        per_wait = PREFETCH_WAIT * self.concurrency / max(estimate, 1e-6)
+        return min(PREFETCH_MAX, int(per_wait))
+
+    def _refill_now(self) -> bool:
+        """Whether the dispatcher should flush and claim now: half the prefetched jobs are
+        gone (with no prefetch: a runner is free)."""
+        return self._busy < self.concurrency + (self._prefetch + 1) // 2
+
+    def _stalled(self) -> bool:
+        """Jobs wait for a runner while every runner is on a job older than PREFETCH_STALL."""
+        if self._busy <= self.concurrency:
+            return False
+        limit = time.monotonic() - PREFETCH_STALL
+        with self._lock:
+            started = [c.started for c in self._running.values() if c.started is not None]
+        return len(started) >= self.concurrency and max(started) < limit
+
+    def _hand_back_waiting(self) -> None:
+        """Hand claimed jobs no runner has taken yet back to pending (attempt not counted)."""
+        with self._lock:
+            waiting = [c for c in self._running.values() if c.started is None and not c.withdrawn]
+            for item in waiting:
+                item.withdrawn = True
+                del self._running[item.id]
+            self._busy -= len(waiting)
+        if not waiting:
+            return
+        self._prefetch = 0
+        by_queue: dict[str, list[tuple[str, str]]] = {}
+        for item in waiting:
+            by_queue.setdefault(item.queue, []).append((item.id, item.token))
+        for queue, entries in by_queue.items():
+            try:
+                self.store.release(queue, entries, now=self._now())
+                logger.info("handed %d waiting jobs of %s back to pending", len(entries), queue)
+            except (DelayQError, redis.exceptions.RedisError) as exc:
+                logger.warning(
+                    "could not hand back %d waiting jobs (%s); they will be recovered",
+                    len(entries),
+                    exc,
+                )
 
     def _wake_groups(self) -> list[list[str]]:
         # One BLPOP may wait on several lists only when they live on one server.
@@ -284,8 +363,9 @@ class Worker:
         ops = [op for op, _ in result_ops]
         deadline: float | None = None
         first = True
+        prefetch = self._prefetch_size()
         for queue in order:
-            free = self.concurrency - self._busy if not self._stopping else 0
+            free = self.concurrency + prefetch - self._busy if not self._stopping else 0
             if free <= 0 and not first:
                 break
             token = f"{self.name}:{next(self._tokens)}"
@@ -334,6 +414,8 @@ class Worker:
             if isinstance(claim, Exception):
                 raise claim
             claimed_any |= self._dispatch(queue, token, claim)
+            if claim.jobs:
+                self._prefetch = prefetch
             if claim.next_due is not None:
                 due = time.monotonic() + (claim.next_due - claim.now)
                 deadline = due if deadline is None else min(deadline, due)
@@ -438,16 +520,25 @@ class Worker:
             item = self._inbox.get()
             if item is None:
                 return
+            started = time.monotonic()
+            with self._lock:
+                if item.withdrawn:  # handed back to pending while it waited
+                    continue
+                item.started = started
             try:
                 outcome = self._execute(item)
             except BaseException as exc:  # never lose a slot or a job to a bug here
                 logger.exception("internal error running job %s", item.id)
                 outcome = Outcome(item, ok=False, error=_error_info(exc, item.attempts, self.name))
+            took = time.monotonic() - started
+            average = self._job_time
+            self._job_time = took if average is None else average + (took - average) / 8
             with self._lock:
                 self._busy -= 1
                 self._slot_free.set()
             self._done.append(outcome)
-            self._wake.set()
+            if not outcome.ok or self._stopping or self._refill_now():
+                self._wake.set()
 
     def _job(self, item: Claimed, fields: dict[str, Any] | None) -> Job:
         fields = fields or {"task": "", "args": [], "kwargs": {}, "key": None, "max_retries": None}

@@ -285,3 +285,73 @@ def test_worker_option_errors(store):
         Worker(["default"], concurrency=0)
     with pytest.raises(ValueError, match="invalid queue name"):
         Worker(["no spaces"])
+
+
+def test_short_jobs_are_prefetched_and_each_runs_once(store):
+    for i in range(80):
+        t.remember.schedule(i)
+    worker = run_burst()
+    assert sorted(args[0] for args, _ in t.CALLS) == list(range(80))
+    assert worker._prefetch > 0  # claimed more than one job per round trip
+    assert store.client.zcard(store.key("default", "running")) == 0
+
+
+def test_no_prefetch_for_jobs_slower_than_the_prefetch_wait(store):
+    worker = Worker(["default"])
+    worker._job_time = 0.5
+    assert worker._prefetch_size() == 0
+    worker._job_time = 0.0001
+    assert worker._prefetch_size() == 32
+
+
+def _blocked_worker_with_waiting_jobs(store):
+    """A worker whose only runner is stuck on a job, with 3 prefetched jobs waiting."""
+    started, release = threading.Event(), threading.Event()
+
+    @task(name="tests.blocker")
+    def blocker():
+        started.set()
+        release.wait(10)
+
+    blocker.schedule()
+    waiting = [t.remember.schedule(i) for i in range(3)]
+    worker = Worker(["default"])
+    worker._job_time = 0.0001  # as if jobs had been fast: prefetch from the first claim
+    runner = threading.Thread(target=worker.run)
+    runner.start()
+    assert started.wait(10)
+    return worker, runner, release, waiting
+
+
+def test_stop_hands_waiting_prefetched_jobs_back_without_counting_an_attempt(store):
+    worker, runner, release, waiting = _blocked_worker_with_waiting_jobs(store)
+    worker.request_stop()
+    deadline = time.monotonic() + 5
+    while get_job(waiting[0].id).status != "pending" and time.monotonic() < deadline:
+        time.sleep(0.01)
+    release.set()
+    runner.join(10)
+    assert not runner.is_alive() and t.CALLS == []
+    for job in waiting:
+        back = get_job(job.id)
+        assert back.status == "pending" and back.attempts == 0
+
+
+def test_jobs_waiting_behind_a_stalled_runner_are_handed_back(store):
+    worker, runner, release, waiting = _blocked_worker_with_waiting_jobs(store)
+    try:
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            if all(get_job(j.id).status == "pending" for j in waiting):
+                break
+            time.sleep(0.02)
+        assert [get_job(j.id).status for j in waiting] == ["pending"] * 3
+        release.set()
+        deadline = time.monotonic() + 10
+        while len(t.CALLS) < 3 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert sorted(args[0] for args, _ in t.CALLS) == [0, 1, 2]
+    finally:
+        release.set()
+        worker.request_stop()
+        runner.join(10)
