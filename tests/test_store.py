@@ -12,7 +12,7 @@ from importlib import resources
 import pytest
 
 from django_delayq.exceptions import ConnectionError as DelayQConnectionError
-from django_delayq.job import encode_record, new_job_id
+from django_delayq.job import decode_record, encode_record, new_job_id
 from django_delayq.store import KEY_KINDS, SCRIPTS, Store
 
 T0 = 1_800_000_000.0
@@ -83,7 +83,7 @@ def test_schedule_then_claim_only_when_due(store):
     got = claim(store, now=T0 + 60)
     assert [j.id for j in got.jobs] == [job_id]
     assert got.jobs[0].attempts == 1
-    assert json.loads(got.jobs[0].record)["a"] == [1, 2]
+    assert decode_record(got.jobs[0].record)["args"] == [1, 2]
     assert members(store, "pending") == set() and members(store, "running") == {job_id}
     lease = store.client.zscore(store.key(Q, "running"), job_id)
     assert lease == pytest.approx(T0 + 60 + 30)
@@ -246,6 +246,21 @@ def test_recovery_respects_the_unique_key_too(store):
     claim(store, now=T0 + 40)
     assert fail(store, again, key="k2", max_retries=5, now=T0 + 40)[0] == "retry"
     assert key_holder(store, "k2") == again
+
+
+def test_a_released_job_does_not_share_its_key_with_a_pending_one(store):
+    old = put(store, key="k")
+    claim(store)
+    new = put(store, delay=60, key="k")
+    assert store.release(Q, [(old, "tok")], now=T0) == [True]
+    assert members(store, "pending") == {new} and members(store, "dead") == {old}
+    assert errors_of(store, old)[-1]["type"] == "django_delayq.exceptions.Superseded"
+    # Without a competitor the job goes back to pending with its key, attempt not counted.
+    store.cancel(Q, key="k")
+    assert store.requeue(Q, [old], now=T0) == [True]
+    claim(store, token="t2")
+    assert store.release(Q, [(old, "t2")], now=T0) == [True]
+    assert members(store, "pending") == {old} and key_holder(store, "k") == old
 
 
 def test_replace_starts_the_attempts_over(store):

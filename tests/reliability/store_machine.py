@@ -7,7 +7,7 @@ invariants that hold whatever the model says:
 - the job records are exactly the ids of those sets (no orphan record, no id without
   one), and per-job state (meta) exists only for them;
 - the unique-key index points only at pending or running jobs whose record carries
-  that key.
+  that key, and no two pending jobs carry the same key.
 
 Time is passed to every script (``now=``) in steps of 0.5 s, so scores are exact.
 """
@@ -99,6 +99,15 @@ class StoreMachine(RuleBasedStateMachine):
         for job in dead[: max(len(dead) - DEAD["dead_max_count"], 0)][:100]:
             del self.jobs[job.id]
 
+    def _take_key(self, job: Model) -> bool:
+        """A job going back to pending takes its key, unless another pending job holds it."""
+        holder = self.jobs.get(self.index.get(job.key or "", ""))
+        if holder is not None and holder.id != job.id and holder.status == "pending":
+            return False
+        if job.key:
+            self.index[job.key] = job.id
+        return True
+
     def _bury(self, job: Model) -> None:
         self._release_key(job.key, job.id)
         job.status, job.score, job.token = "dead", self.now, None
@@ -126,6 +135,7 @@ class StoreMachine(RuleBasedStateMachine):
                 assert got.record == holder.record
                 return
             holder.record, holder.retries, holder.score = record, retries, due
+            holder.attempts = 0  # a replaced job starts over
             assert (got.outcome, got.id, got.due_at) == ("replaced", holder.id, due)
             return
         self.jobs[job_id] = Model(job_id, "pending", due, record, key, retries)
@@ -179,7 +189,7 @@ class StoreMachine(RuleBasedStateMachine):
         if not owned:
             assert got == ("lost", None)
             return
-        if delay >= 0 and job.attempts <= max_retries:
+        if delay >= 0 and job.attempts <= max_retries and self._take_key(job):
             job.status, job.score, job.token = "pending", self.now + delay, None
             assert got == ("retry", self.now + delay)
         else:
@@ -200,18 +210,16 @@ class StoreMachine(RuleBasedStateMachine):
     @rule()
     def recover(self) -> None:
         got = self.store.recover(Q, default_max_retries=DEFAULT_MAX, now=self.now, **DEAD)
-        expected, buried = [], False
+        expected = []
         for job in [j for j in self._of("running") if j.score < self.now][:100]:
             retries = DEFAULT_MAX if job.retries is None else job.retries
-            if job.attempts <= retries:
+            if job.attempts <= retries and self._take_key(job):
                 job.status, job.score, job.token = "pending", self.now, None
                 expected.append((job.id, "retry"))
             else:
                 self._bury(job)
-                buried = True
                 expected.append((job.id, "dead"))
-        if buried:
-            self._trim_dead()
+        self._trim_dead()  # on every call: a quiet queue's dead set is trimmed too
         assert got == expected
 
     @precondition(lambda self: self.jobs)
@@ -221,9 +229,11 @@ class StoreMachine(RuleBasedStateMachine):
         token = self._token(job, stale)
         owned = self._owned(job, token)
         assert self.store.release(Q, [(job.id, token)], now=self.now) == [owned]
-        if owned:
+        if owned and self._take_key(job):
             job.status, job.score, job.token = "pending", self.now, None
             job.attempts = max(job.attempts - 1, 0)
+        elif owned:
+            self._bury(job)  # superseded: another pending job holds its key
 
     @precondition(lambda self: self.jobs)
     @rule(data=st.data(), by_key=st.booleans())
@@ -247,12 +257,10 @@ class StoreMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def requeue(self, data: st.DataObject) -> None:
         job = self._pick(data)
-        dead = job.status == "dead"
-        assert self.store.requeue(Q, [job.id], now=self.now) == [dead]
-        if dead:
+        requeued = job.status == "dead" and self._take_key(job)
+        assert self.store.requeue(Q, [job.id], now=self.now) == [requeued]
+        if requeued:
             job.status, job.score, job.attempts = "pending", self.now, 0
-            if job.key and job.key not in self.index:
-                self.index[job.key] = job.id
 
     @precondition(lambda self: self.jobs)
     @rule(data=st.data())
@@ -297,6 +305,9 @@ class StoreMachine(RuleBasedStateMachine):
         for unique_key, job_id in index.items():
             assert job_id in pending | running, f"key {unique_key} points at a dead/gone job"
             assert decode_record(records[job_id])["key"] == unique_key
+        pending_keys = [decode_record(records[i])["key"] for i in pending]
+        pending_keys = [k for k in pending_keys if k]
+        assert len(pending_keys) == len(set(pending_keys)), "two pending jobs share a key"
 
         # The model.
         for status in ("pending", "running", "dead"):
