@@ -16,6 +16,15 @@ INSTALLED_APPS = [
     "django_delayq",
     "tests.testapp",
 ]
+try:  # Django 5.2 + the django-tasks backport: its app registers the TASKS system checks
+    import django.tasks  # noqa: F401
+except ImportError:
+    try:
+        import django_tasks  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        INSTALLED_APPS.append("django_tasks")
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
