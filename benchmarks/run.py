@@ -446,7 +446,7 @@ def raw_drain(client: Any, prefix: str, n: int) -> float:
                 break
             previous = reply[0]
             fields = json.loads(reply[1])
-            noop.func(*fields["a"])
+            noop.func(*fields[1:])  # a format-2 record: [task, *args]
             done += 1
     assert done == n, (done, n)
     client.delete(*keys)

@@ -1,21 +1,31 @@
 """The Job value object, job ids, and the encoding of job records.
 
-A job record is the JSON object stored (as the value of the queue's ``jobs`` hash)
+A job record is the JSON text stored (as the value of the queue's ``jobs`` hash)
 for each job. It holds only what the producer decided and never changes while
-the job lives, so Lua scripts never re-encode user data::
+the job lives, so Lua scripts never re-encode user data.
 
-    {"t": "shop.tasks.cancel_order",   # task name (always)
-     "a": [42],                         # positional arguments (omitted when empty)
-     "k": {"reason": "unpaid"},         # keyword arguments (omitted when empty)
-     "u": "order:42:autocancel",        # unique key (omitted when none)
-     "r": 3,                            # max_retries (omitted: the MAX_RETRIES setting)
-     "v": 2}                            # format version (omitted: version 1)
+Format 2 (written since 0.2) is a JSON array: a head, then the positional arguments::
+
+    ["shop.tasks.cancel_order", 42]                  # the head is the task name, or
+    [{"t": "shop.tasks.cancel_order",                # an object when there is more:
+      "k": {"reason": "unpaid"},                     #   keyword arguments (omitted if none)
+      "u": "order:42:autocancel",                    #   unique key (omitted if none)
+      "r": 3},                                       #   max_retries (omitted: the setting)
+     42]
+
+A later format will carry ``"v": <version>`` in an object head; a version this code
+does not know is refused (the job is dead-lettered, not guessed at).
+
+Format 1 (0.1) is a JSON object and is still decoded::
+
+    {"t": "shop.tasks.cancel_order", "a": [42], "k": {...}, "u": "...", "r": 3}
 
 Mutable state (attempts, lease token, worker, errors) lives in a separate ``meta``
 hash written by the scripts. ``created_at`` is not stored: job ids are ULIDs, whose
 first 48 bits are the creation time in milliseconds. The queue is the key's, the
-due time is the sorted-set score. Keeping the record small is what keeps a pending
-job near 200 bytes of Redis memory.
+due time is the sorted-set score. The record's size decides the Redis memory of a
+pending job: the array form saves the ``{"t":`` and ``,"a":`` keys (8 bytes), which
+for a short task name and payload is the difference between allocation classes.
 """
 
 from __future__ import annotations
@@ -32,7 +42,7 @@ from typing import Any
 
 from .exceptions import CorruptJob, SerializationError
 
-RECORD_VERSION = 1
+RECORD_VERSION = 2  # written; 1 and 2 are decoded
 
 PENDING = "pending"
 RUNNING = "running"
@@ -73,17 +83,24 @@ def new_job_id(now_ms: int | None = None) -> str:
     return "".join([_DIGIT_PAIRS[(value >> shift) & 1023] for shift in _PAIR_SHIFTS])
 
 
+# Crockford digits -> the digits int(..., 32) reads; every other ASCII character -> "!",
+# which int() refuses (as it would refuse non-ASCII digits, which isascii() keeps out).
+_TO_BASE32 = str.maketrans(
+    {
+        **{chr(i): "!" for i in range(128)},
+        **{c: "0123456789abcdefghijklmnopqrstuv"[i] for i, c in enumerate(_CROCKFORD)},
+    }
+)
+
+
 def id_timestamp(job_id: str) -> float | None:
     """Epoch seconds encoded in a job id, or None when it is not a ULID."""
-    if len(job_id) != 26:
+    if len(job_id) != 26 or not job_id.isascii():
         return None
-    value = 0
     try:
-        for char in job_id[:10]:
-            value = value * 32 + _CROCKFORD.index(char)
+        return int(job_id[:10].translate(_TO_BASE32), 32) / 1000
     except ValueError:
         return None
-    return value / 1000
 
 
 def to_datetime(epoch: float | None) -> datetime | None:
@@ -172,22 +189,24 @@ def encode_record(
     argument is not a plain str/int/bool/None/finite float; only when they disagree
     is the structure walked, to name the offending argument in the error.
     """
-    record: dict[str, Any] = {"t": task}
-    if args:
-        record["a"] = args
-    if kwargs:
-        record["k"] = kwargs
-    if key is not None:
-        record["u"] = key
-    if max_retries is not None:
-        record["r"] = max_retries
+    head: str | dict[str, Any] = task
+    if kwargs or key is not None or max_retries is not None:
+        head = {"t": task}
+        if kwargs:
+            head["k"] = kwargs
+        if key is not None:
+            head["u"] = key
+        if max_retries is not None:
+            head["r"] = max_retries
     try:
-        text = dumps(record)
-        if _scalars(args) and _scalars(kwargs.values()) and all(type(k) is str for k in kwargs):
+        text = _ENCODER.encode([head, *args])
+        if _scalars(args) and (
+            not kwargs or (_scalars(kwargs.values()) and all(type(k) is str for k in kwargs))
+        ):
             ok = True  # nothing that could come back changed: skip the loads() check
         else:
             back = json.loads(text)
-            ok = back.get("a", []) == args and back.get("k", {}) == kwargs
+            ok = back[1:] == args and (back[0].get("k", {}) if kwargs else {}) == kwargs
         data = text.encode()  # UnicodeEncodeError (a ValueError): a lone surrogate
     except (TypeError, ValueError, RecursionError):
         ok = False
@@ -207,31 +226,49 @@ def encode_record(
 
 
 def decode_record(raw: bytes | str) -> dict[str, Any]:
-    """Decode a record into {task, args, kwargs, key, max_retries}; raise CorruptJob."""
+    """Decode a record (format 1 or 2) into {task, args, kwargs, key, max_retries};
+    raise CorruptJob."""
     try:
         record = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
-        raise CorruptJob(f"job record is not valid JSON ({exc}): {bytes(raw)[:80]!r}") from None
-    if not isinstance(record, dict) or not isinstance(record.get("t"), str):
-        raise CorruptJob(f"job record has no task name: {bytes(raw)[:80]!r}")
-    version = record.get("v", 1)
-    if version != RECORD_VERSION:
+        raise CorruptJob(f"job record is not valid JSON ({exc}): {_head(raw)!r}") from None
+    if type(record) is list and record and type(record[0]) is str:  # format 2, short head
+        return {
+            "task": record[0],
+            "args": record[1:],
+            "kwargs": {},
+            "key": None,
+            "max_retries": None,
+        }
+    if type(record) is list and record and type(record[0]) is dict:  # format 2, object head
+        head, args, version = record[0], record[1:], record[0].get("v", 2)
+    elif type(record) is dict:  # format 1
+        head, args, version = record, record.get("a", []), record.get("v", 1)
+    else:
+        raise CorruptJob(f"job record has no task name: {_head(raw)!r}")
+    if version not in (1, 2) or (version == 1) != (head is record):
         raise CorruptJob(f"job record format {version!r} is newer than this django-delayq")
-    args, kwargs = record.get("a", []), record.get("k", {})
-    max_retries = record.get("r")
+    if not isinstance(head.get("t"), str):
+        raise CorruptJob(f"job record has no task name: {_head(raw)!r}")
+    kwargs = head.get("k", {})
+    max_retries = head.get("r")
     if (
         not isinstance(args, list)
         or not isinstance(kwargs, dict)
         or not (max_retries is None or type(max_retries) is int)
     ):
-        raise CorruptJob(f"job record has malformed fields: {bytes(raw)[:80]!r}")
+        raise CorruptJob(f"job record has malformed fields: {_head(raw)!r}")
     return {
-        "task": record["t"],
+        "task": head["t"],
         "args": args,
         "kwargs": kwargs,
-        "key": record.get("u"),
+        "key": head.get("u"),
         "max_retries": max_retries,
     }
+
+
+def _head(raw: bytes | str) -> bytes:
+    return (raw.encode("utf-8", "replace") if isinstance(raw, str) else bytes(raw))[:80]
 
 
 @dataclass(frozen=True)

@@ -221,3 +221,30 @@ def test_cache_alias_connections(real_client):
     for alias in ("default", "builtin"):
         with override_settings(DELAYQ={"CACHE": alias, "PREFIX": "dqt-alias"}):
             assert get_store().client.ping()
+
+
+def test_record_format_2_is_compact_and_format_1_still_decodes():
+    from django_delayq.exceptions import CorruptJob
+    from django_delayq.job import decode_record, encode_record
+
+    assert encode_record("shop.tasks.ping", [42, "x"], {}) == b'["shop.tasks.ping",42,"x"]'
+    full = encode_record("shop.tasks.ping", [1], {"why": "late"}, "order:1", 3)
+    assert full == b'[{"t":"shop.tasks.ping","k":{"why":"late"},"u":"order:1","r":3},1]'
+    expected = {"task": "shop.tasks.ping", "args": [1], "kwargs": {"why": "late"}}
+    assert decode_record(full) == {**expected, "key": "order:1", "max_retries": 3}
+    assert decode_record(encode_record("a.b", [], {})) == {
+        "task": "a.b",
+        "args": [],
+        "kwargs": {},
+        "key": None,
+        "max_retries": None,
+    }
+    v1 = b'{"t":"shop.tasks.ping","a":[1],"k":{"why":"late"},"u":"order:1","r":3}'
+    assert decode_record(v1) == {**expected, "key": "order:1", "max_retries": 3}
+    assert decode_record(b'{"t":"a.b"}')["args"] == []
+    for newer in (b'[{"t":"a.b","v":3}]', b'{"t":"a.b","v":2}'):
+        with pytest.raises(CorruptJob, match="newer than this"):
+            decode_record(newer)
+    for broken in (b"[]", b"[1,2]", b'"a.b"', b"{}", b'[{"t":"a.b","k":[]}]', b"[{"):
+        with pytest.raises(CorruptJob):
+            decode_record(broken)

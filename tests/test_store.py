@@ -192,7 +192,7 @@ def test_unique_key_replace_keep_and_takeover(store):
         on_conflict="keep",
         now=T0,
     )
-    assert kept.outcome == "kept" and kept.id == first and json.loads(kept.record)["a"] == [2]
+    assert kept.outcome == "kept" and kept.id == first and decode_record(kept.record)["args"] == [2]
     assert len(members(store, "pending")) == 1
     # once the keyed job runs, a new one with the same key is a new job
     claim(store, now=T0 + 500)
@@ -403,3 +403,22 @@ def test_claim_at_exactly_the_due_time(store):
 def test_page_with_no_room_reads_nothing(store):
     put(store)
     assert store.page(Q, "pending", 0, 0) == [] and store.page(Q, "pending", -1, 5) == []
+
+
+V1_RECORD = b'{"t":"a.b","a":[1],"u":"order:9","r":0}'  # format 1, as 0.1 wrote it
+
+
+@pytest.mark.parametrize(
+    "record",
+    [V1_RECORD, encode_record("a.b", [1], {}, "order:9", 0)],
+    ids=["format1", "format2"],
+)
+def test_scripts_read_key_and_max_retries_of_both_record_formats(store, record):
+    job_id = store.schedule(Q, new_job_id(), record, key="order:9", now=T0).id
+    claim(store, now=T0, lease=10)
+    # max_retries 0 from the record: the expired lease dead-letters it, releasing the key.
+    assert store.recover(Q, default_max_retries=5, now=T0 + 11, **DEAD_OPTS) == [(job_id, "dead")]
+    assert store.id_for_key(Q, "order:9") is None
+    second = store.schedule(Q, new_job_id(), record, key="order:9", now=T0).id
+    assert store.cancel(Q, key="order:9") == (second, record)
+    assert store.id_for_key(Q, "order:9") is None

@@ -4,7 +4,8 @@
 --   KEYS[1] pending  sorted set  member: job id, score: due_at (epoch seconds)
 --   KEYS[2] running  sorted set  member: job id, score: lease_until (epoch seconds)
 --   KEYS[3] dead     sorted set  member: job id, score: died_at (epoch seconds)
---   KEYS[4] jobs     hash        job id -> job record (JSON written by Python, never re-encoded here)
+--   KEYS[4] jobs     hash        job id -> job record (JSON written by Python, never re-encoded here;
+--                                format 2 [head, args...] or format 1 {t, a, k, u, r}: see job.py)
 --   KEYS[5] meta     hash        job id -> state JSON {n: attempts, t: lease token, w: worker,
 --                                s: started_at, e: [errors]} (absent until a job is first claimed)
 --   KEYS[6] keys     hash        unique key -> job id
@@ -51,12 +52,16 @@ local function owned(id, token)
   return m
 end
 
--- A field of the job record, or nil (missing or corrupt record).
+-- A field ('u' unique key, 'r' max_retries) of the job record, or nil (absent, or a
+-- missing or corrupt record). Format 2 records are arrays [head, args...] whose head is
+-- the task name or an object holding the fields; format 1 records are that object.
 local function record_field(id, name)
   local raw = redis.call('HGET', J, id)
   if not raw then return nil end
   local ok, r = pcall(cjson.decode, raw)
-  if ok and type(r) == 'table' then return r[name] end
+  if not ok or type(r) ~= 'table' then return nil end
+  if r[1] ~= nil then r = r[1] end
+  if type(r) == 'table' then return r[name] end
   return nil
 end
 
