@@ -96,9 +96,7 @@ class Task:
 
     def schedule(self, /, *args: Any, **options: Any) -> Job:
         """Store a job for this task; see :func:`django_delayq.schedule`."""
-        from .api import schedule
-
-        return schedule(self, *args, **options)
+        return _api().schedule(self, *args, **options)
 
 
 @overload
@@ -129,6 +127,13 @@ def task(func: Callable[..., Any] | None = None, /, **options: Any) -> Any:
         return new
 
     return register(func) if func is not None else register
+
+
+@functools.cache
+def _api() -> Any:
+    from . import api  # api imports this module: import it on first use
+
+    return api
 
 
 def _origin(func: Callable[..., Any]) -> tuple:

@@ -200,6 +200,9 @@ class Store:
         self.cluster = isinstance(client, redis.RedisCluster)
         self._scripts = {name: client.register_script(script_source(name)) for name in SCRIPTS}
         self._keys: dict[str, list[str]] = {}
+        # The same, encoded once: redis-py spends more time encoding eight str keys than
+        # on the rest of a script call's arguments (measured: 22 us vs 11 us per pack).
+        self._script_keys: dict[str, list[bytes]] = {}
         self._seen_queues: set[str] = set()
         self._scripts_loaded = False
 
@@ -212,6 +215,14 @@ class Store:
             check_queue_name(queue)
             keys = [f"{self.prefix}:{{{queue}}}:{kind}" for kind in KEY_KINDS]
             self._keys[queue] = keys
+        return keys
+
+    def script_keys(self, queue: str) -> list[bytes]:
+        """:meth:`keys`, as bytes (what script calls send)."""
+        keys = self._script_keys.get(queue)
+        if keys is None:
+            keys = [key.encode() for key in self.keys(queue)]
+            self._script_keys[queue] = keys
         return keys
 
     def key(self, queue: str, kind: str) -> str:
@@ -227,7 +238,7 @@ class Store:
         if not self._scripts_loaded:
             self.load_scripts()
         try:
-            reply = self._scripts[op.script](keys=self.keys(op.queue), args=op.argv)
+            reply = self._scripts[op.script](keys=self.script_keys(op.queue), args=op.argv)
         except redis.exceptions.RedisError as exc:
             raise translate_errors(exc) from exc
         return op.parse(reply)
@@ -303,7 +314,7 @@ class Store:
         for attempt in range(2):
             pipe = self.client.pipeline(transaction=False)
             for i in todo:
-                keys = self.keys(ops[i].queue)
+                keys = self.script_keys(ops[i].queue)
                 pipe.evalsha(self._scripts[ops[i].script].sha, len(keys), *keys, *ops[i].argv)
             try:
                 answers = pipe.execute(raise_on_error=False)
@@ -693,7 +704,7 @@ class Store:
                 raise
         pipe = self.client.pipeline(transaction=False)
         pipe.set(key, result, px=_ms(ttl))
-        self._scripts[op.script](keys=self.keys(queue), args=op.argv, client=pipe)
+        self._scripts[op.script](keys=self.script_keys(queue), args=op.argv, client=pipe)
         try:
             reply = pipe.execute(raise_on_error=False)[-1]
         except redis.exceptions.RedisError as exc:
