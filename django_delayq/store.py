@@ -11,6 +11,7 @@ failures and the next claim) in one pipelined round trip with :meth:`Store.run`.
 
 from __future__ import annotations
 
+import inspect
 import json
 import re
 import time
@@ -621,8 +622,37 @@ class Store:
         return [self.key(q, "wake") for q in queues]
 
     def wait_for_wake(self, queues: Sequence[str], timeout: float) -> bool:
-        """Block until a wake token arrives on one of the queues (BLPOP); True if one did."""
+        """Block until a wake token arrives on one of the queues (BLPOP); True if one did.
+
+        ``timeout`` is cut below the connections' read timeout (see read_timeout()), so an
+        idle wait never looks like a broken connection.
+        """
+        limit = self.read_timeout()
+        if limit:
+            timeout = min(timeout, max(limit - 0.5, limit / 2))
         return self._read(lambda c: c.blpop(self.wake_keys(queues), timeout=timeout)) is not None
+
+    def read_timeout(self) -> float | None:
+        """The socket read timeout of this client's connections, in seconds (None: none).
+
+        redis-py 8 gives connections a 5 s default that ``connection_kwargs`` does not
+        show: it is the default of the connection class's ``socket_timeout`` parameter.
+        """
+        pool = getattr(self.client, "connection_pool", None)
+        if pool is None:  # RedisCluster: its nodes' pools are built from the same kwargs
+            return None
+        kwargs = getattr(pool, "connection_kwargs", {})
+        for name in ("socket_timeout", "orig_socket_timeout"):
+            if name in kwargs:
+                return kwargs[name]
+        for cls in getattr(pool, "connection_class", type(None)).__mro__:
+            try:
+                param = inspect.signature(cls.__init__).parameters.get("socket_timeout")
+            except (TypeError, ValueError):
+                continue
+            if param is not None and param.default is not inspect.Parameter.empty:
+                return param.default
+        return None
 
     def give_back_wake(self, queue: str) -> None:
         self._read(lambda c: c.rpush(self.key(queue, "wake"), "1"))

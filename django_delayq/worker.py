@@ -644,7 +644,7 @@ class Worker:
 
     def _waker(self, group: list[str]) -> None:
         outage = _Backoff("waker")
-        timeout = self._blpop_timeout()
+        timeout = self.max_sleep  # the store keeps it below the socket's read timeout
         while not self._stopped.is_set() and not self._stopping:
             if self._busy >= self.concurrency:
                 self._slot_free.wait(self.max_sleep)
@@ -663,16 +663,6 @@ class Worker:
                     self.store.give_back_wake(group[0])
             else:
                 self._wake.set()
-
-    def _blpop_timeout(self) -> float:
-        kwargs = getattr(
-            getattr(self.store.client, "connection_pool", None), "connection_kwargs", {}
-        )
-        socket_timeout = kwargs.get("socket_timeout")
-        timeout = self.max_sleep
-        if socket_timeout:
-            timeout = min(timeout, max(float(socket_timeout) - 0.5, 0.1))
-        return timeout
 
     def _maintain(self) -> None:
         heartbeat = max(self.lease / 3, 0.05)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from importlib import resources
 
 import pytest
@@ -422,3 +423,21 @@ def test_scripts_read_key_and_max_retries_of_both_record_formats(store, record):
     second = store.schedule(Q, new_job_id(), record, key="order:9", now=T0).id
     assert store.cancel(Q, key="order:9") == (second, record)
     assert store.id_for_key(Q, "order:9") is None
+
+
+def test_an_idle_wake_wait_never_outlasts_the_socket_read_timeout(real_client):
+    """redis-py 8 connections default to a 5 s read timeout that connection_kwargs do not
+    show; a BLPOP as long as MAX_SLEEP (5 s) then failed as if Redis were unreachable."""
+    import redis as redis_py
+    from django.conf import settings
+
+    plain = Store(redis_py.Redis.from_url(settings.REDIS_URL), prefix="dqt-wake")
+    if int(redis_py.__version__.split(".")[0]) >= 8:
+        assert plain.read_timeout() == 5
+    short = Store(
+        redis_py.Redis.from_url(settings.REDIS_URL, socket_timeout=1.0), prefix="dqt-wake"
+    )
+    assert short.read_timeout() == 1.0
+    began = time.monotonic()
+    assert short.wait_for_wake([Q], timeout=5.0) is False  # no TimeoutError
+    assert time.monotonic() - began < 1.0
