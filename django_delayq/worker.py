@@ -34,6 +34,7 @@ import itertools
 import logging
 import os
 import random
+import secrets
 import socket
 import threading
 import time
@@ -163,6 +164,8 @@ class Worker:
         self._stopping = False
         self._forced = False
         self._tokens = itertools.count(1)
+        # Lease tokens must differ between workers even when two share a --name.
+        self._token_prefix = f"{self.name}:{secrets.token_hex(4)}"
         self._rotation = 0
         self._deadline: float | None = None  # monotonic time of the next due job
         self.processed = 0
@@ -368,7 +371,7 @@ class Worker:
             free = self.concurrency + prefetch - self._busy if not self._stopping else 0
             if free <= 0 and not first:
                 break
-            token = f"{self.name}:{next(self._tokens)}"
+            token = f"{self._token_prefix}:{next(self._tokens)}"
             batch = (
                 [
                     *ops,

@@ -355,3 +355,9 @@ def test_jobs_waiting_behind_a_stalled_runner_are_handed_back(store):
         release.set()
         worker.request_stop()
         runner.join(10)
+
+
+def test_workers_sharing_a_name_never_share_a_lease_token(fake_store):
+    first, second = Worker(["default"], name="web-1"), Worker(["default"], name="web-1")
+    assert first._token_prefix != second._token_prefix
+    assert first._token_prefix.startswith("web-1:")
