@@ -54,7 +54,7 @@ from django.utils.module_loading import autodiscover_modules
 from . import signals
 from .conf import delayq_settings
 from .connection import get_store
-from .exceptions import CorruptJob, DelayQError
+from .exceptions import CorruptJob, DelayQError, LeaseLost
 from .job import DEAD, RUNNING, Job, decode_record, id_timestamp, job_from_raw, to_datetime
 from .registry import Task, _registry, get_task
 from .store import Claim, Op, Store
@@ -713,16 +713,27 @@ class Worker:
                         job_id,
                         "dead-lettered" if outcome == "dead" else "back to pending",
                     )
+                    raw = self.store.fetch(queue, job_id)
+                    if raw is None:
+                        continue
+                    job = job_from_raw(raw, self.default_max_retries)
+                    # The lost worker's attempt failed: job_failed, like any failed attempt.
+                    error = job.errors[-1] if job.errors else {}
+                    signals.send(
+                        signals.job_failed,
+                        _sender(job.task),
+                        job=job,
+                        exception=LeaseLost(error.get("message") or "lease expired"),
+                        traceback="",
+                        will_retry=outcome != "dead",
+                    )
                     if outcome == "dead":
-                        raw = self.store.fetch(queue, job_id)
-                        if raw is not None:
-                            job = job_from_raw(raw, self.default_max_retries)
-                            signals.send(
-                                signals.job_dead,
-                                _sender(job.task),
-                                job=job,
-                                error=job.last_error or "lease expired",
-                            )
+                        signals.send(
+                            signals.job_dead,
+                            _sender(job.task),
+                            job=job,
+                            error=job.last_error or "lease expired",
+                        )
                 if len(moved) < 100:
                     break
         return total

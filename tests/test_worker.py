@@ -138,12 +138,22 @@ def test_injected_clock_runs_future_jobs_without_sleeping(store):
 
 
 def test_recover_lost_lease(store):
+    from django_delayq.exceptions import LeaseLost
+
     job = t.remember.schedule(1)
-    store.claim("default", 1, lease=0.5, token="crashed", worker="ghost", now=None)
+    last = t.remember.schedule(2, max_retries=0)
+    store.claim("default", 2, lease=0.5, token="crashed", worker="ghost", now=None)
     worker = Worker(["default"], burst=True, clock=lambda: time.time() + 1)
-    assert worker.recover() == 1
+    with Recorder(signals.job_failed, signals.job_dead) as rec:
+        assert worker.recover() == 2
     recovered = get_job(job.id)
     assert recovered.status == "pending" and "ghost" in recovered.last_error
+    # The lost attempts failed: job_failed for each, job_dead for the one out of retries.
+    failed = {kw["job"].id: kw for sig, _, kw in rec.events if sig is signals.job_failed}
+    assert failed[job.id]["will_retry"] is True and failed[last.id]["will_retry"] is False
+    assert isinstance(failed[job.id]["exception"], LeaseLost)
+    assert "ghost" in str(failed[job.id]["exception"])
+    assert [kw["job"].id for sig, _, kw in rec.events if sig is signals.job_dead] == [last.id]
     worker.run()
     assert t.CALLS == [((1,), {})]
 
