@@ -346,7 +346,12 @@ class JobAdmin(admin.ModelAdmin):
         store = get_store()
         dead_url = self._url(DEAD, queue=queue)
         if request.method == "POST":
-            purged = store.purge_dead(queue)
+            # Only the jobs that had died when the confirmation page was shown.
+            try:
+                died_before = float(request.POST.get("died_before", ""))
+            except ValueError:
+                died_before = store.server_time()
+            purged = store.purge_dead(queue, died_before=died_before)
             messages.success(
                 request, f"Purged {purged} dead job{'' if purged == 1 else 's'} of queue {queue}."
             )
@@ -361,6 +366,7 @@ class JobAdmin(admin.ModelAdmin):
             ],
             queue=queue,
             dead=store.size(queue, DEAD),
+            died_before=repr(store.server_time()),
             dead_url=dead_url,
         )
         return self._render(request, "purge_confirm.html", context)

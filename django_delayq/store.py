@@ -508,14 +508,19 @@ class Store:
     def delete_dead(self, queue: str, ids: Sequence[str]) -> list[bool]:
         return self._per_id("delete", queue, ids, None)
 
-    def purge_dead(self, queue: str) -> int:
-        """Delete every dead job of a queue, a bounded chunk per script call."""
+    def purge_dead(self, queue: str, died_before: float | None = None) -> int:
+        """Delete the dead jobs of a queue (those that died at or before ``died_before``,
+        if given: what a confirmation page showed), a bounded chunk per script call."""
+        dead = self.key(queue, "dead")
+
+        def chunk(c: Any) -> list:
+            if died_before is None:
+                return c.zrange(dead, 0, PURGE_CHUNK - 1)
+            return c.zrangebyscore(dead, "-inf", repr(float(died_before)), 0, PURGE_CHUNK)
+
         deleted = 0
         while True:
-            ids = [
-                _text(i)
-                for i in self._read(lambda c: c.zrange(self.key(queue, "dead"), 0, PURGE_CHUNK - 1))
-            ]
+            ids = [_text(i) for i in self._read(chunk)]
             if not ids:
                 return deleted
             deleted += sum(self.delete_dead(queue, ids))

@@ -581,9 +581,15 @@ def test_purge_with_confirmation(real_store, admin_client):
     assert response.status_code == 200
     assert "all 3 dead jobs" in text(response)
     assert real_store.size(Q, "dead") == 3  # GET changes nothing
-    response = admin_client.post(url("purge", Q), follow=True)
+    shown = re.search(r'name="died_before" value="([0-9.]+)"', text(response)).group(1)
+    time.sleep(0.01)
+    later = make_dead(real_store)  # died after the page was shown: kept
+    response = admin_client.post(url("purge", Q), {"died_before": shown}, follow=True)
     assert location(response) == url("dead", queue=Q)
     assert msgs(response) == ["Purged 3 dead jobs of queue default."]
+    assert real_store.page_ids(Q, "dead", 0, 10) == [later]
+    response = admin_client.post(url("purge", Q), follow=True)  # no time posted: all
+    assert msgs(response) == ["Purged 1 dead job of queue default."]
     assert real_store.size(Q, "dead") == 0
     assert real_store.fetch(Q, pending.id).status == "pending"
     assert "has no dead jobs" in text(admin_client.get(url("purge", Q)))
