@@ -18,6 +18,7 @@ from django.utils import timezone
 from . import signals
 from .conf import delayq_settings
 from .connection import get_store
+from .exceptions import ConnectionError as DelayQConnectionError
 from .job import (
     DEFERRED,
     PENDING,
@@ -30,7 +31,7 @@ from .job import (
     to_datetime,
 )
 from .registry import Task, _registry
-from .store import Scheduled, check_queue_name, resend
+from .store import Op, Scheduled, Store, check_queue_name, resend
 
 TASK_NAME = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_<>][\w<>]*)+$")
 BULK_CHUNK = 1000
@@ -145,7 +146,9 @@ class _Prepared:
         self.record = encode_record(plan.name, self.args, kwargs, plan.key, plan.max_retries)
         self.id = new_job_id()
 
-    def job(self, result: Scheduled | None) -> Job:
+    def job(self, result: Scheduled | None, dates: dict[float | None, Any] | None = None) -> Job:
+        """The Job this call stored (or kept). ``dates``: a memo of epoch -> datetime for
+        bulk calls, whose jobs mostly share a due time and a creation millisecond."""
         plan = self.plan
         args, kwargs, name, key, retries = self.args, self.kwargs, plan.name, plan.key, plan.retries
         if result is not None and result.record:  # kept: describe the existing job
@@ -155,6 +158,13 @@ class _Prepared:
             if retries is None:
                 retries = delayq_settings.MAX_RETRIES
         job_id = result.id if result else self.id
+        due = result.due_at if result else None
+        created = id_timestamp(job_id)
+        if dates is None:
+            due_at, created_at = to_datetime(due), to_datetime(created)
+        else:
+            due_at = dates.get(due) or dates.setdefault(due, to_datetime(due))
+            created_at = dates.get(created) or dates.setdefault(created, to_datetime(created))
         return Job(
             id=job_id,
             task=name,
@@ -162,10 +172,10 @@ class _Prepared:
             kwargs=kwargs,
             queue=plan.queue,
             status=PENDING,
-            due_at=to_datetime(result.due_at) if result else None,
+            due_at=due_at,
             max_retries=retries,
             key=key,
-            created_at=to_datetime(id_timestamp(job_id)),
+            created_at=created_at,
             outcome=result.outcome if result else DEFERRED,
         )
 
@@ -228,34 +238,62 @@ def schedule_many(
                 _Prepared(base if merged is options else _Plan(task, merged), args, kwargs)
             )
     store = get_store()
+    chunks = list(_chunks(prepared, BULK_CHUNK))
+    built: list[tuple[list[Op], list[list[_Prepared]]]] = []
+
+    def ops_of_chunks() -> Iterator[list[Op]]:
+        for chunk in chunks:  # built lazily: while Redis runs the chunk sent before
+            ops, owners = _bulk_ops(store, chunk)
+            built.append((ops, owners))
+            yield ops
+
     jobs: list[Job] = []
-    for chunk in _chunks(prepared, BULK_CHUNK):
-        ops, owners = [], []
-        batches: dict[str, list[_Prepared]] = {}
-        for p in chunk:
-            store.remember_queue(p.plan.queue)
-            if p.plan.key is None:
-                batches.setdefault(p.plan.queue, []).append(p)
-            else:
-                ops.append(store.schedule_op(p.plan.queue, p.id, p.record, **p.plan.options))
-                owners.append([p])
-        for queue, group in batches.items():
-            ops.append(
-                store.schedule_many_op(queue, [(p.id, p.record, p.plan.options) for p in group])
-            )
-            owners.append(group)
-        results: dict[str, Scheduled] = {}
-        for group, result in zip(owners, resend(lambda ops=ops: store.run(ops)), strict=True):
-            if isinstance(result, Exception):
-                raise result
-            if len(group) == 1 and isinstance(result, Scheduled):
-                results[group[0].id] = result
-            else:
-                results.update(zip((p.id for p in group), result, strict=True))
-        for p in chunk:
-            job = p.job(results[p.id])
-            signals.send(signals.job_scheduled, p.plan.task or p.plan.name, job=job)
-            jobs.append(job)
+    done = 0
+    try:
+        for results in store.stream(ops_of_chunks()):
+            jobs += _bulk_jobs(chunks[done], built[done][1], results)
+            done += 1
+    except DelayQConnectionError:
+        # Idempotent writes: send the unanswered chunks again, one by one (see resend()).
+        for chunk in chunks[done:]:
+            ops, owners = _bulk_ops(store, chunk)
+            jobs += _bulk_jobs(chunk, owners, resend(lambda ops=ops: store.run(ops)))
+    return jobs
+
+
+def _bulk_ops(store: Store, chunk: list[_Prepared]) -> tuple[list[Op], list[list[_Prepared]]]:
+    """A chunk's script calls: one schedule_many op per queue for jobs without a unique
+    key, one schedule op per job with one; and the jobs each op is for."""
+    ops, owners = [], []
+    batches: dict[str, list[_Prepared]] = {}
+    for p in chunk:
+        store.remember_queue(p.plan.queue)
+        if p.plan.key is None:
+            batches.setdefault(p.plan.queue, []).append(p)
+        else:
+            ops.append(store.schedule_op(p.plan.queue, p.id, p.record, **p.plan.options))
+            owners.append([p])
+    for queue, group in batches.items():
+        ops.append(store.schedule_many_op(queue, [(p.id, p.record, p.plan.options) for p in group]))
+        owners.append(group)
+    return ops, owners
+
+
+def _bulk_jobs(chunk: list[_Prepared], owners: list[list[_Prepared]], replies: list) -> list[Job]:
+    results: dict[str, Scheduled] = {}
+    for group, result in zip(owners, replies, strict=True):
+        if isinstance(result, Exception):
+            raise result
+        if len(group) == 1 and isinstance(result, Scheduled):
+            results[group[0].id] = result
+        else:
+            results.update(zip((p.id for p in group), result, strict=True))
+    jobs = []
+    dates: dict[float | None, Any] = {}
+    for p in chunk:
+        job = p.job(results[p.id], dates)
+        signals.send(signals.job_scheduled, p.plan.task or p.plan.name, job=job)
+        jobs.append(job)
     return jobs
 
 

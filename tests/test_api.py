@@ -248,3 +248,27 @@ def test_record_format_2_is_compact_and_format_1_still_decodes():
     for broken in (b"[]", b"[1,2]", b'"a.b"', b"{}", b'[{"t":"a.b","k":[]}]', b"[{"):
         with pytest.raises(CorruptJob):
             decode_record(broken)
+
+
+def test_schedule_many_streams_chunks_and_resends_after_a_broken_connection(store, monkeypatch):
+    from django_delayq import api
+    from django_delayq.exceptions import ConnectionError as DelayQConnectionError
+
+    monkeypatch.setattr(api, "BULK_CHUNK", 3)
+    calls = [(i, i) for i in range(10)] + [{"args": [0, 0], "key": "unique"}]
+    jobs = schedule_many(t.add, calls, delay=60)  # four chunks, sent one ahead
+    assert len({j.id for j in jobs}) == 11 and jobs[-1].key == "unique"
+    assert store.client.zcard(store.key("default", "pending")) == 11
+
+    stream = store.stream
+
+    def breaks_after_one(chunks):  # the connection breaks after the first chunk's reply
+        replies = stream(chunks)
+        yield next(replies)
+        replies.close()
+        raise DelayQConnectionError("Redis is unreachable or the connection broke")
+
+    monkeypatch.setattr(type(store), "stream", lambda self, chunks: breaks_after_one(chunks))
+    again = schedule_many(t.add, [(i, i) for i in range(10)], delay=60)
+    assert len({j.id for j in again}) == 10 and all(j.due_at for j in again)
+    assert store.client.zcard(store.key("default", "pending")) == 21  # each stored once

@@ -441,3 +441,23 @@ def test_an_idle_wake_wait_never_outlasts_the_socket_read_timeout(real_client):
     began = time.monotonic()
     assert short.wait_for_wake([Q], timeout=5.0) is False  # no TimeoutError
     assert time.monotonic() - began < 1.0
+
+
+def test_stream_answers_chunk_by_chunk_and_survives_a_script_flush(store):
+    jobs = [(new_job_id(), encode_record("a.b", [i], {})) for i in range(6)]
+    taken = jobs[0][0]
+    chunks = [
+        [store.schedule_many_op(Q, [(i, r, {"delay": 5.0}) for i, r in jobs[:3]], now=T0)],
+        # the same id with another record: refused, and the chunk behind it still runs
+        [store.schedule_many_op(Q, [(taken, b'["x.y"]', {"delay": 5.0})], now=T0)],
+        [store.schedule_many_op(Q, [(i, r, {"at": T0 + 9}) for i, r in jobs[3:]], now=T0)],
+    ]
+    first, refused, last = store.stream(iter(chunks))
+    assert [s.due_at for s in first[0]] == [T0 + 5] * 3
+    assert "DUPLICATE_ID" in str(refused[0])
+    assert [s.due_at for s in last[0]] == [T0 + 9] * 3
+    store.client.script_flush()  # Redis forgot the scripts: NOSCRIPT, loaded and sent again
+    resend = [(jobs[0][0], jobs[0][1], {"delay": 60.0})]
+    ((again,),) = store.stream([[store.schedule_many_op(Q, resend, now=T0)]])
+    assert again[0].due_at == T0 + 5  # the re-sent job answers with its stored due time
+    assert len(members(store, "pending")) == 6
