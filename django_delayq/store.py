@@ -249,13 +249,37 @@ class Store:
     # -- running operations ---------------------------------------------------
 
     def call(self, op: Op) -> Any:
+        """Run one operation: its parsed reply, or the exception its script raised."""
         if not self._scripts_loaded:
             self.load_scripts()
+        if self.cluster:
+            try:
+                reply = self._scripts[op.script](keys=self.script_keys(op.queue), args=op.argv)
+            except redis.exceptions.RedisError as exc:
+                raise translate_errors(exc) from exc
+            return op.parse(reply)
+        # EVALSHA on a pooled connection, packed by _send (a third of redis-py's packing
+        # cost for a schedule(), measured by the benchmarks), under the client's own retry
+        # policy exactly as redis-py's execute_command runs a command.
+        ops = (op,)
+        pool = self.client.connection_pool
+        conn = self._connection()
+
+        def send_and_read() -> list[Any]:
+            self._send(conn, ops)
+            return self._read_replies(conn, ops)
+
         try:
-            reply = self._scripts[op.script](keys=self.script_keys(op.queue), args=op.argv)
+            replies = conn.retry.call_with_retry(send_and_read, lambda _: conn.disconnect())
         except redis.exceptions.RedisError as exc:
+            conn.disconnect()
             raise translate_errors(exc) from exc
-        return op.parse(reply)
+        finally:
+            pool.release(conn)
+        (result,) = self._parsed(ops, replies)
+        if isinstance(result, Exception):
+            raise result
+        return result
 
     def run(self, ops: Sequence[Op]) -> list[Any]:
         """Run several operations in one round trip (non-transactional pipeline).
@@ -302,7 +326,7 @@ class Store:
         if not self._scripts_loaded:
             self.load_scripts()
         pool = self.client.connection_pool
-        conn = pool.get_connection()
+        conn = self._connection()
         in_flight: deque[Sequence[Op]] = deque()
         try:
             for ops in chunks:
@@ -320,6 +344,13 @@ class Store:
                 conn.disconnect()
             pool.release(conn)
 
+    def _connection(self) -> Any:
+        """A connection from the client's pool (connected: redis-py connects here)."""
+        try:
+            return self.client.connection_pool.get_connection()
+        except redis.exceptions.RedisError as exc:
+            raise translate_errors(exc) from exc
+
     def _send(self, conn: Any, ops: Sequence[Op]) -> None:
         # Packed here rather than by redis-py, whose per-argument encoder was 40% of a
         # bulk schedule's time (four arguments per job).
@@ -334,20 +365,38 @@ class Store:
         conn.send_packed_command([b"".join(out)])
 
     def _receive(self, conn: Any, ops: Sequence[Op]) -> list[Any]:
+        return self._parsed(ops, self._read_replies(conn, ops))
+
+    @staticmethod
+    def _read_replies(conn: Any, ops: Sequence[Op]) -> list[Any]:
         replies: list[Any] = []
         for _ in ops:
             try:
                 replies.append(conn.read_response())
             except redis.exceptions.ResponseError as exc:
                 replies.append(exc)
-        if any(isinstance(r, redis.exceptions.NoScriptError) for r in replies):
-            # Redis lost its scripts (restart, SCRIPT FLUSH): those ops did not run;
-            # run() loads the scripts and sends them again (the others answer as re-sends).
-            return self.run(ops)
-        return [
-            translate_errors(reply) if isinstance(reply, Exception) else op.parse(reply)
-            for op, reply in zip(ops, replies, strict=True)
-        ]
+        return replies
+
+    def _parsed(self, ops: Sequence[Op], replies: list[Any]) -> list[Any]:
+        """Each op's parsed reply or translated error."""
+        noscript = redis.exceptions.NoScriptError
+        missing = [i for i, r in enumerate(replies) if isinstance(r, noscript)]
+        if missing:
+            # Redis lost its scripts (restart, SCRIPT FLUSH), so those ops did not run:
+            # _pipelined loads the scripts and sends them (only them) again.
+            again = self._pipelined([ops[i] for i in missing])
+            replies = list(replies)
+            for i, reply in zip(missing, again, strict=True):
+                replies[i] = reply
+        results: list[Any] = []
+        for op, reply in zip(ops, replies, strict=True):
+            if isinstance(reply, Exception):
+                if isinstance(reply, REDIS_DOWN):
+                    raise translate_errors(reply) from reply
+                results.append(translate_errors(reply))
+            else:
+                results.append(op.parse(reply))
+        return results
 
     def load_scripts(self) -> None:
         """SCRIPT LOAD every script (one round trip; one call per script on a cluster,
