@@ -52,11 +52,58 @@ RESEND_PAUSES = (0.05, 0.25)
 REDIS_DOWN = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
 
 
+_LUA_FUNCTION = re.compile(r"^local function (\w+)\(")
+
+
+def _lib_parts(text: str) -> tuple[str, list[tuple[str, str]]]:
+    """_lib.lua as (its top-level statements and comments, [(helper name, its text)]).
+
+    A helper is a top-level ``local function`` with the comments above it, ending at a
+    line ``end`` (or on its own line when that line ends with `` end``)."""
+    preamble: list[str] = []
+    parts: list[tuple[str, str]] = []
+    current: list[str] = []  # comments and blank lines go with the helper below them
+    name: str | None = None
+    for line in text.splitlines(keepends=True):
+        current.append(line)
+        if name is None:
+            match = _LUA_FUNCTION.match(line)
+            if match:
+                name = match.group(1)
+                ended = line.rstrip().endswith(" end")  # a one-line helper
+            elif line.strip() and not line.startswith("--"):  # a top-level statement
+                preamble += current
+                current = []
+                continue
+            else:
+                continue
+        else:
+            ended = line.rstrip() == "end"
+        if ended:
+            parts.append((name, "".join(current)))
+            current, name = [], None
+    preamble += current
+    return "".join(preamble), parts
+
+
 @cache
 def script_source(name: str) -> str:
-    """The text sent to Redis: the shared helpers followed by the script."""
+    """The text sent to Redis: the helpers of _lib.lua the script uses, then the script.
+
+    Only those: Lua creates every ``local function`` of the text on each call, and all
+    nineteen helpers cost a schedule() about 6 us of Redis time (measured)."""
     lua = resources.files("django_delayq") / "lua"
-    return (lua / "_lib.lua").read_text() + "\n" + (lua / f"{name}.lua").read_text()
+    body = (lua / f"{name}.lua").read_text()
+    preamble, parts = _lib_parts((lua / "_lib.lua").read_text())
+    needed: set[str] = set()
+    text = body
+    while True:
+        more = {h for h, _ in parts if h not in needed and re.search(rf"\b{h}\b", text)}
+        if not more:
+            break
+        needed |= more
+        text = body + "".join(t for h, t in parts if h in needed)
+    return preamble + "".join(t for h, t in parts if h in needed) + "\n" + body
 
 
 def check_queue_name(queue: str) -> str:

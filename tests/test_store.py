@@ -461,3 +461,18 @@ def test_stream_answers_chunk_by_chunk_and_survives_a_script_flush(store):
     ((again,),) = store.stream([[store.schedule_many_op(Q, resend, now=T0)]])
     assert again[0].due_at == T0 + 5  # the re-sent job answers with its stored due time
     assert len(members(store, "pending")) == 6
+
+
+def test_scripts_carry_only_the_helpers_they_use():
+    from django_delayq.store import _lib_parts, script_source
+
+    lib = (resources.files("django_delayq") / "lua" / "_lib.lua").read_text()
+    preamble, parts = _lib_parts(lib)
+    assert sorted((preamble + "".join(t for _, t in parts)).splitlines()) == sorted(
+        lib.splitlines()
+    )  # nothing of _lib.lua lost or duplicated by the split
+    helpers = lambda name: re.findall(r"^local function (\w+)", script_source(name), re.M)  # noqa: E731
+    assert helpers("delete") == ["forget"]
+    assert helpers("schedule_many") == ["clock", "fmt", "wake"]
+    assert "ack_from" in helpers("claim") and "trim_dead" not in helpers("claim")
+    assert script_source("claim").startswith(preamble)
