@@ -101,6 +101,7 @@ class Claimed:
     key: str | None = None
     started: float | None = None  # time.monotonic() when a runner took it
     withdrawn: bool = False  # handed back to pending before a runner took it
+    finished: bool = False  # run, its ack or failure not sent yet
 
 
 @dataclass
@@ -292,7 +293,7 @@ class Worker:
         estimate = self._job_time
         if self._busy:  # a job running for long now says more than the average
             with self._lock:
-                started = [c.started for c in self._running.values() if c.started is not None]
+                started = self._run_starts()
             if started:
                 estimate = max(estimate, time.monotonic() - min(started))
         per_wait = PREFETCH_WAIT * self.concurrency / max(estimate, 1e-6)
@@ -309,8 +310,14 @@ class Worker:
             return False
         limit = time.monotonic() - PREFETCH_STALL
         with self._lock:
-            started = [c.started for c in self._running.values() if c.started is not None]
+            started = self._run_starts()
         return len(started) >= self.concurrency and max(started) < limit
+
+    def _run_starts(self) -> list[float]:
+        """When the jobs runners are on now started (call with the lock held)."""
+        return [
+            c.started for c in self._running.values() if c.started is not None and not c.finished
+        ]
 
     def _hand_back_waiting(self) -> None:
         """Hand claimed jobs no runner has taken yet back to pending (attempt not counted)."""
@@ -533,6 +540,7 @@ class Worker:
             except BaseException as exc:  # never lose a slot or a job to a bug here
                 logger.exception("internal error running job %s", item.id)
                 outcome = Outcome(item, ok=False, error=_error_info(exc, item.attempts, self.name))
+            item.finished = True
             took = time.monotonic() - started
             average = self._job_time
             self._job_time = took if average is None else average + (took - average) / 8
