@@ -347,16 +347,7 @@ class Store:
                         raise
                     results.append(exc)
             return results
-        replies = self._pipelined(ops)
-        results: list[Any] = []
-        for op, reply in zip(ops, replies, strict=True):
-            if isinstance(reply, Exception):
-                if isinstance(reply, REDIS_DOWN):
-                    raise translate_errors(reply) from reply
-                results.append(translate_errors(reply))
-            else:
-                results.append(op.parse(reply))
-        return results
+        return self._translated(ops, self._pipelined(ops))
 
     def stream(self, chunks: Iterable[Sequence[Op]]) -> Iterator[list[Any]]:
         """:meth:`run` for each chunk of ops, in order, one round trip each, but with the
@@ -435,6 +426,12 @@ class Store:
             replies = list(replies)
             for i, reply in zip(missing, again, strict=True):
                 replies[i] = reply
+        return self._translated(ops, replies)
+
+    @staticmethod
+    def _translated(ops: Sequence[Op], replies: Sequence[Any]) -> list[Any]:
+        """Each op's parsed reply, or its error as a django-delayq exception; a broken
+        connection raises (the ops after it may or may not have run)."""
         results: list[Any] = []
         for op, reply in zip(ops, replies, strict=True):
             if isinstance(reply, Exception):
