@@ -330,17 +330,21 @@ class Worker:
         if not waiting:
             return
         self._prefetch = 0
-        by_queue: dict[str, list[tuple[str, str]]] = {}
-        for item in waiting:
-            by_queue.setdefault(item.queue, []).append((item.id, item.token))
-        for queue, entries in by_queue.items():
+        self._release(waiting, "waiting", logger.info)
+
+    def _release(self, items: list[Claimed], what: str, log: Callable[..., None]) -> None:
+        """Hand ``items`` back to pending, the attempt not counted; if Redis refuses, they
+        are recovered once their lease expires."""
+        for queue, entries in _leases_by_queue(items).items():
             try:
                 self.store.release(queue, entries, now=self._now())
-                logger.info("handed %d waiting jobs of %s back to pending", len(entries), queue)
+                log("handed %d %s jobs of %s back to pending", len(entries), what, queue)
             except (DelayQError, redis.exceptions.RedisError) as exc:
                 logger.warning(
-                    "could not hand back %d waiting jobs (%s); they will be recovered",
+                    "could not hand back %d %s jobs of %s (%s); they will be recovered",
                     len(entries),
+                    what,
+                    queue,
                     exc,
                 )
 
@@ -508,19 +512,7 @@ class Worker:
         with self._lock:
             finished = {outcome.claimed.id for outcome in self._done}
             unfinished = [i for i in self._running.values() if i.id not in finished]
-        by_queue: dict[str, list[tuple[str, str]]] = {}
-        for item in unfinished:
-            by_queue.setdefault(item.queue, []).append((item.id, item.token))
-        for queue, entries in by_queue.items():
-            try:
-                self.store.release(queue, entries, now=self._now())
-                logger.warning(
-                    "released %d unfinished jobs of %s back to pending", len(entries), queue
-                )
-            except (DelayQError, redis.exceptions.RedisError) as exc:
-                logger.warning(
-                    "could not release unfinished jobs (%s); they will be recovered", exc
-                )
+        self._release(unfinished, "unfinished", logger.warning)
         return 1 if unfinished else 0
 
     # -- runner threads -------------------------------------------------------
@@ -694,10 +686,7 @@ class Worker:
     def _heartbeat(self) -> None:
         with self._lock:
             running = list(self._running.values())
-        by_queue: dict[str, list[tuple[str, str]]] = {}
-        for item in running:
-            by_queue.setdefault(item.queue, []).append((item.id, item.token))
-        for queue, entries in by_queue.items():
+        for queue, entries in _leases_by_queue(running).items():
             flags = self.store.extend(queue, entries, self.lease, now=self._now())
             for (job_id, _), ok in zip(entries, flags, strict=True):
                 if not ok:
@@ -745,6 +734,14 @@ class Worker:
                 if len(moved) < 100:
                     break
         return total
+
+
+def _leases_by_queue(items: Sequence[Claimed]) -> dict[str, list[tuple[str, str]]]:
+    """(job id, lease token) pairs of claimed jobs, per queue: what release/extend take."""
+    by_queue: dict[str, list[tuple[str, str]]] = {}
+    for item in items:
+        by_queue.setdefault(item.queue, []).append((item.id, item.token))
+    return by_queue
 
 
 class _Backoff:
