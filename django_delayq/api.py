@@ -92,16 +92,6 @@ def _check_key(key: Any, on_conflict: Any) -> None:
         raise ValueError(f"on_conflict= must be 'replace' or 'keep', got {on_conflict!r}")
 
 
-_VALID_QUEUES: set[str] = set()
-
-
-def _valid_queue(queue: str) -> str:
-    check_queue_name(queue)
-    if len(_VALID_QUEUES) < 1000:
-        _VALID_QUEUES.add(queue)
-    return queue
-
-
 class _Plan:
     """What a schedule() call decides before looking at the task's arguments: task,
     queue, retries, unique key and due time. schedule_many() works it out once."""
@@ -116,8 +106,7 @@ class _Plan:
         key, on_conflict = options.get("key"), options.get("on_conflict", "replace")
         _check_key(key, on_conflict)
         queue = options.get("queue") or (self.task and self.task.queue)
-        queue = queue or delayq_settings.DEFAULT_QUEUE
-        self.queue = queue if queue in _VALID_QUEUES else _valid_queue(queue)
+        self.queue = check_queue_name(queue or delayq_settings.DEFAULT_QUEUE)
         max_retries = options.get("max_retries")
         if max_retries is None and self.task is not None:
             max_retries = self.task.max_retries

@@ -106,9 +106,16 @@ def script_source(name: str) -> str:
     return preamble + "".join(t for h, t in parts if h in needed) + "\n" + body
 
 
+_VALID_QUEUES: set[str] = set()  # names already checked (schedule() checks on every call)
+
+
 def check_queue_name(queue: str) -> str:
+    if type(queue) is str and queue in _VALID_QUEUES:
+        return queue
     if not isinstance(queue, str) or not QUEUE_NAME.match(queue):
         raise ValueError(f"invalid queue name {queue!r}: use 1-64 letters, digits, '_', '-' or '.'")
+    if len(_VALID_QUEUES) < 1000:
+        _VALID_QUEUES.add(queue)
     return queue
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import re
 from datetime import timedelta
 
 import pytest
@@ -53,6 +54,12 @@ def test_queue_from_task_and_option(store):
     job = t.add.schedule(1, 2, queue="fast")
     assert job.queue == "fast" and get_job(job.id).queue == "fast"
     assert get_job(job.id, queue="default") is None
+
+
+@pytest.mark.parametrize("queue", ["bad name", ["emails"], 7, "x" * 65])
+def test_a_bad_queue_is_refused_with_its_name(fake_store, queue):
+    with pytest.raises(ValueError, match=re.escape(f"invalid queue name {queue!r}")):
+        t.add.schedule(1, 2, queue=queue)
 
 
 @pytest.mark.parametrize(
