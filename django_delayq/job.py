@@ -327,6 +327,11 @@ def last_error_of(meta: dict[str, Any]) -> str | None:
     return f"{kind}: {message}" if kind else message
 
 
+def empty_fields() -> dict[str, Any]:
+    """The decoded fields of a job whose record is missing or corrupt (a fresh dict)."""
+    return {"task": "", "args": [], "kwargs": {}, "key": None, "max_retries": None}
+
+
 def job_from_raw(raw: Any, default_max_retries: int, outcome: str | None = None) -> Job:
     """Build a Job from a store.RawJob. A corrupt record gives a Job whose task is ''."""
     meta = parse_meta(raw.meta)
@@ -334,7 +339,7 @@ def job_from_raw(raw: Any, default_max_retries: int, outcome: str | None = None)
         fields = decode_record(raw.record) if raw.record is not None else None
     except CorruptJob:
         fields = None
-    fields = fields or {"task": "", "args": [], "kwargs": {}, "key": None, "max_retries": None}
+    fields = fields or empty_fields()
     max_retries = fields["max_retries"]
     score = to_datetime(raw.score)
     errors = meta.get("e") if isinstance(meta.get("e"), list) else []

@@ -55,7 +55,16 @@ from . import signals
 from .conf import delayq_settings
 from .connection import get_store
 from .exceptions import CorruptJob, DelayQError, LeaseLost
-from .job import DEAD, RUNNING, Job, decode_record, id_timestamp, job_from_raw, to_datetime
+from .job import (
+    DEAD,
+    RUNNING,
+    Job,
+    decode_record,
+    empty_fields,
+    id_timestamp,
+    job_from_raw,
+    to_datetime,
+)
 from .registry import Task, _registry, get_task
 from .store import Claim, Op, Store
 
@@ -544,7 +553,7 @@ class Worker:
                 self._wake.set()
 
     def _job(self, item: Claimed, fields: dict[str, Any] | None) -> Job:
-        fields = fields or {"task": "", "args": [], "kwargs": {}, "key": None, "max_retries": None}
+        fields = fields or empty_fields()
         return Job(
             id=item.id,
             task=fields["task"],
