@@ -37,6 +37,11 @@ class ConnectionError(DelayQError):
     """Redis could not be reached; the operation did not happen."""
 
 
+class OutcomeUnknown(ConnectionError):
+    """The connection broke after an operation that is not safe to repeat was sent: Redis may
+    or may not have run it (the message says which operation)."""
+
+
 class Superseded(DelayQError):
     """A job was not retried because another pending job holds its unique key."""
 

@@ -1,31 +1,24 @@
-"""The Job value object, job ids, and the encoding of job records.
+"""The Job value object, job ids, and the encoding of what Redis holds for a job.
 
-A job record is the JSON text stored (as the value of the queue's ``jobs`` hash)
-for each job. It holds only what the producer decided and never changes while
-the job lives, so Lua scripts never re-encode user data.
+A job record is the bytes stored for a job in its queue's ``jobs`` hash. It holds what the
+producer decided and never changes while the job waits (a unique-key replace swaps it
+whole). Format 3 (since 0.2) is a header the Lua scripts read, then a body only Python reads::
 
-Format 2 (written since 0.2) is a JSON array: a head, then the positional arguments::
+    5i=16:order:42:autocancel\\n          header: max_retries, flags, then the unique key
+    shop.tasks.cancel_order\\n            the task name                  (length-prefixed)
+    {"reason":"unpaid"}\\n                keyword arguments (only with flag 'k')
+    42,"x"                               the positional arguments: a JSON array without [ ]
 
-    ["shop.tasks.cancel_order", 42]                  # the head is the task name, or
-    [{"t": "shop.tasks.cancel_order",                # an object when there is more:
-      "k": {"reason": "unpaid"},                     #   keyword arguments (omitted if none)
-      "u": "order:42:autocancel",                    #   unique key (omitted if none)
-      "r": 3},                                       #   max_retries (omitted: the setting)
-     42]
+The header is everything scripts need (``header()`` in ``lua/_lib.lua``), so they never
+decode user data, whatever its size or nesting: ``max_retries`` (decided once, when the job is
+scheduled), flags (``i``: keep a tombstone when it finishes, see ``store.py``; ``k``: has
+keyword arguments) and the unique key. A record of 0.1 (a JSON array, format 2, or object,
+format 1) is still decoded here; scripts treat it as having no unique key and the
+``MAX_RETRIES`` setting.
 
-A later format will carry ``"v": <version>`` in an object head; a version this code
-does not know is refused (the job is dead-lettered, not guessed at).
-
-Format 1 (0.1) is a JSON object and is still decoded::
-
-    {"t": "shop.tasks.cancel_order", "a": [42], "k": {...}, "u": "...", "r": 3}
-
-Mutable state (attempts, lease token, worker, errors) lives in a separate ``meta``
-hash written by the scripts. ``created_at`` is not stored: job ids are ULIDs, whose
-first 48 bits are the creation time in milliseconds. The queue is the key's, the
-due time is the sorted-set score. The record's size decides the Redis memory of a
-pending job: the array form saves the ``{"t":`` and ``,"a":`` keys (8 bytes), which
-for a short task name and payload is the difference between allocation classes.
+The mutable state lives beside the record: ``state`` (``"<attempts>|<lease token>"``) and
+``errors`` (each error framed as ``"<length>\\n<JSON>"``), written by the scripts.
+``created_at`` is not stored: job ids are ULIDs, whose first 48 bits are the creation time.
 """
 
 from __future__ import annotations
@@ -33,16 +26,14 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import threading
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from .exceptions import CorruptJob, SerializationError
-
-RECORD_VERSION = 2  # written; 1 and 2 are decoded
 
 PENDING = "pending"
 RUNNING = "running"
@@ -54,6 +45,12 @@ CREATED = "created"
 REPLACED = "replaced"
 KEPT = "kept"
 DEFERRED = "deferred"  # on_commit=True inside a transaction: stored when it commits
+
+# A claimed job that no runner has started yet has the running score lease_until - RESERVED
+# (lua/_lib.lua holds the same number).
+RESERVED = 10_000_000_000
+FLAG_TOMBSTONE = "i"
+FLAG_KWARGS = "k"
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 # Two base-32 digits (10 bits) per lookup: 13 lookups write a ULID.
@@ -104,7 +101,14 @@ def id_timestamp(job_id: str) -> float | None:
 
 
 def to_datetime(epoch: float | None) -> datetime | None:
-    return None if epoch is None else datetime.fromtimestamp(epoch, tz=UTC)
+    """An aware UTC datetime, or None for None and for what no datetime can hold (a
+    garbage score read from Redis must not break a page)."""
+    if epoch is None:
+        return None
+    try:
+        return datetime.fromtimestamp(epoch, tz=UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
 
 
 # -- JSON arguments -----------------------------------------------------------
@@ -168,7 +172,7 @@ def dumps(value: Any) -> str:
     return _ENCODER.encode(value)
 
 
-def _scalars(values: Iterable[Any]) -> bool:
+def _scalars(values: Any) -> bool:
     for value in values:
         kind = type(value)
         if kind not in _SCALARS and not (kind is float and math.isfinite(value)):
@@ -181,33 +185,28 @@ def encode_record(
     args: list,
     kwargs: dict,
     key: str | None = None,
-    max_retries: int | None = None,
+    max_retries: int = 0,
+    flags: str = "",
 ) -> bytes:
-    """Encode a job record, refusing arguments that would not come back equal.
+    """Encode a job record (format 3), refusing arguments that would not come back equal.
 
-    One ``dumps`` and one ``loads`` (both in C) decide, the ``loads`` only when an
-    argument is not a plain str/int/bool/None/finite float; only when they disagree
-    is the structure walked, to name the offending argument in the error.
+    One ``dumps`` and one ``loads`` (both in C) decide, the ``loads`` only when an argument
+    is not a plain str/int/bool/None/finite float; only when they disagree is the structure
+    walked, to name the offending argument in the error.
     """
-    head: str | dict[str, Any] = task
-    if kwargs or key is not None or max_retries is not None:
-        head = {"t": task}
-        if kwargs:
-            head["k"] = kwargs
-        if key is not None:
-            head["u"] = key
-        if max_retries is not None:
-            head["r"] = max_retries
     try:
-        text = _ENCODER.encode([head, *args])
+        args_text = _ENCODER.encode(args)
+        kwargs_text = _ENCODER.encode(kwargs) if kwargs else ""
         if _scalars(args) and (
             not kwargs or (_scalars(kwargs.values()) and all(type(k) is str for k in kwargs))
         ):
             ok = True  # nothing that could come back changed: skip the loads() check
         else:
-            back = json.loads(text)
-            ok = back[1:] == args and (back[0].get("k", {}) if kwargs else {}) == kwargs
-        data = text.encode()  # UnicodeEncodeError (a ValueError): a lone surrogate
+            ok = json.loads(args_text) == args and (not kwargs or json.loads(kwargs_text) == kwargs)
+        body = (
+            f"{task}\n{kwargs_text}\n{args_text[1:-1]}" if kwargs else f"{task}\n{args_text[1:-1]}"
+        )
+        data = body.encode()  # UnicodeEncodeError (a ValueError): a lone surrogate
     except (TypeError, ValueError, RecursionError):
         ok = False
     if not ok:
@@ -222,53 +221,154 @@ def encode_record(
             if problem:
                 raise SerializationError(f"{problem} (task {task})")
         raise SerializationError(f"the arguments of {task} do not round-trip through JSON")
-    return data
+    if kwargs:
+        flags += FLAG_KWARGS
+    head = f"{max_retries}{flags}".encode()
+    if key is not None:
+        raw_key = key.encode()
+        head += b"=%d:%s" % (len(raw_key), raw_key)
+    return head + b"\n" + data
 
 
-def decode_record(raw: bytes | str) -> dict[str, Any]:
-    """Decode a record (format 1 or 2) into {task, args, kwargs, key, max_retries};
-    raise CorruptJob."""
+@dataclass(frozen=True)
+class Fields:
+    """What a record says: the call, and the policy decided when the job was scheduled."""
+
+    task: str
+    args: list
+    kwargs: dict
+    key: str | None = None
+    max_retries: int | None = None  # None only for records of 0.1 (the setting applies)
+    flags: str = ""
+
+    @property
+    def info(self) -> str:
+        """The record's flags and unique key as ack.lua takes them."""
+        return self.flags if self.key is None else f"{self.flags}={self.key}"
+
+
+EMPTY = Fields("", [], {})
+_HEADER = re.compile(rb"(\d{1,9})([a-z]*)")
+
+
+def decode_record(raw: bytes | str) -> Fields:
+    """Decode a record (format 3, or 0.1's formats 1 and 2); raise CorruptJob."""
+    if isinstance(raw, str):
+        raw = raw.encode("utf-8", "surrogatepass")
+    first = raw[:1]
+    if first in (b"[", b"{"):
+        return _decode_legacy(raw)
+    match = _HEADER.match(raw)
+    if match is None:
+        raise CorruptJob(f"job record has no header (newer format, or damaged): {raw[:80]!r}")
+    max_retries, flags = int(match.group(1)), match.group(2).decode()
+    pos, key = match.end(), None
+    try:
+        if raw[pos : pos + 1] == b"=":
+            colon = raw.index(b":", pos)
+            length = int(raw[pos + 1 : colon])
+            key = raw[colon + 1 : colon + 1 + length].decode()
+            pos = colon + 1 + length
+        if raw[pos : pos + 1] != b"\n":
+            raise ValueError("header does not end with a newline")
+        task_end = raw.index(b"\n", pos + 1)
+        task = raw[pos + 1 : task_end].decode()
+        kwargs: Any = {}
+        rest = task_end + 1
+        if FLAG_KWARGS in flags:
+            kwargs_end = raw.index(b"\n", rest)
+            kwargs = json.loads(raw[rest:kwargs_end])
+            rest = kwargs_end + 1
+        args = json.loads(b"[" + raw[rest:] + b"]")
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError and JSON errors too
+        raise CorruptJob(f"job record cannot be decoded ({exc}): {raw[:80]!r}") from None
+    if not task or not isinstance(kwargs, dict):
+        raise CorruptJob(f"job record has malformed fields: {raw[:80]!r}")
+    flags = flags.replace(FLAG_KWARGS, "")
+    return Fields(task, args, kwargs, key, max_retries, flags)
+
+
+def _decode_legacy(raw: bytes) -> Fields:
     try:
         record = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise CorruptJob(f"job record is not valid JSON ({exc}): {_head(raw)!r}") from None
+    except (ValueError, RecursionError) as exc:
+        raise CorruptJob(f"job record is not valid JSON ({exc}): {raw[:80]!r}") from None
     if type(record) is list and record and type(record[0]) is str:  # format 2, short head
-        return {
-            "task": record[0],
-            "args": record[1:],
-            "kwargs": {},
-            "key": None,
-            "max_retries": None,
-        }
+        return Fields(record[0], record[1:], {})
     if type(record) is list and record and type(record[0]) is dict:  # format 2, object head
-        head, args, version = record[0], record[1:], record[0].get("v", 2)
+        head, args = record[0], record[1:]
     elif type(record) is dict:  # format 1
-        head, args, version = record, record.get("a", []), record.get("v", 1)
+        head, args = record, record.get("a", [])
     else:
-        raise CorruptJob(f"job record has no task name: {_head(raw)!r}")
-    if version not in (1, 2) or (version == 1) != (head is record):
-        raise CorruptJob(f"job record format {version!r} is newer than this django-delayq")
-    if not isinstance(head.get("t"), str):
-        raise CorruptJob(f"job record has no task name: {_head(raw)!r}")
-    kwargs = head.get("k", {})
-    max_retries = head.get("r")
+        raise CorruptJob(f"job record has no task name: {raw[:80]!r}")
+    kwargs, max_retries, key = head.get("k", {}), head.get("r"), head.get("u")
     if (
-        not isinstance(args, list)
+        not isinstance(head.get("t"), str)
+        or not isinstance(args, list)
         or not isinstance(kwargs, dict)
         or not (max_retries is None or type(max_retries) is int)
+        or not (key is None or isinstance(key, str))
     ):
-        raise CorruptJob(f"job record has malformed fields: {_head(raw)!r}")
-    return {
-        "task": head["t"],
-        "args": args,
-        "kwargs": kwargs,
-        "key": head.get("u"),
-        "max_retries": max_retries,
-    }
+        raise CorruptJob(f"job record has malformed fields: {raw[:80]!r}")
+    return Fields(head["t"], args, kwargs, key, max_retries)
 
 
-def _head(raw: bytes | str) -> bytes:
-    return (raw.encode("utf-8", "replace") if isinstance(raw, str) else bytes(raw))[:80]
+def parse_state(raw: bytes | str | None) -> tuple[int, str | None]:
+    """``"<attempts>|<token>"`` -> (attempts, token or None); garbage reads as (0, None)."""
+    if not raw:
+        return 0, None
+    if isinstance(raw, bytes):
+        raw = raw.decode("utf-8", "replace")
+    count, bar, token = raw.partition("|")
+    if not bar or not count.isdigit() or len(count) > 9:
+        return 0, None
+    return int(count), token or None
+
+
+def parse_errors(raw: bytes | str | None) -> list[dict]:
+    """The framed error list (``"<length>\\n<JSON>"`` each) as dicts; damage is skipped."""
+    if not raw:
+        return []
+    if isinstance(raw, str):
+        raw = raw.encode("utf-8", "surrogatepass")
+    errors, pos = [], 0
+    while pos < len(raw):
+        newline = raw.find(b"\n", pos)
+        try:
+            length = int(raw[pos:newline]) if newline > pos else -1
+        except ValueError:
+            break
+        if length < 0:
+            break
+        chunk = raw[newline + 1 : newline + 1 + length]
+        pos = newline + 1 + length
+        try:
+            error = json.loads(chunk)
+        except ValueError:
+            error = {"type": "unknown", "message": chunk.decode("utf-8", "replace")}
+        errors.append(error if isinstance(error, dict) else {"message": str(error)})
+    return errors
+
+
+def frame_error(error: dict) -> bytes:
+    """One error as fail.lua appends it (what parse_errors reads)."""
+    data = json.dumps(error, ensure_ascii=False, default=str).encode()
+    return b"%d\n%s" % (len(data), data)
+
+
+def worker_of(token: str | None) -> str | None:
+    """The worker instance named in a lease token (``<instance>#<counter>``)."""
+    if not token:
+        return None
+    return token.rpartition("#")[0] or token
+
+
+def last_error_of(errors: list[dict]) -> str | None:
+    if not errors:
+        return None
+    last = errors[-1]
+    kind, message = str(last.get("type") or ""), str(last.get("message") or "")
+    return f"{kind}: {message}" if kind else message
 
 
 @dataclass(frozen=True)
@@ -279,6 +379,7 @@ class Job:
     successfully (or was cancelled) no longer exists: ``get_job`` returns None.
     ``outcome`` is set only on the Job returned by ``schedule()``: ``"created"``,
     ``"replaced"`` or ``"kept"`` (unique keys), or ``"deferred"`` (on_commit).
+    ``attempts`` counts the attempts made, the one running included.
     """
 
     id: str
@@ -305,60 +406,71 @@ class Job:
         return self.attempts <= self.max_retries
 
 
-def parse_meta(raw: bytes | str | None) -> dict[str, Any]:
-    """The per-job state written by the scripts: n (attempts), t (token), w, s, e."""
-    if not raw:
-        return {}
+def make_job(
+    job_id: str,
+    queue: str,
+    status: str,
+    fields: Fields,
+    default_max_retries: int,
+    *,
+    attempts: int = 0,
+    score: float | None = None,
+    errors: list[dict] | None = None,
+    worker: str | None = None,
+    outcome: str | None = None,
+) -> Job:
+    """The one place a Job is assembled (API, worker, recovery, admin, backend)."""
+    when = to_datetime(score)
+    errors = errors or []
+    return Job(
+        id=job_id,
+        task=fields.task,
+        args=fields.args,
+        kwargs=fields.kwargs,
+        queue=queue,
+        status=status,
+        due_at=when if status == PENDING else None,
+        attempts=attempts,
+        max_retries=default_max_retries if fields.max_retries is None else fields.max_retries,
+        last_error=last_error_of(errors),
+        key=fields.key,
+        created_at=to_datetime(id_timestamp(job_id)),
+        errors=errors,
+        lease_until=when if status == RUNNING else None,
+        worker=worker if status == RUNNING else None,
+        died_at=when if status == DEAD else None,
+        outcome=outcome,
+    )
+
+
+def decode_fields(record: bytes | None) -> Fields:
+    """A record's fields, or EMPTY (task '') when it is missing or corrupt."""
+    if record is None:
+        return EMPTY
     try:
-        meta = json.loads(raw)
-    except ValueError:
-        return {}
-    return meta if isinstance(meta, dict) else {}
-
-
-def last_error_of(meta: dict[str, Any]) -> str | None:
-    errors = meta.get("e") or []
-    if not errors or not isinstance(errors, list):
-        return None
-    last = errors[-1]
-    if not isinstance(last, dict):
-        return str(last)
-    kind, message = last.get("type") or "", last.get("message") or ""
-    return f"{kind}: {message}" if kind else message
-
-
-def empty_fields() -> dict[str, Any]:
-    """The decoded fields of a job whose record is missing or corrupt (a fresh dict)."""
-    return {"task": "", "args": [], "kwargs": {}, "key": None, "max_retries": None}
+        return decode_record(record)
+    except CorruptJob:
+        return EMPTY
 
 
 def job_from_raw(raw: Any, default_max_retries: int, outcome: str | None = None) -> Job:
-    """Build a Job from a store.RawJob. A corrupt record gives a Job whose task is ''."""
-    meta = parse_meta(raw.meta)
-    try:
-        fields = decode_record(raw.record) if raw.record is not None else None
-    except CorruptJob:
-        fields = None
-    fields = fields or empty_fields()
-    max_retries = fields["max_retries"]
-    score = to_datetime(raw.score)
-    errors = meta.get("e") if isinstance(meta.get("e"), list) else []
-    return Job(
-        id=raw.id,
-        task=fields["task"],
-        args=fields["args"],
-        kwargs=fields["kwargs"],
-        queue=raw.queue,
-        status=raw.status or "orphaned",
-        due_at=score if raw.status == PENDING else None,
-        attempts=int(meta.get("n") or 0),
-        max_retries=default_max_retries if max_retries is None else max_retries,
-        last_error=last_error_of(meta),
-        key=fields["key"],
-        created_at=to_datetime(id_timestamp(raw.id)),
-        errors=errors,
-        lease_until=score if raw.status == RUNNING else None,
-        worker=meta.get("w") if raw.status == RUNNING else None,
-        died_at=score if raw.status == DEAD else None,
+    """A Job from a store.RawJob (what the reads return). A corrupt record gives task ''."""
+    attempts, token = parse_state(raw.state)
+    score = raw.score
+    if raw.status == RUNNING and score is not None:
+        if score >= 0:
+            attempts += 1  # the attempt in progress
+        else:
+            score += RESERVED  # claimed, not started yet: the lease still runs
+    return make_job(
+        raw.id,
+        raw.queue,
+        raw.status or "orphaned",
+        decode_fields(raw.record),
+        default_max_retries,
+        attempts=attempts,
+        score=score,
+        errors=parse_errors(raw.errors),
+        worker=worker_of(token),
         outcome=outcome,
     )

@@ -1,18 +1,34 @@
--- _lib.lua: helpers prepended to every script by store.py (not a script itself).
+-- _lib.lua: helpers prepended to every script by scripts.py (not a script itself); a script
+-- carries only the helpers it names.
 --
 -- Every script receives the same KEYS, all in one queue's hash-tag slot:
---   KEYS[1] pending  sorted set  member: job id, score: due_at (epoch seconds)
---   KEYS[2] running  sorted set  member: job id, score: lease_until (epoch seconds)
---   KEYS[3] dead     sorted set  member: job id, score: died_at (epoch seconds)
---   KEYS[4] jobs     hash        job id -> job record (JSON written by Python, never re-encoded here;
---                                format 2 [head, args...] or format 1 {t, a, k, u, r}: see job.py)
---   KEYS[5] meta     hash        job id -> state JSON {n: attempts, t: lease token, w: worker,
---                                s: started_at, e: [errors]} (absent until a job is first claimed)
---   KEYS[6] keys     hash        unique key -> job id
---   KEYS[7] wake     list        tokens that wake a sleeping worker (at most 8 kept)
---   KEYS[8] stats    hash        "d:<minute % 60>" / "f:<minute % 60>" -> "<minute>:<count>"
--- Scripts touch no other key. Times are Redis's TIME unless a test passes "now".
-local P, R, D, J, M, U, W, S = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+--   KEYS[1]  pending  sorted set  job id -> due_at (epoch seconds)
+--   KEYS[2]  running  sorted set  job id -> lease_until for a job a runner has started;
+--                                 lease_until - RESERVED (a negative score) for a job a worker
+--                                 claimed but has not started yet (prefetched). A runner marks
+--                                 the start with a plain ZADD XX GT of the started score.
+--   KEYS[3]  dead     sorted set  job id -> died_at
+--   KEYS[4]  jobs     hash        job id -> record: header "\n" body (job.py); scripts read only
+--                                 the header: <max_retries><flags>[=<key length>:<key>]
+--   KEYS[5]  state    hash        job id -> "<n>|<token>": attempts counted so far, and the lease
+--                                 token of the current or last attempt (absent until claimed)
+--   KEYS[6]  keys     hash        unique key -> job id (of at most one pending job)
+--   KEYS[7]  wake     list        tokens that wake a sleeping worker (at most 8 kept)
+--   KEYS[8]  stats    hash        "d:<minute % 60>" / "f:<minute % 60>" -> "<minute>:<count>"
+--   KEYS[9]  errors   hash        job id -> errors, each framed "<byte length>\n<JSON object>"
+--   KEYS[10] done     sorted set  job id -> time it finished or was cancelled, kept DONE_TTL
+--                                 seconds for jobs whose header has flag 'i', so a schedule
+--                                 re-sent after a lost reply does not store a finished job again
+--   KEYS[11] claims   hash        worker instance -> "<token>\n<id> <id> ..." (its last claim) and
+--                                 "<instance>/r" -> "<token>\n<id>:<outcome> ..." (its last
+--                                 recovery), so a call re-sent with the same token answers the same
+-- Scripts touch no other key and check the types of the keys they write before the first
+-- write, so an error never leaves a job half moved. Times are Redis's TIME unless a test
+-- passes "now". Record flags: 'i' keep a tombstone when finished, 'k' has keyword arguments.
+local P, R, D, J, S, U, W, T, E, F, C =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
+local RESERVED = 10000000000
+local DONE_TTL = 120
 
 local function clock(arg)
   if arg and arg ~= '' then return tonumber(arg) end
@@ -24,6 +40,11 @@ local function fmt(x) return string.format('%.6f', x) end
 -- Full precision, for score ranges: fmt() could round below a stored score.
 local function exact(x) return string.format('%.17g', x) end
 
+-- Fail with WRONGTYPE before any write when a key holds the wrong type: O(1) reads.
+local function zsets(...) for _, k in ipairs({...}) do redis.call('ZCARD', k) end end
+local function hashes(...) for _, k in ipairs({...}) do redis.call('HLEN', k) end end
+local function lists(...) for _, k in ipairs({...}) do redis.call('LLEN', k) end end
+
 local function wake()
   if redis.call('RPUSH', W, '1') > 8 then redis.call('LTRIM', W, -8, -1) end
 end
@@ -34,47 +55,54 @@ local function wake_if_head(id)
   if head[1] == id then wake() end
 end
 
-local function get_meta(id)
-  local raw = redis.call('HGET', M, id)
-  if not raw then return {} end
-  local ok, m = pcall(cjson.decode, raw)
-  if ok and type(m) == 'table' then return m end
-  return {}
+-- The header of a record: max_retries (number), flags (string), unique key (string, '' for
+-- none); nil for a record without a header (written by 0.1) or a missing one. Only the
+-- first bytes are looked at, whatever the size of the record.
+local function header(raw)
+  if not raw then return nil, '', '' end
+  local r, flags, p = string.match(raw, '^(%d+)(%l*)()')
+  if not r then return nil, '', '' end
+  local ukey = ''
+  if string.sub(raw, p, p) == '=' then
+    local len, q = string.match(raw, '^(%d+):()', p + 1)
+    if len then ukey = string.sub(raw, q, q + tonumber(len) - 1) end
+  end
+  return tonumber(r), flags, ukey
 end
 
-local function set_meta(id, m) redis.call('HSET', M, id, cjson.encode(m)) end
+local function has(flags, flag) return string.find(flags, flag, 1, true) ~= nil end
 
--- The meta of `id` if it is running under lease `token`, else nil.
+-- "<n>|<token>" -> n (0 when absent or garbage), token (nil when none).
+local function parse_state(raw)
+  if not raw then return 0, nil end
+  local n, token = string.match(raw, '^(%d+)|(.*)$')
+  if not n then return 0, nil end
+  return tonumber(n), token
+end
+
+local function state_of(id) return parse_state(redis.call('HGET', S, id)) end
+
+local function set_state(id, n, token) redis.call('HSET', S, id, n .. '|' .. (token or '')) end
+
+-- Attempts counted and the running score of `id` if it runs under lease `token`, else nil.
 local function owned(id, token)
-  if not redis.call('ZSCORE', R, id) then return nil end
-  local m = get_meta(id)
-  if m.t ~= token then return nil end
-  return m
-end
-
--- A field ('u' unique key, 'r' max_retries) of the job record, or nil (absent, or a
--- missing or corrupt record). Format 2 records are arrays [head, args...] whose head is
--- the task name or an object holding the fields; format 1 records are that object.
-local function record_field(id, name)
-  local raw = redis.call('HGET', J, id)
-  if not raw then return nil end
-  local ok, r = pcall(cjson.decode, raw)
-  if not ok or type(r) ~= 'table' then return nil end
-  if r[1] ~= nil then r = r[1] end
-  if type(r) == 'table' then return r[name] end
-  return nil
+  local score = redis.call('ZSCORE', R, id)
+  if not score then return nil end
+  local n, t = state_of(id)
+  if t ~= token then return nil end
+  return n, tonumber(score)
 end
 
 local function release_key(ukey, id)
-  if ukey and ukey ~= '' and redis.call('HGET', U, ukey) == id then redis.call('HDEL', U, ukey) end
+  if ukey ~= '' and redis.call('HGET', U, ukey) == id then redis.call('HDEL', U, ukey) end
 end
 
--- A job going back to pending (retry, recovery, requeue) takes its unique key back, so the
--- key names at most one pending job. False when another pending job holds the key (it was
--- scheduled with that key while this one ran or lay dead): the caller dead-letters or
--- keeps this one dead instead of making two pending jobs answer to one key.
+-- A job going back to pending (retry, recovery, release, requeue) takes its unique key back,
+-- so the key names at most one pending job. False when another pending job holds the key
+-- (it was scheduled with that key while this one ran or lay dead): the caller dead-letters
+-- or keeps this one dead instead of making two pending jobs answer to one key.
 local function take_key(ukey, id)
-  if not ukey or ukey == '' then return true end
+  if ukey == '' then return true end
   local holder = redis.call('HGET', U, ukey)
   if holder and holder ~= id and redis.call('ZSCORE', P, holder) then return false end
   redis.call('HSET', U, ukey, id)
@@ -82,55 +110,55 @@ local function take_key(ukey, id)
 end
 
 local function superseded(ukey, now)
-  return {type = 'django_delayq.exceptions.Superseded', at = now,
-    message = 'not retried: another pending job holds its unique key ' .. ukey}
+  return cjson.encode({type = 'django_delayq.exceptions.Superseded', at = now,
+    message = 'not retried: another pending job holds its unique key ' .. ukey})
 end
 
-local function push_error(m, err, max_kept)
-  local list = m.e
-  if type(list) ~= 'table' then list = {} end
-  table.insert(list, err)
-  while #list > max_kept do table.remove(list, 1) end
-  m.e = list
-end
-
-local function decode_error(raw)
-  local ok, e = pcall(cjson.decode, raw)
-  if ok and type(e) == 'table' then return e end
-  return {type = 'unknown', message = tostring(raw)}
+-- Append one error (JSON text) to the job's framed list, keeping the last `max_kept`.
+-- The list is never decoded here: only the frame lengths are read.
+local function push_error(id, err, max_kept)
+  local old = redis.call('HGET', E, id) or ''
+  local starts, pos = {}, 1
+  while pos <= #old do
+    local len, body = string.match(old, '^(%d+)\n()', pos)
+    if not len then break end
+    table.insert(starts, pos)
+    pos = body + tonumber(len)
+  end
+  if pos ~= #old + 1 then old, starts = '', {} end  -- garbage: start the list over
+  local keep = max_kept - 1
+  if #starts > keep then old = keep > 0 and string.sub(old, starts[#starts - keep + 1]) or '' end
+  redis.call('HSET', E, id, old .. #err .. '\n' .. err)
 end
 
 local function bump(kind, count, now)
   if count <= 0 then return end
   local minute = math.floor(now / 60)
   local slot = kind .. ':' .. (minute % 60)
-  local cur = redis.call('HGET', S, slot)
+  local cur = redis.call('HGET', T, slot)
   local total = count
   if cur then
     local m, c = string.match(cur, '^(%d+):(%d+)$')
     if tonumber(m) == minute then total = tonumber(c) + count end
   end
-  redis.call('HSET', S, slot, string.format('%d:%d', minute, total))
+  redis.call('HSET', T, slot, string.format('%d:%d', minute, total))
 end
 
-local function forget(id)
-  redis.call('HDEL', J, id)
-  redis.call('HDEL', M, id)
-end
+local function forget(id) redis.call('HDEL', J, id) redis.call('HDEL', S, id) redis.call('HDEL', E, id) end
 
-local function bury(id, m, now)
-  m.t = nil
-  set_meta(id, m)
-  redis.call('ZADD', D, now, id)
+-- Remember for DONE_TTL seconds that `id` finished (flag 'i'), and drop older tombstones.
+local function tombstone(ids, now)
+  if #ids == 0 then return end
+  local args = {}
+  for _, id in ipairs(ids) do table.insert(args, now) table.insert(args, id) end
+  redis.call('ZADD', F, unpack(args))
+  redis.call('ZREMRANGEBYSCORE', F, '-inf', '(' .. exact(now - DONE_TTL))
 end
 
 -- Bounded trim of the dead set: by age, then by count, at most 100 of each per call.
 local function trim_dead(now, max_age, max_count)
   local old = redis.call('ZRANGEBYSCORE', D, '-inf', '(' .. exact(now - max_age), 'LIMIT', 0, 100)
-  for _, id in ipairs(old) do
-    redis.call('ZREM', D, id)
-    forget(id)
-  end
+  for _, id in ipairs(old) do redis.call('ZREM', D, id) forget(id) end
   local excess = redis.call('ZCARD', D) - max_count
   if excess > 0 then
     for _, id in ipairs(redis.call('ZRANGE', D, 0, math.min(excess, 100) - 1)) do
@@ -140,23 +168,43 @@ local function trim_dead(now, max_age, max_count)
   end
 end
 
--- Acknowledge finished jobs given as ARGV triples (job id, lease token, unique key or '')
--- from ARGV[first] on: a job still running under that token is deleted and its unique key
--- released. Appends one flag per triple to `out` (1 acknowledged, 0 lease lost: nothing
--- changed) and counts the acknowledged ones in the throughput stats.
+-- Acknowledge finished jobs given as ARGV triples (job id, lease token, info) from
+-- ARGV[first] on; info is the record's flags, then '=' and the unique key if it has one.
+-- Appends one flag per triple to `out`: 1 acknowledged; 0 gone (already acknowledged,
+-- e.g. by this very call sent before, or cancelled); -1 held by another lease or no longer
+-- running (recovered, claimed again): nothing changed. Counts the acknowledged ones.
 local function ack_from(first, now, out)
-  local done = 0
+  local ids, triples = {}, {}
   for i = first, #ARGV, 3 do
-    local id, token, ukey = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-    if owned(id, token) then
-      redis.call('ZREM', R, id)
-      release_key(ukey, id)
-      forget(id)
-      done = done + 1
+    table.insert(ids, ARGV[i])
+    table.insert(triples, i)
+  end
+  if #ids == 0 then return end
+  local states = redis.call('HMGET', S, unpack(ids))
+  local scores = redis.call('ZMSCORE', R, unpack(ids))
+  local done, finished = {}, {}
+  for j, i in ipairs(triples) do
+    local id, token, info = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+    local _, t = parse_state(states[j])
+    if t == token and scores[j] then
+      local eq = string.find(info, '=', 1, true)
+      local flags = eq and string.sub(info, 1, eq - 1) or info
+      release_key(eq and string.sub(info, eq + 1) or '', id)
+      table.insert(done, id)
+      if has(flags, 'i') then table.insert(finished, id) end
       table.insert(out, 1)
+    elseif states[j] or redis.call('HEXISTS', J, id) == 1 then
+      table.insert(out, -1)
     else
       table.insert(out, 0)
     end
   end
-  bump('d', done, now)
+  if #done > 0 then
+    redis.call('ZREM', R, unpack(done))
+    redis.call('HDEL', J, unpack(done))
+    redis.call('HDEL', S, unpack(done))
+    redis.call('HDEL', E, unpack(done))
+    tombstone(finished, now)
+    bump('d', #done, now)
+  end
 end

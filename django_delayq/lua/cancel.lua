@@ -1,15 +1,22 @@
 -- cancel.lua: delete a pending job, found by id or by unique key.
--- KEYS: the queue's eight keys (see _lib.lua).
+-- KEYS: the queue's eleven keys (see _lib.lua).
 -- ARGV[1] job id, or '' to look it up by ARGV[2]
 -- ARGV[2] unique key, or ''
+-- ARGV[3] now (epoch seconds) or '' for Redis TIME (for the tombstone)
 -- Returns {id, record} when a pending job was deleted, {} otherwise (unknown, running or dead).
+-- Reads only the record's header (its unique key and flags), whatever the record's size; a
+-- job with flag 'i' leaves a tombstone in `done` (see schedule.lua).
+zsets(P, F) hashes(J, S, E, U)
 local id = ARGV[1]
 if id == '' then
   id = redis.call('HGET', U, ARGV[2])
   if not id then return {} end
 end
-if redis.call('ZREM', P, id) == 0 then return {} end
+if not redis.call('ZSCORE', P, id) then return {} end
 local record = redis.call('HGET', J, id) or ''
-release_key(record_field(id, 'u'), id)
+local _, flags, ukey = header(record)
+redis.call('ZREM', P, id)
+release_key(ukey, id)
 forget(id)
+if has(flags, 'i') then tombstone({id}, clock(ARGV[3])) end
 return {id, record}

@@ -1,50 +1,73 @@
--- claim.lua: move up to `limit` due jobs from pending to running under a lease.
--- KEYS: the queue's eight keys (see _lib.lua).
--- ARGV[1] limit (integer >= 0; 0 only reports the next due time)
--- ARGV[2] lease seconds (number): lease_until = now + lease
--- ARGV[3] lease token (string, unique per claim call; ack/fail/extend must present it)
--- ARGV[4] worker id (string, shown in the admin)
--- ARGV[5] now (epoch seconds) or '' for Redis TIME
--- ARGV[6..] optional triples: job id, lease token, unique key ('' for none) of finished jobs,
---           acknowledged first exactly as ack.lua does (a worker's acks and its next claim
---           in one call)
--- Returns {now, next_due, id1, record1, attempts1, id2, ...}: next_due is the earliest
--- pending due_at after the claim ('' when pending is empty); attempts counts this one.
+-- claim.lua: acknowledge a worker's finished jobs, then lease up to `limit` due jobs to it.
+-- KEYS: the queue's eleven keys (see _lib.lua).
+-- ARGV[1] now (epoch seconds) or '' for Redis TIME
+-- ARGV[2] limit (integer >= 0; 0 only acknowledges and reports the next due time)
+-- ARGV[3] lease seconds (number)
+-- ARGV[4] lease token (string, unique per claim call; ack, fail, extend and release present it)
+-- ARGV[5] worker instance (string): the field of `claims` remembering this worker's last claim
+-- ARGV[6..] optional triples: job id, lease token, info of finished jobs, acknowledged first
+--           exactly as ack.lua does (a worker's acks and its next claim in one call)
+-- Returns {now, next_due, {ack flags}, {id1, record1, attempt1, id2, ...}}: next_due is the
+-- earliest pending due_at after the claim ('' when pending is empty); the ack flags are
+-- ack.lua's, one per triple; attempt is the number the attempt will have once started.
+-- Claimed jobs are leased as not started (score lease_until - RESERVED); the worker's runner
+-- marks each one started (ZADD XX GT lease_until) just before running it, so a job whose
+-- worker died before starting it is handed back by recover.lua without counting an attempt.
+-- Idempotent: sent again with the same token (its reply was lost), it acknowledges nothing new
+-- and returns the jobs the first send leased that the token still holds.
 -- An id whose record is missing is dead-lettered with an error instead of returned.
 -- When due jobs remain after the claim, one wake token is pushed so a peer worker claims them.
--- With ARGV[6..], the reply ends with one flag per acknowledged triple, as ack.lua returns
--- them (1 acknowledged, 0 lease lost).
-local limit, lease, token, worker = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4]
-local now = clock(ARGV[5])
+local limit, lease, token, instance = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], ARGV[5]
+local now = clock(ARGV[1])
+zsets(R, D, F) hashes(T, E, U) lists(W)
 local acked = {}
 ack_from(6, now, acked)
-local out = {fmt(now), ''}
-if limit > 0 then
-  local ids = redis.call('ZRANGEBYSCORE', P, '-inf', exact(now), 'LIMIT', 0, limit)
+local jobs = {}
+local last = redis.call('HGET', C, instance)
+local before = last and string.match(last, '^([^\n]*)\n')
+if limit > 0 and before == token then
+  -- This call, sent again: the jobs the first send leased, if the token still holds them.
+  local ids = {}
+  for id in string.gmatch(string.sub(last, #token + 2), '%S+') do table.insert(ids, id) end
   for _, id in ipairs(ids) do
-    redis.call('ZREM', P, id)
-    local record = redis.call('HGET', J, id)
-    local m = get_meta(id)
-    if not record then
-      push_error(m, {type = 'django_delayq.exceptions.CorruptJob', message = 'job record missing from Redis', at = now}, 10)
-      bury(id, m, now)
-    else
-      m.n = (tonumber(m.n) or 0) + 1
-      m.t = token
-      m.w = worker
-      m.s = now
-      set_meta(id, m)
-      redis.call('ZADD', R, now + lease, id)
-      table.insert(out, id)
-      table.insert(out, record)
-      table.insert(out, m.n)
+    local n = owned(id, token)
+    local record = n and redis.call('HGET', J, id)
+    if record then
+      table.insert(jobs, id) table.insert(jobs, record) table.insert(jobs, n + 1)
+    end
+  end
+elseif limit > 0 then
+  local ids = redis.call('ZRANGEBYSCORE', P, '-inf', exact(now), 'LIMIT', 0, limit)
+  if #ids > 0 then
+    redis.call('ZREM', P, unpack(ids))
+    local records = redis.call('HMGET', J, unpack(ids))
+    local states = redis.call('HMGET', S, unpack(ids))
+    local leased, fields, scores = {}, {}, {}
+    local reserved = now + lease - RESERVED
+    for i, id in ipairs(ids) do
+      local n = parse_state(states[i])
+      if records[i] then
+        table.insert(jobs, id) table.insert(jobs, records[i]) table.insert(jobs, n + 1)
+        table.insert(leased, id)
+        table.insert(fields, id) table.insert(fields, n .. '|' .. token)
+        table.insert(scores, reserved) table.insert(scores, id)
+      else
+        push_error(id, cjson.encode({type = 'django_delayq.exceptions.CorruptJob',
+          message = 'job record missing from Redis', at = now}), 10)
+        redis.call('ZADD', D, now, id)
+      end
+    end
+    if #leased > 0 then
+      redis.call('HSET', S, unpack(fields))
+      redis.call('ZADD', R, unpack(scores))
+      redis.call('HSET', C, instance, token .. '\n' .. table.concat(leased, ' '))
     end
   end
 end
 local head = redis.call('ZRANGE', P, 0, 0, 'WITHSCORES')
+local next_due = ''
 if head[2] then
-  out[2] = fmt(tonumber(head[2]))
+  next_due = fmt(tonumber(head[2]))
   if limit > 0 and tonumber(head[2]) <= now then wake() end
 end
-for _, flag in ipairs(acked) do table.insert(out, flag) end
-return out
+return {fmt(now), next_due, acked, jobs}

@@ -1,47 +1,92 @@
--- recover.lua: jobs whose lease expired (their worker died) go back to pending, due now,
--- or to the dead-letter set when they have used all their attempts.
--- KEYS: the queue's eight keys (see _lib.lua).
--- ARGV[1] limit (integer): at most this many jobs per call
--- ARGV[2] default max_retries (integer), for records that do not carry their own
--- ARGV[3] dead max age (seconds): older dead jobs are trimmed (a bounded batch on every
+-- recover.lua: jobs whose lease expired (their worker died or was cut off) go back to pending,
+-- due now, or to the dead-letter set when they have used all their attempts.
+-- KEYS: the queue's eleven keys (see _lib.lua).
+-- ARGV[1] now (epoch seconds) or '' for Redis TIME
+-- ARGV[2] limit (integer): at most this many jobs per call
+-- ARGV[3] token of this recovery (string, unique per call)
+-- ARGV[4] worker instance of the caller (the field "<instance>/r" of `claims` remembers the call)
+-- ARGV[5] max_retries for a record without a header (written by 0.1); the header's wins
+-- ARGV[6] dead max age (seconds): older dead jobs are trimmed (a bounded batch on every
 --         call, so a quiet queue's dead set is trimmed too: workers call this periodically)
--- ARGV[4] dead max count (integer): the oldest beyond it are trimmed
--- ARGV[5] errors kept per job (integer)
--- ARGV[6] now (epoch seconds) or '' for Redis TIME
--- Returns {id1, 'retry' | 'dead', id2, ...}.
--- A retried job takes its unique key back; if another pending job holds it, the job is
--- dead-lettered with a 'Superseded' error instead (see take_key in _lib.lua).
-local limit, default_max = tonumber(ARGV[1]), tonumber(ARGV[2])
-local now = clock(ARGV[6])
+-- ARGV[7] dead max count (integer): the oldest beyond it are trimmed
+-- ARGV[8] errors kept per job (integer >= 1)
+-- Returns {id1, outcome1, attempts1, record1, lost_token1, error1, id2, ...}: outcome 'refund' (the
+-- worker never started it: back to pending, no attempt counted), 'retry' (started: the
+-- attempt is counted, a LeaseLost error recorded, back to pending) or 'dead' (that was its
+-- last attempt, or its unique key is held by another pending job: see take_key in _lib.lua);
+-- attempts as counted now; record '' when missing; lost_token the lease that expired; error
+-- the JSON of the last error recorded by this call ('' for a refund).
+-- Idempotent: sent again with the same token, it moves nothing and returns the same jobs
+-- (lost_token and error '').
+local now = clock(ARGV[1])
+local limit, token, instance, default_max = tonumber(ARGV[2]), ARGV[3], ARGV[4], tonumber(ARGV[5])
+local max_kept = tonumber(ARGV[8])
+zsets(P, R, D) hashes(J, S, U, E, C) lists(W)
 local out = {}
-for _, id in ipairs(redis.call('ZRANGEBYSCORE', R, '-inf', '(' .. exact(now), 'LIMIT', 0, limit)) do
-  redis.call('ZREM', R, id)
-  local m = get_meta(id)
-  local worker = m.w or '?'
-  push_error(m, {type = 'django_delayq.exceptions.LeaseLost', attempt = m.n, at = now,
-    message = 'lease expired: worker ' .. worker .. ' stopped heartbeating (crashed, killed or cut off)'},
-    tonumber(ARGV[5]))
-  m.t = nil
-  m.w = nil
-  local max_retries = tonumber(record_field(id, 'r')) or default_max
-  local ukey = record_field(id, 'u')
-  local retry = redis.call('HEXISTS', J, id) == 1 and (tonumber(m.n) or 0) <= max_retries
-  if retry and not take_key(ukey, id) then
-    push_error(m, superseded(ukey, now), tonumber(ARGV[5]))
-    retry = false
+local last = redis.call('HGET', C, instance .. '/r')
+if last and string.match(last, '^([^\n]*)\n') == token then
+  for id, outcome in string.gmatch(string.sub(last, #token + 2), '(%S+) (%a+)') do
+    local n = state_of(id)
+    table.insert(out, id) table.insert(out, outcome) table.insert(out, n)
+    table.insert(out, redis.call('HGET', J, id) or '') table.insert(out, '') table.insert(out, '')
   end
-  if retry then
-    set_meta(id, m)
-    redis.call('ZADD', P, now, id)
-    table.insert(out, id)
-    table.insert(out, 'retry')
-  else
-    release_key(ukey, id)
-    bury(id, m, now)
-    table.insert(out, id)
-    table.insert(out, 'dead')
-  end
+  return out
 end
-if #out > 0 then wake() end
-trim_dead(now, tonumber(ARGV[3]), tonumber(ARGV[4]))
+local function move(id, outcome, n, lost, ukey, err)
+  local record = redis.call('HGET', J, id)
+  if outcome ~= 'dead' and not record then
+    err = cjson.encode({type = 'django_delayq.exceptions.CorruptJob',
+      message = 'job record missing from Redis', at = now})
+    push_error(id, err, max_kept)
+    outcome = 'dead'
+  end
+  if outcome ~= 'dead' and not take_key(ukey, id) then
+    err = superseded(ukey, now)
+    push_error(id, err, max_kept)
+    outcome = 'dead'
+  end
+  if outcome == 'dead' then
+    release_key(ukey, id)
+    redis.call('ZADD', D, now, id)
+  else
+    redis.call('ZADD', P, now, id)
+  end
+  table.insert(out, id) table.insert(out, outcome) table.insert(out, n)
+  table.insert(out, record or '') table.insert(out, lost or '') table.insert(out, err or '')
+end
+local dead_workers = {}
+local unstarted = redis.call('ZRANGEBYSCORE', R, '-inf', '(' .. exact(now - RESERVED), 'LIMIT', 0, limit)
+local started = {}
+if #unstarted < limit then
+  started = redis.call('ZRANGEBYSCORE', R, 0, '(' .. exact(now), 'LIMIT', 0, limit - #unstarted)
+end
+for _, id in ipairs(unstarted) do
+  redis.call('ZREM', R, id)
+  local n, lost = state_of(id)
+  set_state(id, n, '')
+  local _, _, ukey = header(redis.call('HGET', J, id))
+  if lost then dead_workers[string.match(lost, '^(.*)#') or lost] = true end
+  move(id, 'refund', n, lost, ukey, nil)
+end
+for _, id in ipairs(started) do
+  redis.call('ZREM', R, id)
+  local n, lost = state_of(id)
+  n = n + 1
+  set_state(id, n, '')
+  local worker = lost and (string.match(lost, '^(.*)#') or lost) or '?'
+  dead_workers[worker] = true
+  local err = cjson.encode({type = 'django_delayq.exceptions.LeaseLost', attempt = n, at = now,
+    message = 'lease expired: worker ' .. worker .. ' stopped heartbeating (crashed, killed or cut off)'})
+  push_error(id, err, max_kept)
+  local max_retries, _, ukey = header(redis.call('HGET', J, id))
+  move(id, n <= (max_retries or default_max) and 'retry' or 'dead', n, lost, ukey, err)
+end
+for worker, _ in pairs(dead_workers) do redis.call('HDEL', C, worker, worker .. '/r') end
+if #out > 0 then
+  local entries = {}
+  for i = 1, #out, 6 do table.insert(entries, out[i] .. ' ' .. out[i + 1]) end
+  redis.call('HSET', C, instance .. '/r', token .. '\n' .. table.concat(entries, ' '))
+  wake()
+end
+trim_dead(now, tonumber(ARGV[6]), tonumber(ARGV[7]))
 return out

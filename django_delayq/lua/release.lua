@@ -1,33 +1,40 @@
--- release.lua: a stopping worker hands back jobs it cannot finish: running -> pending,
+-- release.lua: a stopping worker hands back jobs it will not finish: running -> pending,
 -- due now, and the attempt is not counted (the job did not fail).
--- KEYS: the queue's eight keys (see _lib.lua).
+-- KEYS: the queue's eleven keys (see _lib.lua).
 -- ARGV[1] now (epoch seconds) or '' for Redis TIME
--- ARGV[2..] pairs: job id, lease token
--- Returns one integer per job: 1 released, 0 lease lost (nothing changed).
--- A released job takes its unique key back; if another pending job holds it, the job is
--- dead-lettered with a 'Superseded' error instead (still 1: the worker is done with it).
+-- ARGV[2] worker instance whose `claims` entries to drop (it stops), or ''
+-- ARGV[3..] pairs: job id, lease token
+-- Returns one integer per job: 1 back in pending; 2 dead-lettered instead, with a 'Superseded'
+-- error, because another pending job holds its unique key; 0 not running under that token
+-- (nothing changed). Idempotent: sent again after a lost reply, it answers 1 or 2 again.
 local now = clock(ARGV[1])
+zsets(P, R, D) hashes(J, S, U, E, C) lists(W)
 local out = {}
-for i = 2, #ARGV, 2 do
-  local id = ARGV[i]
-  local m = owned(id, ARGV[i + 1])
-  if m then
+for i = 3, #ARGV, 2 do
+  local id, token = ARGV[i], ARGV[i + 1]
+  local n = owned(id, token)
+  if n then
     redis.call('ZREM', R, id)
-    m.t = nil
-    m.w = nil
-    local ukey = record_field(id, 'u')
+    local _, _, ukey = header(redis.call('HGET', J, id))
     if take_key(ukey, id) then
-      m.n = math.max((tonumber(m.n) or 1) - 1, 0)
-      set_meta(id, m)
       redis.call('ZADD', P, now, id)
+      table.insert(out, 1)
     else
-      push_error(m, superseded(ukey, now), 10)
-      bury(id, m, now)
+      push_error(id, superseded(ukey, now), 10)
+      redis.call('ZADD', D, now, id)
+      table.insert(out, 2)
     end
-    table.insert(out, 1)
   else
-    table.insert(out, 0)
+    local _, t = state_of(id)
+    if t == token and redis.call('ZSCORE', P, id) then
+      table.insert(out, 1)
+    elseif t == token and redis.call('ZSCORE', D, id) then
+      table.insert(out, 2)
+    else
+      table.insert(out, 0)
+    end
   end
 end
+if ARGV[2] ~= '' then redis.call('HDEL', C, ARGV[2], ARGV[2] .. '/r') end
 wake()
 return out

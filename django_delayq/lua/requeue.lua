@@ -1,26 +1,31 @@
 -- requeue.lua: dead-letter -> pending, due now, with attempts reset to 0 (errors are kept).
--- KEYS: the queue's eight keys (see _lib.lua).
+-- KEYS: the queue's eleven keys (see _lib.lua).
 -- ARGV[1] now (epoch seconds) or '' for Redis TIME
 -- ARGV[2..] job ids
--- Returns one integer per id: 1 requeued, 0 not dead (gone, or requeued meanwhile).
--- A job whose record is missing stays dead (0), and so does one whose unique key another
--- pending job holds (0): a key names at most one pending job. Otherwise the job takes its
--- unique key back.
+-- Returns one integer per id: 1 requeued; 0 not dead (gone, or requeued meanwhile); 2 kept
+-- dead because another pending job holds its unique key (a key names at most one pending
+-- job); 3 kept dead because its record is missing. A requeued job takes its unique key back.
 local now = clock(ARGV[1])
+zsets(P, D) hashes(J, S, U) lists(W)
 local out, moved = {}, 0
 for i = 2, #ARGV do
   local id = ARGV[i]
-  if redis.call('ZSCORE', D, id) and redis.call('HEXISTS', J, id) == 1
-      and take_key(record_field(id, 'u'), id) then
-    redis.call('ZREM', D, id)
-    local m = get_meta(id)
-    m.n = 0
-    set_meta(id, m)
-    redis.call('ZADD', P, now, id)
-    moved = moved + 1
-    table.insert(out, 1)
-  else
+  if not redis.call('ZSCORE', D, id) then
     table.insert(out, 0)
+  else
+    local record = redis.call('HGET', J, id)
+    local _, _, ukey = header(record)
+    if not record then
+      table.insert(out, 3)
+    elseif not take_key(ukey, id) then
+      table.insert(out, 2)
+    else
+      redis.call('ZREM', D, id)
+      set_state(id, 0, '')
+      redis.call('ZADD', P, now, id)
+      moved = moved + 1
+      table.insert(out, 1)
+    end
   end
 end
 if moved > 0 then wake() end

@@ -1,9 +1,11 @@
 -- run_now.lua: make pending jobs due now (jobs already due keep their place).
--- KEYS: the queue's eight keys (see _lib.lua).
+-- KEYS: the queue's eleven keys (see _lib.lua).
 -- ARGV[1] now (epoch seconds) or '' for Redis TIME
 -- ARGV[2..] job ids
 -- Returns one integer per id: 1 pending (now due), 0 not pending (gone, running or dead).
+-- Idempotent.
 local now = clock(ARGV[1])
+lists(W)
 local out, found = {}, 0
 for i = 2, #ARGV do
   local score = redis.call('ZSCORE', P, ARGV[i])

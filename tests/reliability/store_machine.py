@@ -1,13 +1,15 @@
-"""A hypothesis state machine over the store: random schedule / cancel / claim / ack / fail
-/ extend / recover / release / requeue / run_now / delete / tick sequences, checked after
-every step against a model of the documented semantics (lua/*.lua headers) and against
-invariants that hold whatever the model says:
+"""A hypothesis state machine over the store: random schedule / re-sent schedule / claim /
+re-sent claim / start mark / ack / fail / extend / recover / release / cancel / requeue /
+run_now / delete / tick sequences, checked after every step against a model of the documented
+semantics (lua/*.lua headers) and against invariants that hold whatever the model says:
 
 - each job id is in at most one of pending, running, dead;
-- the job records are exactly the ids of those sets (no orphan record, no id without
-  one), and per-job state (meta) exists only for them;
-- the unique-key index points only at pending or running jobs whose record carries
-  that key, and no two pending jobs carry the same key.
+- the job records are exactly the ids of those sets (no orphan record, no id without one),
+  and per-job state and errors exist only for them;
+- the unique-key index points only at pending or running jobs whose record carries that key,
+  and no two pending jobs carry the same key;
+- a finished job with flag 'i' is never stored again by a re-sent schedule while its
+  tombstone lasts.
 
 Time is passed to every script (``now=``) in steps of 0.5 s, so scores are exact.
 """
@@ -24,8 +26,9 @@ import redis
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from django_delayq.job import decode_record, encode_record, new_job_id, parse_meta
-from django_delayq.store import Store
+from django_delayq.job import RESERVED, decode_record, encode_record, new_job_id, parse_state
+from django_delayq.store import DONE_TTL, Store
+from django_delayq.transport import Op
 
 Q = "default"
 T0 = 1_800_000_000.0
@@ -43,9 +46,11 @@ class Model:
     score: float
     record: bytes
     key: str | None
-    retries: int | None  # the record's max_retries ("r")
+    retries: int
+    flags: str
     attempts: int = 0
-    token: str | None = None
+    token: str | None = None  # the lease of the current or last attempt
+    started: bool = False  # running: marked started by its runner
 
 
 def _text(value: Any) -> str:
@@ -63,6 +68,9 @@ class StoreMachine(RuleBasedStateMachine):
         self.now = T0
         self.jobs: dict[str, Model] = {}
         self.index: dict[str, str] = {}
+        self.tombstones: dict[str, float] = {}
+        self.sent: list[tuple[str, bytes, float]] = []  # keyless schedules, to re-send
+        self.last_claim: tuple[str, int, list[str]] | None = None  # token, limit, ids
         self.tokens = itertools.count()
         self.serial = itertools.count()
 
@@ -77,7 +85,7 @@ class StoreMachine(RuleBasedStateMachine):
         return data.draw(st.sampled_from(sorted(self.jobs.values(), key=lambda j: j.id)))
 
     def _token(self, job: Model, stale: bool) -> str:
-        return "stale-token" if stale or job.token is None else job.token
+        return "stale#0" if stale or job.token is None else job.token
 
     def _owned(self, job: Model, token: str) -> bool:
         return job.status == "running" and job.token == token
@@ -110,7 +118,20 @@ class StoreMachine(RuleBasedStateMachine):
 
     def _bury(self, job: Model) -> None:
         self._release_key(job.key, job.id)
-        job.status, job.score, job.token = "dead", self.now, None
+        job.status, job.score = "dead", self.now
+
+    def _finished(self, jobs: list[Model]) -> None:
+        """Jobs gone for good: tombstones for those with flag 'i' (dropping expired ones)."""
+        flagged = [j for j in jobs if "i" in j.flags]
+        for job in jobs:
+            del self.jobs[job.id]
+        if flagged:
+            for job in flagged:
+                self.tombstones[job.id] = self.now
+            self.tombstones = {i: t for i, t in self.tombstones.items() if t >= self.now - DONE_TTL}
+
+    def _info(self, job: Model) -> str:
+        return job.flags if job.key is None else f"{job.flags}={job.key}"
 
     # -- rules ----------------------------------------------------------------------
 
@@ -118,11 +139,12 @@ class StoreMachine(RuleBasedStateMachine):
         delay=st.sampled_from([0.0, 1.0, 3.0]),
         key=st.sampled_from([None, *KEYS]),
         keep=st.booleans(),
-        retries=st.sampled_from([None, 0, 2]),
+        retries=st.sampled_from([0, 2]),
+        flags=st.sampled_from(["", "i"]),
     )
-    def schedule(self, delay: float, key: str | None, keep: bool, retries: int | None) -> None:
+    def schedule(self, delay: float, key: str | None, keep: bool, retries: int, flags: str) -> None:
         job_id = new_job_id()
-        record = encode_record(TASK, [next(self.serial)], {}, key, retries)
+        record = encode_record(TASK, [next(self.serial)], {}, key, retries, flags)
         conflict = "keep" if keep else "replace"
         got = self.store.schedule(
             Q, job_id, record, delay=delay, key=key, on_conflict=conflict, now=self.now
@@ -134,27 +156,67 @@ class StoreMachine(RuleBasedStateMachine):
                 assert (got.outcome, got.id, got.due_at) == ("kept", holder.id, holder.score)
                 assert got.record == holder.record
                 return
-            holder.record, holder.retries, holder.score = record, retries, due
+            holder.record, holder.retries, holder.flags, holder.score = record, retries, flags, due
             holder.attempts = 0  # a replaced job starts over
             assert (got.outcome, got.id, got.due_at) == ("replaced", holder.id, due)
             return
-        self.jobs[job_id] = Model(job_id, "pending", due, record, key, retries)
+        self.jobs[job_id] = Model(job_id, "pending", due, record, key, retries, flags)
         if key:
             self.index[key] = job_id
+        else:
+            self.sent.append((job_id, record, delay))
         assert (got.outcome, got.id, got.due_at) == ("created", job_id, due)
+
+    @precondition(lambda self: self.sent)
+    @rule(data=st.data())
+    def schedule_sent_again(self, data: st.DataObject) -> None:
+        """A schedule whose reply was lost, sent again (possibly long after)."""
+        job_id, record, delay = data.draw(st.sampled_from(self.sent))
+        op = self.store.schedule_op(Q, job_id, record, delay=delay, now=self.now)
+        got = self.store.call(Op(op.resend_args, op.parse, op.policy, op.route, op.script))
+        job = self.jobs.get(job_id)
+        if job is not None and job.record == record:
+            due = job.score if job.status == "pending" else self.now + delay
+            assert (got.outcome, got.id, got.due_at) == ("created", job_id, due)
+        elif job is None and job_id in self.tombstones:
+            assert (got.outcome, got.id) == ("done", job_id)
+        elif job is None:  # not protected (no flag 'i', or the tombstone was trimmed)
+            assert got.outcome == "created"
+            fields = decode_record(record)
+            self.jobs[job_id] = Model(
+                job_id, "pending", self.now + delay, record, None, fields.max_retries, fields.flags
+            )
 
     @rule(limit=st.integers(0, 3), lease=st.sampled_from([1.0, 5.0]))
     def claim(self, limit: int, lease: float) -> None:
-        token = f"t{next(self.tokens)}"
-        got = self.store.claim(Q, limit, lease=lease, token=token, worker="w", now=self.now)
+        token = f"w#{next(self.tokens)}"
+        got = self.store.claim(Q, limit, lease=lease, token=token, instance="w", now=self.now)
         due = [j for j in self._of("pending") if j.score <= self.now][:limit]
         assert [c.id for c in got.jobs] == [j.id for j in due]
         for job, claimed in zip(due, got.jobs, strict=True):
-            job.attempts += 1
-            job.status, job.token, job.score = "running", token, self.now + lease
-            assert claimed.attempts == job.attempts and claimed.record == job.record
+            assert claimed.attempt == job.attempts + 1 and claimed.record == job.record
+            job.status, job.token, job.started = "running", token, False
+            job.score = self.now + lease - RESERVED
+        if got.jobs:
+            self.last_claim = (token, limit, [j.id for j in due])
         pending = self._of("pending")
         assert got.next_due == (pending[0].score if pending else None)
+
+    @precondition(lambda self: self.last_claim)
+    @rule()
+    def claim_sent_again(self) -> None:
+        token, limit, ids = self.last_claim
+        got = self.store.claim(Q, limit, lease=5.0, token=token, instance="w", now=self.now)
+        held = [i for i in ids if i in self.jobs and self._owned(self.jobs[i], token)]
+        assert [c.id for c in got.jobs] == held
+
+    @precondition(lambda self: self.jobs)
+    @rule(data=st.data(), lease=st.sampled_from([1.0, 5.0]))
+    def mark_started(self, data: st.DataObject, lease: float) -> None:
+        job = self._pick(data)
+        self.store.call(self.store.mark_op(Q, job.id, self.now + lease))
+        if job.status == "running" and self.now + lease > job.score:
+            job.score, job.started = self.now + lease, True
 
     @precondition(lambda self: self.jobs)
     @rule(data=st.data(), stale=st.booleans())
@@ -162,35 +224,35 @@ class StoreMachine(RuleBasedStateMachine):
         job = self._pick(data)
         token = self._token(job, stale)
         owned = self._owned(job, token)
-        assert self.store.ack(Q, [(job.id, token, job.key)], now=self.now) == [owned]
+        got = self.store.ack(Q, [(job.id, token, self._info(job))], now=self.now)
+        assert got == [1 if owned else -1]
         if owned:
-            del self.jobs[job.id]
             self._release_key(job.key, job.id)
+            self._finished([job])
 
     @rule()
     def ack_unknown_id(self) -> None:
-        assert self.store.ack(Q, [(new_job_id(), "t0", "k1")], now=self.now) == [False]
+        assert self.store.ack(Q, [(new_job_id(), "w#0", "=k1")], now=self.now) == [0]
 
     @precondition(lambda self: self.jobs)
-    @rule(
-        data=st.data(),
-        stale=st.booleans(),
-        delay=st.sampled_from([-1.0, 0.0, 2.0]),
-        max_retries=st.sampled_from([0, 1, 3]),
-    )
-    def fail(self, data: st.DataObject, stale: bool, delay: float, max_retries: int) -> None:
+    @rule(data=st.data(), stale=st.booleans(), delay=st.sampled_from([-1.0, 0.0, 2.0]))
+    def fail(self, data: st.DataObject, stale: bool, delay: float) -> None:
         job = self._pick(data)
         token = self._token(job, stale)
-        owned = self._owned(job, token)
         got = self.store.fail(
-            Q, job.id, token, ERROR, delay=delay, max_retries=max_retries, key=job.key,
+            Q, job.id, token, ERROR, delay=delay, default_max_retries=DEFAULT_MAX,
             now=self.now, **DEAD,
         )  # fmt: skip
-        if not owned:
-            assert got == ("lost", None)
+        if not self._owned(job, token):
+            if job.token == token and job.status in ("pending", "dead"):
+                expected = "retry" if job.status == "pending" else "dead"
+                assert got == (expected, job.score)  # sent again: the same answer
+            else:
+                assert got == ("lost", None)
             return
-        if delay >= 0 and job.attempts <= max_retries and self._take_key(job):
-            job.status, job.score, job.token = "pending", self.now + delay, None
+        job.attempts += 1
+        if delay >= 0 and job.attempts <= job.retries and self._take_key(job):
+            job.status, job.score = "pending", self.now + delay
             assert got == ("retry", self.now + delay)
         else:
             self._bury(job)
@@ -205,35 +267,60 @@ class StoreMachine(RuleBasedStateMachine):
         owned = self._owned(job, token)
         assert self.store.extend(Q, [(job.id, token)], lease, now=self.now) == [owned]
         if owned:
-            job.score = self.now + lease
+            job.score = self.now + lease - (0 if job.started else RESERVED)
 
     @rule()
     def recover(self) -> None:
-        got = self.store.recover(Q, default_max_retries=DEFAULT_MAX, now=self.now, **DEAD)
+        got = self.store.recover(
+            Q,
+            token=f"r#{next(self.tokens)}",
+            instance="rescuer",
+            default_max_retries=DEFAULT_MAX,
+            now=self.now,
+            **DEAD,
+        )
+        running = self._of("running")
+        unstarted = [j for j in running if not j.started and j.score < self.now - RESERVED]
+        started = [j for j in running if j.started and j.score < self.now]
         expected = []
-        for job in [j for j in self._of("running") if j.score < self.now][:100]:
-            retries = DEFAULT_MAX if job.retries is None else job.retries
-            if job.attempts <= retries and self._take_key(job):
-                job.status, job.score, job.token = "pending", self.now, None
-                expected.append((job.id, "retry"))
+        for job in unstarted:
+            job.token = None
+            if self._take_key(job):
+                job.status, job.score = "pending", self.now
+                expected.append((job.id, "refund", job.attempts))
             else:
                 self._bury(job)
-                expected.append((job.id, "dead"))
+                expected.append((job.id, "dead", job.attempts))
+        for job in started:
+            job.token, job.attempts = None, job.attempts + 1
+            if job.attempts <= job.retries and self._take_key(job):
+                job.status, job.score = "pending", self.now
+                expected.append((job.id, "retry", job.attempts))
+            else:
+                self._bury(job)
+                expected.append((job.id, "dead", job.attempts))
         self._trim_dead()  # on every call: a quiet queue's dead set is trimmed too
-        assert got == expected
+        if expected:
+            self.last_claim = None  # the lost worker's claims are forgotten with it
+        assert [(r.id, r.outcome, r.attempts) for r in got] == expected
 
     @precondition(lambda self: self.jobs)
     @rule(data=st.data(), stale=st.booleans())
     def release(self, data: st.DataObject, stale: bool) -> None:
         job = self._pick(data)
         token = self._token(job, stale)
-        owned = self._owned(job, token)
-        assert self.store.release(Q, [(job.id, token)], now=self.now) == [owned]
-        if owned and self._take_key(job):
-            job.status, job.score, job.token = "pending", self.now, None
-            job.attempts = max(job.attempts - 1, 0)
-        elif owned:
-            self._bury(job)  # superseded: another pending job holds its key
+        got = self.store.release(Q, [(job.id, token)], now=self.now)
+        if self._owned(job, token):
+            if self._take_key(job):
+                job.status, job.score = "pending", self.now
+                assert got == [1]
+            else:
+                self._bury(job)  # superseded: another pending job holds its key
+                assert got == [2]
+        elif job.token == token and job.status in ("pending", "dead"):
+            assert got == [1 if job.status == "pending" else 2]
+        else:
+            assert got == [0]
 
     @precondition(lambda self: self.jobs)
     @rule(data=st.data(), by_key=st.booleans())
@@ -241,26 +328,30 @@ class StoreMachine(RuleBasedStateMachine):
         if by_key:
             key = data.draw(st.sampled_from(KEYS))
             target = self.index.get(key)
-            got = self.store.cancel(Q, key=key)
+            got = self.store.cancel(Q, key=key, now=self.now)
         else:
             target = self._pick(data).id
-            got = self.store.cancel(Q, job_id=target)
+            got = self.store.cancel(Q, job_id=target, now=self.now)
         job = self.jobs.get(target or "")
         if job is None or job.status != "pending":
             assert got is None
             return
         assert got == (job.id, job.record)
-        del self.jobs[job.id]
         self._release_key(job.key, job.id)
+        self._finished([job])
 
     @precondition(lambda self: self.jobs)
     @rule(data=st.data())
     def requeue(self, data: st.DataObject) -> None:
         job = self._pick(data)
-        requeued = job.status == "dead" and self._take_key(job)
-        assert self.store.requeue(Q, [job.id], now=self.now) == [requeued]
-        if requeued:
-            job.status, job.score, job.attempts = "pending", self.now, 0
+        got = self.store.requeue(Q, [job.id], now=self.now)
+        if job.status != "dead":
+            assert got == [0]
+        elif self._take_key(job):
+            assert got == [1]
+            job.status, job.score, job.attempts, job.token = "pending", self.now, 0, None
+        else:
+            assert got == [2]
 
     @precondition(lambda self: self.jobs)
     @rule(data=st.data())
@@ -276,11 +367,11 @@ class StoreMachine(RuleBasedStateMachine):
     def delete_dead(self, data: st.DataObject) -> None:
         job = self._pick(data)
         dead = job.status == "dead"
-        assert self.store.delete_dead(Q, [job.id]) == [dead]
+        assert self.store.delete_dead(Q, [job.id], now=self.now) == [dead]
         if dead:
-            del self.jobs[job.id]
+            self._finished([job])
 
-    @rule(seconds=st.sampled_from([0.5, 1.0, 4.0]))
+    @rule(seconds=st.sampled_from([0.5, 1.0, 4.0, DONE_TTL]))
     def tick(self, seconds: float) -> None:
         self.now += seconds
 
@@ -294,18 +385,20 @@ class StoreMachine(RuleBasedStateMachine):
             for status in ("pending", "running", "dead")
         }
         records = {_text(k): v for k, v in client.hgetall(key(Q, "jobs")).items()}
-        metas = {_text(k): parse_meta(v) for k, v in client.hgetall(key(Q, "meta")).items()}
+        states = {_text(k): parse_state(v) for k, v in client.hgetall(key(Q, "state")).items()}
+        errors = {_text(k) for k in client.hkeys(key(Q, "errors"))}
         index = {_text(k): _text(v) for k, v in client.hgetall(key(Q, "keys")).items()}
 
         # Invariants, whatever the model says.
         pending, running, dead = (set(sets[s]) for s in ("pending", "running", "dead"))
         assert not (pending & running or pending & dead or running & dead), "id in two sets"
         assert set(records) == pending | running | dead, "records and sets disagree"
-        assert set(metas) <= set(records), "state kept for a job that is gone"
+        assert set(states) <= set(records), "state kept for a job that is gone"
+        assert errors <= set(records), "errors kept for a job that is gone"
         for unique_key, job_id in index.items():
             assert job_id in pending | running, f"key {unique_key} points at a dead/gone job"
-            assert decode_record(records[job_id])["key"] == unique_key
-        pending_keys = [decode_record(records[i])["key"] for i in pending]
+            assert decode_record(records[job_id]).key == unique_key
+        pending_keys = [decode_record(records[i]).key for i in pending]
         pending_keys = [k for k in pending_keys if k]
         assert len(pending_keys) == len(set(pending_keys)), "two pending jobs share a key"
 
@@ -315,6 +408,6 @@ class StoreMachine(RuleBasedStateMachine):
         assert records == {j.id: j.record for j in self.jobs.values()}
         assert index == self.index
         for job in self.jobs.values():
-            meta = metas.get(job.id, {})
-            assert int(meta.get("n") or 0) == job.attempts, job
-            assert meta.get("t") == job.token, job
+            attempts, token = states.get(job.id, (0, None))
+            assert attempts == job.attempts, job
+            assert token == job.token, job
