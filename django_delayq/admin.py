@@ -27,7 +27,7 @@ from . import admin_views as views
 from .connection import get_store
 from .job import DEAD, PENDING, RUNNING, STATUSES, to_datetime
 from .models import Job
-from .registry import _registry
+from .registry import registered
 from .store import check_queue_name
 
 URL_PREFIX = "django_delayq_job"
@@ -206,7 +206,7 @@ class JobAdmin(admin.ModelAdmin):
             queue=queue,
             queues=[(q, self._url(status, queue=q, task=task)) for q in queues],
             task=task,
-            tasks=sorted(_registry),
+            tasks=sorted(registered()),
             total=total,
             rows=rows,
             actions=actions,
@@ -317,11 +317,14 @@ class JobAdmin(admin.ModelAdmin):
                 else "No jobs were selected: tick the jobs to act on.",
             )
             return HttpResponseRedirect(self._safe_next(request, fallback))
-        done, missed = views.apply_action(store, action, queue, ids)
+        applied = views.apply_action(store, action, queue, ids)
+        done, missed = applied.done, applied.missed
         running = views.running_among(store, queue, missed) if action.status == PENDING else 0
         level = messages.SUCCESS if done else messages.WARNING
         messages.add_message(
-            request, level, views.action_message(action, done, len(missed), running)
+            request,
+            level,
+            views.action_message(action, done, len(missed), running, applied.key_held),
         )
         if capped:
             messages.warning(

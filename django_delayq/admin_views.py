@@ -11,14 +11,16 @@ The templates autoescape everything that comes from here.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from .conf import delayq_settings
-from .job import DEAD, PENDING, RUNNING, Job, job_from_raw, to_datetime
-from .registry import _registry
-from .store import RawJob, Store, check_queue_name
+from .job import DEAD, PENDING, RESERVED, RUNNING, Job, job_from_raw, to_datetime
+from .reads import RawJob
+from .registry import find_task
+from .store import Store
 
 PER_PAGE = 50
 MAX_PER_PAGE = 500
@@ -65,16 +67,11 @@ def actions_for(status: str) -> list[Action]:
 
 
 def admin_queues(store: Store) -> list[str]:
-    """The configured queues (DEFAULT_QUEUE, QUEUES), then every queue the store has seen."""
-    configured = [delayq_settings.DEFAULT_QUEUE, *delayq_settings.QUEUES]
-    names = [q for q in configured if isinstance(q, str)] + store.queues()
-    valid = []
-    for name in dict.fromkeys(names):
-        try:
-            valid.append(check_queue_name(name))
-        except ValueError:
-            continue  # a bad setting: delayq.E005 reports it
-    return valid
+    """The configured queues (DEFAULT_QUEUE, QUEUES), those of registered tasks, then every
+    queue Redis remembers (what get_job() searches)."""
+    from .api import search_queues
+
+    return list(search_queues())
 
 
 def humanize(seconds: float) -> str:
@@ -93,7 +90,7 @@ def humanize(seconds: float) -> str:
 
 
 def relative(epoch: float | None, now: float, *, future: str, past: str) -> str:
-    if epoch is None:
+    if epoch is None or not math.isfinite(epoch) or abs(epoch - now) > 1e12:
         return ""
     delta = epoch - now
     return (future if delta > 0 else past).format(humanize(delta))
@@ -141,6 +138,14 @@ def make_row(raw: RawJob, now: float) -> Row:
         when = relative(raw.score, now, future="in {}", past="{} overdue")
         if raw.score is not None and abs(raw.score - now) < 1:
             when = "due now"
+    elif raw.status == RUNNING and raw.score is not None and raw.score < 0:
+        lease_until = raw.score + RESERVED  # claimed, not started yet
+        when = relative(
+            lease_until,
+            now,
+            future="waiting in its worker, lease ends in {}",
+            past="waiting in its worker, lease expired {} ago",
+        )
     elif raw.status == RUNNING:
         when = relative(raw.score, now, future="lease ends in {}", past="lease expired {} ago")
     else:
@@ -153,7 +158,7 @@ def make_row(raw: RawJob, now: float) -> Row:
         when=when,
         overdue=overdue,
         preview=preview(job),
-        registered=job.task in _registry,
+        registered=find_task(job.task) is not None,
         task_parts=job.task.split("."),
         raw_record=record.decode("utf-8", "replace") if isinstance(record, bytes) else "",
     )
@@ -276,31 +281,38 @@ def _chunks(items: Sequence[str], size: int) -> Iterator[Sequence[str]]:
         yield items[start : start + size]
 
 
-def apply_action(
-    store: Store, action: Action, queue: str, ids: Sequence[str]
-) -> tuple[int, list[str]]:
-    """Run ``action`` on ``ids`` through the store's scripts: (changed, ids it missed)."""
-    ids = list(dict.fromkeys(ids))
-    done, missed = 0, []
-    if action.name == "cancel":
-        from .api import _cancelled  # sends job_cancelled, as django_delayq.cancel() does
+@dataclass
+class Applied:
+    """What an action did: how many jobs it changed, the ids it missed, and of those how
+    many a requeue kept dead because another pending job holds their unique key."""
 
+    done: int = 0
+    missed: list[str] = field(default_factory=list)
+    key_held: int = 0
+
+
+def apply_action(store: Store, action: Action, queue: str, ids: Sequence[str]) -> Applied:
+    """Run ``action`` on ``ids`` through the store's scripts."""
+    from .api import cancel_in  # sends job_cancelled, as django_delayq.cancel() does
+
+    ids = list(dict.fromkeys(ids))
+    applied = Applied()
+    if action.name == "cancel":
         for job_id in ids:
-            found = store.cancel(queue, job_id=job_id)
-            if found is not None:
-                _cancelled(queue, *found)
-                done += 1
+            if cancel_in(queue, job_id=job_id):
+                applied.done += 1
             else:
-                missed.append(job_id)
-        return done, missed
+                applied.missed.append(job_id)
+        return applied
     method = {"run_now": store.run_now, "requeue": store.requeue, "delete": store.delete_dead}
     for chunk in _chunks(ids, ACTION_CHUNK):
         for job_id, changed in zip(chunk, method[action.name](queue, chunk), strict=True):
-            if changed:
-                done += 1
+            if changed is True or changed == 1:
+                applied.done += 1
             else:
-                missed.append(job_id)
-    return done, missed
+                applied.missed.append(job_id)
+                applied.key_held += changed == 2  # requeue: another pending job holds its key
+    return applied
 
 
 def running_among(store: Store, queue: str, ids: Sequence[str]) -> int:
@@ -312,12 +324,19 @@ def running_among(store: Store, queue: str, ids: Sequence[str]) -> int:
     )
 
 
-def action_message(action: Action, done: int, missed: int, running: int = 0) -> str:
+def action_message(
+    action: Action, done: int, missed: int, running: int = 0, key_held: int = 0
+) -> str:
     """'3 jobs cancelled, 1 is being run by a worker, 1 was already gone.'"""
     text = f"{done} job{'' if done == 1 else 's'} {action.done}"
     if running:
         text += f", {running} {'is' if running == 1 else 'are'} being run by a worker"
-    others = missed - running
+    if key_held:
+        text += (
+            f", {key_held} {'was' if key_held == 1 else 'were'} kept dead because another "
+            "pending job holds the same unique key (cancel or run that one first)"
+        )
+    others = missed - running - key_held
     if others:
         verb = action.missed if others == 1 else action.missed.replace("was ", "were ", 1)
         text += f", {others} {verb}"

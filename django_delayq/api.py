@@ -1,14 +1,18 @@
 """The public API: schedule(), schedule_many(), cancel(), get_job().
 
-Validates and serializes in the caller's process (so bad input fails where it is
-written, not later in a worker), calls the store, sends signals.
+Validates and serializes in the caller's process (so bad input fails where it is written,
+not later in a worker), decides the job's policy once (its ``max_retries`` goes into the
+record's header, where workers, recovery, ``get_job()`` and the admin all read it), calls the
+store, sends signals.
 """
 
 from __future__ import annotations
 
+import math
 import re
+import time
 from collections.abc import Callable, Iterable, Iterator
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -18,32 +22,42 @@ from django.utils import timezone
 from . import signals
 from .conf import delayq_settings
 from .connection import get_store
-from .exceptions import ConnectionError as DelayQConnectionError
 from .job import (
     DEFERRED,
+    FLAG_TOMBSTONE,
     PENDING,
+    Fields,
     Job,
-    decode_record,
+    decode_fields,
     encode_record,
-    id_timestamp,
     job_from_raw,
+    make_job,
     new_job_id,
-    to_datetime,
 )
-from .registry import Task, _registry
-from .store import Op, Scheduled, Store, check_queue_name, resend
+from .registry import Task, find_task, registered, sender
+from .store import DONE_TTL, Op, Scheduled, Store, check_queue_name
 
-TASK_NAME = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_<>][\w<>]*)+$")
+TASK_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_<>][\w<>]*)+")
 BULK_CHUNK = 1000
+# Due times are kept before 2200 (a lease score of a not-started job is lease_until - 1e10,
+# which must stay negative) and delays at most 100 years.
+LATEST_DUE = datetime(2200, 1, 1, tzinfo=UTC)
+MAX_DELAY = 100 * 365.25 * 24 * 3600
+# A job due this soon may finish before a schedule() re-sent after a lost reply reaches
+# Redis, so it keeps a tombstone when it finishes (flag 'i'); `at=` allows an hour of clock
+# difference between this process and Redis.
+_SOON = DONE_TTL
+_SKEW = 3600.0
 
 
 def _resolve_task(task: Task | str | Callable[..., Any]) -> tuple[str, Task | None]:
     if isinstance(task, Task):
         return task.name, task
     if isinstance(task, str):
-        if task in _registry:
-            return task, _registry[task]
-        if not TASK_NAME.match(task):
+        found = find_task(task)
+        if found is not None:
+            return task, found
+        if not TASK_NAME.fullmatch(task):
             raise ValueError(f"{task!r} is not a dotted task name like 'shop.tasks.cancel_order'")
         return task, None  # registered in the worker's process, not this one
     if callable(task):
@@ -55,7 +69,8 @@ def _resolve_task(task: Task | str | Callable[..., Any]) -> tuple[str, Task | No
 
 
 def _when(delay: Any, at: Any) -> dict[str, float]:
-    """Translate delay/at into the store's keyword (seconds or epoch)."""
+    """Translate delay/at into the store's keyword (seconds or epoch), refusing what no
+    due time can be."""
     if delay is not None and at is not None:
         raise TypeError("pass either delay= or at=, not both")
     if at is not None:
@@ -68,35 +83,59 @@ def _when(delay: Any, at: Any) -> dict[str, float]:
                     "(django.utils.timezone.now() + timedelta(...), or timezone.make_aware(at))"
                 )
             at = timezone.make_aware(at, timezone.get_default_timezone())
+        if at >= LATEST_DUE:
+            raise ValueError(
+                f"at={at!r} is too far ahead: django-delayq keeps due times before 2200"
+            )
         return {"at": at.timestamp()}
     if delay is None:
         return {"delay": 0.0}
     if isinstance(delay, timedelta):
         seconds = delay.total_seconds()
     elif isinstance(delay, (int, float)) and not isinstance(delay, bool):
-        seconds = float(delay)
+        try:
+            seconds = float(delay)
+        except OverflowError:  # an int too large for a float
+            seconds = math.inf
     else:
         raise TypeError(
             f"delay= must be a timedelta or a number of seconds, got {type(delay).__name__} "
             f"{delay!r}"
         )
-    if seconds != seconds or seconds in (float("inf"), float("-inf")):
-        raise ValueError(f"delay= must be finite, got {delay!r}")
+    if not math.isfinite(seconds) or seconds > MAX_DELAY:
+        raise ValueError(
+            f"delay= must be a finite number of seconds up to 100 years ({MAX_DELAY:.0f}), "
+            f"got {delay!r}"
+        )
     return {"delay": max(seconds, 0.0)}
+
+
+def _soon(when: dict[str, float]) -> bool:
+    if "at" in when:
+        return when["at"] - time.time() < _SOON + _SKEW
+    return when["delay"] < _SOON
 
 
 def _check_key(key: Any, on_conflict: Any) -> None:
     if key is not None and (not isinstance(key, str) or not key or len(key) > 1024):
         raise TypeError(f"key= must be a non-empty string of at most 1024 characters, got {key!r}")
+    if key is not None:
+        try:
+            key.encode()
+        except UnicodeEncodeError:
+            raise TypeError(f"key= must be encodable as UTF-8, got {key!r}") from None
     if on_conflict not in ("replace", "keep"):
         raise ValueError(f"on_conflict= must be 'replace' or 'keep', got {on_conflict!r}")
+
+
+_OPTION_NAMES = frozenset({"delay", "at", "key", "on_conflict", "queue", "max_retries"})
 
 
 class _Plan:
     """What a schedule() call decides before looking at the task's arguments: task,
     queue, retries, unique key and due time. schedule_many() works it out once."""
 
-    __slots__ = ("key", "max_retries", "name", "options", "queue", "retries", "task")
+    __slots__ = ("flags", "key", "max_retries", "name", "options", "queue", "task")
 
     def __init__(self, task: Any, options: dict[str, Any]) -> None:
         if not _OPTION_NAMES.issuperset(options):
@@ -110,16 +149,15 @@ class _Plan:
         max_retries = options.get("max_retries")
         if max_retries is None and self.task is not None:
             max_retries = self.task.max_retries
-        if max_retries is not None and (type(max_retries) is not int or max_retries < 0):
+        if max_retries is None:
+            max_retries = delayq_settings.MAX_RETRIES
+        if type(max_retries) is not int or not 0 <= max_retries < 10**9:
             raise ValueError(f"max_retries= must be an int >= 0, got {max_retries!r}")
-        self.max_retries = max_retries  # None: the record leaves it to the MAX_RETRIES setting
-        self.retries = delayq_settings.MAX_RETRIES if max_retries is None else max_retries
+        self.max_retries = max_retries  # decided here, once: the record's header carries it
         self.key = key
-        self.options = {
-            **_when(options.get("delay"), options.get("at")),
-            "key": key,
-            "on_conflict": on_conflict,
-        }
+        when = _when(options.get("delay"), options.get("at"))
+        self.flags = FLAG_TOMBSTONE if _soon(when) else ""
+        self.options = {**when, "key": key, "on_conflict": on_conflict}
 
 
 class _Prepared:
@@ -132,40 +170,30 @@ class _Prepared:
             plan.task.check_call(args, kwargs)
         self.plan = plan
         self.args, self.kwargs = list(args), kwargs
-        self.record = encode_record(plan.name, self.args, kwargs, plan.key, plan.max_retries)
+        self.record = encode_record(
+            plan.name, self.args, kwargs, plan.key, plan.max_retries, plan.flags
+        )
         self.id = new_job_id()
 
-    def job(self, result: Scheduled | None, dates: dict[float | None, Any] | None = None) -> Job:
-        """The Job this call stored (or kept). ``dates``: a memo of epoch -> datetime for
-        bulk calls, whose jobs mostly share a due time and a creation millisecond."""
+    def job(self, result: Scheduled | None) -> Job:
+        """The Job this call stored (or kept)."""
         plan = self.plan
-        args, kwargs, name, key, retries = self.args, self.kwargs, plan.name, plan.key, plan.retries
+        fields = Fields(plan.name, self.args, self.kwargs, plan.key, plan.max_retries)
         if result is not None and result.record:  # kept: describe the existing job
-            fields = decode_record(result.record)
-            args, kwargs, name = fields["args"], fields["kwargs"], fields["task"]
-            key, retries = fields["key"], fields["max_retries"]
-            if retries is None:
-                retries = delayq_settings.MAX_RETRIES
-        job_id = result.id if result else self.id
-        due = result.due_at if result else None
-        created = id_timestamp(job_id)
-        if dates is None:
-            due_at, created_at = to_datetime(due), to_datetime(created)
-        else:
-            due_at = dates.get(due) or dates.setdefault(due, to_datetime(due))
-            created_at = dates.get(created) or dates.setdefault(created, to_datetime(created))
-        return Job(
-            id=job_id,
-            task=name,
-            args=args,
-            kwargs=kwargs,
-            queue=plan.queue,
-            status=PENDING,
-            due_at=due_at,
-            max_retries=retries,
-            key=key,
-            created_at=created_at,
-            outcome=result.outcome if result else DEFERRED,
+            fields = decode_fields(result.record)
+        status = PENDING if result is None or result.outcome != "done" else "done"
+        return make_job(
+            result.id if result else self.id,
+            plan.queue,
+            status,
+            fields,
+            delayq_settings.MAX_RETRIES,
+            score=result.due_at if result else None,
+            outcome=DEFERRED
+            if result is None
+            else "created"
+            if status == "done"
+            else result.outcome,
         )
 
     def store(self) -> Job:
@@ -202,19 +230,17 @@ def schedule(
     return stored[0] if stored else prepared.job(None)
 
 
-_OPTION_NAMES = frozenset({"delay", "at", "key", "on_conflict", "queue", "max_retries"})
-
-
 def schedule_many(
     task: Task | str, calls: Iterable[tuple | list | dict], **options: Any
 ) -> list[Job]:
-    """Schedule many jobs of one task, one round trip per 1,000 (pipelined).
+    """Schedule many jobs of one task, one round trip per 1,000.
 
     Each call is a tuple/list of positional arguments, or a dict with ``args``,
     ``kwargs`` and per-job ``delay`` / ``at`` / ``key`` overriding ``options``.
     Every call is validated before anything is stored. Jobs without a unique key
     go to Redis in one script call per queue and chunk (schedule_many.lua), jobs
-    with one through schedule.lua, all in the chunk's one round trip.
+    with one through schedule.lua, all in the chunk's one round trip. A chunk whose
+    reply was lost is sent again (it is idempotent), so no job is stored twice.
     """
     base = _Plan(task, options)
     prepared = []
@@ -228,43 +254,42 @@ def schedule_many(
             )
     store = get_store()
     chunks = list(_chunks(prepared, BULK_CHUNK))
-    built: list[tuple[list[Op], list[list[_Prepared]]]] = []
+    owners: list[list[list[_Prepared]]] = []
 
     def ops_of_chunks() -> Iterator[list[Op]]:
-        for chunk in chunks:  # built lazily: while Redis runs the chunk sent before
-            ops, owners = _bulk_ops(store, chunk)
-            built.append((ops, owners))
+        for chunk in chunks:  # built lazily
+            ops, groups = _bulk_ops(store, chunk)
+            owners.append(groups)
             yield ops
 
     jobs: list[Job] = []
-    done = 0
-    try:
-        for results in store.stream(ops_of_chunks()):
-            jobs += _bulk_jobs(chunks[done], built[done][1], results)
-            done += 1
-    except DelayQConnectionError:
-        # Idempotent writes: send the unanswered chunks again, one by one (see resend()).
-        for chunk in chunks[done:]:
-            ops, owners = _bulk_ops(store, chunk)
-            jobs += _bulk_jobs(chunk, owners, resend(lambda ops=ops: store.run(ops)))
+    for done, results in enumerate(store.stream(ops_of_chunks())):
+        jobs += _bulk_jobs(chunks[done], owners[done], results)
     return jobs
 
 
 def _bulk_ops(store: Store, chunk: list[_Prepared]) -> tuple[list[Op], list[list[_Prepared]]]:
-    """A chunk's script calls: one schedule_many op per queue for jobs without a unique
-    key, one schedule op per job with one; and the jobs each op is for."""
-    ops, owners = [], []
+    """A chunk's calls: one SADD per queue, one schedule_many op per queue for jobs without a
+    unique key, one schedule op per job with one; and the jobs each op is for."""
+    ops: list[Op] = []
+    owners: list[list[_Prepared]] = []
     batches: dict[str, list[_Prepared]] = {}
     for p in chunk:
-        store.remember_queue(p.plan.queue)
+        if p.plan.queue not in batches:
+            batches[p.plan.queue] = []
+            ops.append(store.remember_queue_op(p.plan.queue))
+            owners.append([])
         if p.plan.key is None:
-            batches.setdefault(p.plan.queue, []).append(p)
+            batches[p.plan.queue].append(p)
         else:
             ops.append(store.schedule_op(p.plan.queue, p.id, p.record, **p.plan.options))
             owners.append([p])
     for queue, group in batches.items():
-        ops.append(store.schedule_many_op(queue, [(p.id, p.record, p.plan.options) for p in group]))
-        owners.append(group)
+        if group:
+            ops.append(
+                store.schedule_many_op(queue, [(p.id, p.record, p.plan.options) for p in group])
+            )
+            owners.append(group)
     return ops, owners
 
 
@@ -273,14 +298,15 @@ def _bulk_jobs(chunk: list[_Prepared], owners: list[list[_Prepared]], replies: l
     for group, result in zip(owners, replies, strict=True):
         if isinstance(result, Exception):
             raise result
-        if len(group) == 1 and isinstance(result, Scheduled):
+        if not group:
+            continue  # the queue registry's SADD
+        if isinstance(result, Scheduled):
             results[group[0].id] = result
         else:
             results.update(zip((p.id for p in group), result, strict=True))
     jobs = []
-    dates: dict[float | None, Any] = {}
     for p in chunk:
-        job = p.job(results[p.id], dates)
+        job = p.job(results[p.id])
         signals.send(signals.job_scheduled, p.plan.task or p.plan.name, job=job)
         jobs.append(job)
     return jobs
@@ -313,28 +339,29 @@ def _chunks(items: list, size: int) -> Iterator[list]:
         yield items[start : start + size]
 
 
-def known_queues(queue: str | None = None) -> list[str]:
-    """Queues to search for a job: the given one, else the configured and seen ones."""
+def search_queues(queue: str | None = None) -> Iterator[str]:
+    """Queues to look for a job in: the given one; else the configured ones, the queues of
+    registered tasks, then every queue Redis remembers (read each time, never cached)."""
     if queue is not None:
-        return [check_queue_name(queue)]
+        yield check_queue_name(queue)
+        return
     names = [delayq_settings.DEFAULT_QUEUE, *delayq_settings.QUEUES]
-    names += [t.queue for t in _registry.values() if t.queue]
-    names += sorted(get_store()._seen_queues)
-    return list(dict.fromkeys(names))
-
-
-def _all_queues(queue: str | None) -> Iterator[str]:
-    local = known_queues(queue)
+    names += [t.queue for t in registered().values() if t.queue]
+    local = []
+    for name in dict.fromkeys(names):
+        try:
+            local.append(check_queue_name(name))
+        except ValueError:
+            continue  # a bad setting: delayq.E005 reports it
     yield from local
-    if queue is None:
-        yield from (q for q in get_store().queues() if q not in local)
+    yield from (q for q in get_store().queues() if q not in local)
 
 
 def get_job(job_id: str, queue: str | None = None) -> Job | None:
     """The job with that id as it is now, or None (finished, cancelled or unknown)."""
     if not isinstance(job_id, str):
         raise TypeError(f"job id must be a string, got {job_id!r}")
-    raw = get_store().find(job_id, _all_queues(queue))
+    raw = get_store().find(job_id, search_queues(queue))
     return None if raw is None else job_from_raw(raw, delayq_settings.MAX_RETRIES)
 
 
@@ -342,19 +369,18 @@ def cancel(job_id: str | None = None, *, key: str | None = None, queue: str | No
     """Delete a pending job, by id or unique key. True if it was pending and is now gone."""
     if (job_id is None) == (key is None):
         raise TypeError("cancel() takes a job id or key=, exactly one of them")
-    store = get_store()
-    for name in _all_queues(queue):
-        found = store.cancel(name, job_id=job_id, key=key)
-        if found is not None:
-            _cancelled(name, *found)
-            return True
-    return False
+    return any(cancel_in(name, job_id=job_id, key=key) for name in search_queues(queue))
 
 
-def _cancelled(queue: str, job_id: str, record: bytes) -> None:
-    from .store import RawJob
-
-    job = job_from_raw(RawJob(job_id, queue, None, None, record, None), delayq_settings.MAX_RETRIES)
-    job = Job(**{**job.__dict__, "status": "cancelled"})
-    sender = _registry.get(job.task) or job.task
-    signals.send(signals.job_cancelled, sender, job=job)
+def cancel_in(queue: str, *, job_id: str | None = None, key: str | None = None) -> bool:
+    """Cancel a pending job of one queue and send ``job_cancelled``; True if it was pending.
+    (The admin's cancel action uses it too.)"""
+    found = get_store().cancel(queue, job_id=job_id, key=key)
+    if found is None:
+        return False
+    cancelled_id, record = found
+    job = make_job(
+        cancelled_id, queue, "cancelled", decode_fields(record), delayq_settings.MAX_RETRIES
+    )
+    signals.send(signals.job_cancelled, sender(job.task), job=job)
+    return True

@@ -18,14 +18,16 @@ job id is the result id. ``manage.py delayq_worker`` runs it: the internal task 
 the Task by its module path, refuses anything that is not a ``django.tasks`` Task of a
 DelayQBackend alias (the allow-list), runs it, and keeps its result.
 
-Results: one JSON document per result (``store.result_key``), replaced whole at every
-change and expiring ``RESULT_TTL`` seconds after the last one (longer while the task is
-deferred or waiting for a retry), so ``get_result()`` works from any process.
+Results: one JSON document per result (``store.result_key``: found by the result id alone,
+whatever the queue), replaced whole at every change and expiring ``RESULT_TTL`` seconds after
+the last one (longer while the task is deferred or waiting for a retry), so ``get_result()``
+works from any process.
 
 Retries: ``OPTIONS["MAX_RETRIES"]`` (default 0, Django's one attempt) failed attempts
 are retried with DELAYQ's backoff. Between attempts the status is READY again, every
 attempt appends its worker to ``worker_ids`` (``attempts == len(worker_ids)``) and every
-failure its ``TaskError``; FAILED is set only by the last attempt.
+failure its ``TaskError``; FAILED is set only by the last attempt. A job a stopping worker
+hands back, or one recovered from a dead worker with attempts left, is READY again.
 
 Priority is not supported (``supports_priority = False``, so Django refuses a Task whose
 priority is not 0): django-delayq orders jobs by due time only; use a separate queue and
@@ -53,11 +55,21 @@ from django.utils.module_loading import import_string
 from . import signals
 from .conf import delayq_settings
 from .connection import get_store
-from .exceptions import ConfigurationError
-from .job import PENDING, Job, dumps, encode_record, id_timestamp, new_job_id, to_datetime
+from .exceptions import ConfigurationError, LeaseLost
+from .execution import TRACEBACK_LIMIT, current_job
+from .job import (
+    FLAG_TOMBSTONE,
+    PENDING,
+    Fields,
+    Job,
+    dumps,
+    encode_record,
+    id_timestamp,
+    make_job,
+    new_job_id,
+)
 from .registry import task as delayq_task
-from .store import check_queue_name
-from .worker import TRACEBACK_LIMIT, current_job
+from .store import DONE_TTL, check_queue_name
 
 try:  # Django 6.0+
     from django.tasks import task_backends
@@ -211,28 +223,26 @@ class DelayQBackend(BaseTaskBackend):
         spec = _task_spec(task, self.alias)
         max_retries = self.option("MAX_RETRIES")
         job_args = [task.module_path, result.args, result.kwargs, spec]
-        record = encode_record(INTERNAL_TASK, job_args, {}, None, max_retries)
         due_in = 0.0
         when: dict[str, float] = {"delay": 0.0}
         if task.run_after is not None:
             when = {"at": _epoch(task.run_after)}
             due_in = when["at"] - time.time()
+        flags = FLAG_TOMBSTONE if due_in < DONE_TTL + 3600 else ""
+        record = encode_record(INTERNAL_TASK, job_args, {}, None, max_retries, flags)
         state = _new_state(job_id, task.module_path, result.args, result.kwargs, spec)
         store = get_store()
         scheduled = store.schedule_with_result(
             task.queue_name, job_id, record, _encode(state), self.result_ttl(due_in), **when
         )
-        job = Job(
-            id=job_id,
-            task=INTERNAL_TASK,
-            args=job_args,
-            kwargs={},
-            queue=task.queue_name,
-            status=PENDING,
-            due_at=to_datetime(scheduled.due_at),
-            max_retries=max_retries,
-            created_at=to_datetime(id_timestamp(job_id)),
-            outcome=scheduled.outcome,
+        job = make_job(
+            job_id,
+            task.queue_name,
+            PENDING,
+            Fields(INTERNAL_TASK, job_args, {}, None, max_retries),
+            max_retries,
+            score=scheduled.due_at,
+            outcome="created",
         )
         signals.send(signals.job_scheduled, run_django_task, job=job)
         signals.send(task_enqueued, type(self), task_result=result)
@@ -241,12 +251,10 @@ class DelayQBackend(BaseTaskBackend):
     def get_result(self, result_id: str) -> TaskResult:
         if not isinstance(result_id, str) or not RESULT_ID.match(result_id):
             raise TaskResultDoesNotExist(result_id)
-        store = get_store()
-        queues = sorted(self.queues) if self.queues else store.queues()
-        found = store.load_result(result_id, queues)
+        found = get_store().load_result(result_id)
         if found is None:
             raise TaskResultDoesNotExist(result_id)
-        state = _decode(found[1])
+        state = _decode(found)  # ValueError naming an unreadable result
         return _task_result(_load_task(state["task"], state["spec"]), result_id, state)
 
     # -- the worker side (called by run_django_task) --------------------------
@@ -254,9 +262,9 @@ class DelayQBackend(BaseTaskBackend):
     def run(self, job: Job, path: str, args: list, kwargs: dict, spec: dict) -> Any:
         """Run one attempt of a Task inside the worker, keeping its result up to date."""
         store = get_store()
-        found = store.load_result(job.id, [job.queue])
+        found = store.load_result(job.id)
         try:
-            state = _decode(found[1]) if found else None
+            state = _decode(found) if found else None
         except ValueError:
             state = None  # unreadable: start it again, like one that expired
         state = state or _new_state(job.id, path, args, kwargs, spec)
@@ -265,7 +273,7 @@ class DelayQBackend(BaseTaskBackend):
         state.update(status=TaskResultStatus.RUNNING.value, last_attempted_at=now)
         state.update(finished_at=None, started_at=state.get("started_at") or now)
         state["worker_ids"] = [*state.get("worker_ids", []), job.worker or ""]
-        store.save_result(job.queue, job.id, _encode(state), self.result_ttl())
+        store.save_result(job.id, _encode(state), self.result_ttl())
         task = None
         try:
             task = _load_task(path, spec)
@@ -288,7 +296,7 @@ class DelayQBackend(BaseTaskBackend):
             state["errors"] = errors
             if final:
                 state.update(status=TaskResultStatus.FAILED.value, finished_at=time.time())
-                store.save_result(job.queue, job.id, _encode(state), self.result_ttl())
+                store.save_result(job.id, _encode(state), self.result_ttl())
                 if task is not None:
                     result = _task_result(task, job.id, state)
                     signals.send(task_finished, type(self), task_result=result)
@@ -296,11 +304,11 @@ class DelayQBackend(BaseTaskBackend):
                 state["status"] = TaskResultStatus.READY.value
                 # Kept at least until the retry, whose backoff is at most 125% of the cap.
                 wait = float(delayq_settings.RETRY_BACKOFF_MAX) * 1.25
-                store.save_result(job.queue, job.id, _encode(state), self.result_ttl(wait))
+                store.save_result(job.id, _encode(state), self.result_ttl(wait))
             raise
         state.update(status=TaskResultStatus.SUCCESSFUL.value, finished_at=time.time())
         state["return_value"] = value
-        store.save_result(job.queue, job.id, _encode(state), self.result_ttl())
+        store.save_result(job.id, _encode(state), self.result_ttl())
         signals.send(task_finished, type(self), task_result=_task_result(task, job.id, state))
         return value
 
@@ -324,11 +332,11 @@ def _finish_outside_run(job: Job, error: dict[str, str]) -> None:
     ``error`` and send task_finished, rather than leave it RUNNING or READY until it expires.
     A result run() already finished is left alone."""
     store = get_store()
-    found = store.load_result(job.id, [job.queue])
+    found = store.load_result(job.id)
     if found is None:
         return
     try:
-        state = _decode(found[1])
+        state = _decode(found)
     except ValueError:
         return
     finished = (TaskResultStatus.FAILED.value, TaskResultStatus.SUCCESSFUL.value)
@@ -337,7 +345,7 @@ def _finish_outside_run(job: Job, error: dict[str, str]) -> None:
     backend = _backend(state["spec"].get("backend"))
     errors = [*state.get("errors", []), error][-int(delayq_settings.MAX_ERRORS_KEPT) :]
     state.update(errors=errors, status=TaskResultStatus.FAILED.value, finished_at=time.time())
-    store.save_result(job.queue, job.id, _encode(state), backend.result_ttl())
+    store.save_result(job.id, _encode(state), backend.result_ttl())
     task = _load_task(state["task"], state["spec"])
     signals.send(task_finished, type(backend), task_result=_task_result(task, job.id, state))
 
@@ -356,7 +364,42 @@ def _on_job_cancelled(sender: Any, job: Job, **kwargs: Any) -> None:
     )
 
 
+def _ready_again(job: Job, error: dict[str, str] | None) -> None:
+    """The job waits in pending again (handed back, or recovered with attempts left): its
+    result says READY, with the lost attempt's error if there was one."""
+    store = get_store()
+    found = store.load_result(job.id)
+    try:
+        state = _decode(found) if found else None
+    except ValueError:
+        return
+    if state is None or state.get("status") != TaskResultStatus.RUNNING.value:
+        return
+    if error is not None:
+        kept = int(delayq_settings.MAX_ERRORS_KEPT)
+        state["errors"] = [*state.get("errors", []), error][-kept:]
+    state["status"] = TaskResultStatus.READY.value
+    backend = _backend(state["spec"].get("backend"))
+    store.save_result(job.id, _encode(state), backend.result_ttl())
+
+
+def _on_job_released(sender: Any, job: Job, **kwargs: Any) -> None:
+    _ready_again(job, None)
+
+
+def _on_job_failed(
+    sender: Any, job: Job, exception: BaseException, will_retry: bool, **kw: Any
+) -> None:
+    if isinstance(exception, LeaseLost) and will_retry:  # run() never saw this attempt end
+        path = "django_delayq.exceptions.LeaseLost"
+        _ready_again(job, {"exception_class_path": path, "traceback": f"{path}: {exception}"})
+
+
 signals.job_dead.connect(_on_job_dead, sender=run_django_task, dispatch_uid="delayq-tasks-dead")
+signals.job_released.connect(
+    _on_job_released, sender=run_django_task, dispatch_uid="delayq-tasks-released"
+)
+signals.job_failed.connect(_on_job_failed, sender=run_django_task, dispatch_uid="delayq-tasks-lost")
 signals.job_cancelled.connect(
     _on_job_cancelled, sender=run_django_task, dispatch_uid="delayq-tasks-cancelled"
 )

@@ -3,7 +3,8 @@
 delayq.E001  the Redis connection cannot be built from CACHE (missing alias, or not Redis)
 delayq.E002  REDIS_URL is not a redis://, rediss:// or unix:// URL
 delayq.E003  PREFIX is not a non-empty string without braces
-delayq.E004  a number setting has the wrong type or range; CLUSTER is not a bool
+delayq.E004  a number setting has the wrong type or range (numbers must be finite and below
+             10**9); CLUSTER is not a bool
 delayq.E005  QUEUES / DEFAULT_QUEUE are not valid queue names
 delayq.E006  DELAYQ is not a dict
 delayq.W001  DELAYQ has a key django-delayq does not know (a typo?)
@@ -12,6 +13,7 @@ delayq.W002  (deploy) Redis does not answer, or is older than 6.2
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from django.conf import settings
@@ -20,6 +22,7 @@ from django.core.checks import Error, Tags, Warning, register
 from .conf import DEFAULTS, delayq_settings
 from .exceptions import ConfigurationError
 
+MAXIMUM = 10**9
 NUMBERS = {
     # name: (types, minimum, must be above the minimum)
     "VISIBILITY_TIMEOUT": ((int, float), 0, True),
@@ -60,13 +63,15 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list:
     for name, (types, minimum, strict) in NUMBERS.items():
         value = getattr(delayq_settings, name)
         ok = isinstance(value, types) and not isinstance(value, bool)
+        ok = ok and math.isfinite(value) and value < MAXIMUM
         ok = ok and (value > minimum if strict else value >= minimum)
         if not ok:
             kind = " or ".join(t.__name__ for t in types)
             bound = ">" if strict else ">="
             errors.append(
                 Error(
-                    f"DELAYQ[{name!r}] must be {kind} {bound} {minimum}, got {value!r}.",
+                    f"DELAYQ[{name!r}] must be a finite {kind} {bound} {minimum} and below "
+                    f"{MAXIMUM:.0e}, got {value!r}.",
                     id="delayq.E004",
                 )
             )

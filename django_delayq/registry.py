@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import math
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, overload
@@ -46,10 +47,13 @@ class Task:
         if max_retries is not None and (type(max_retries) is not int or max_retries < 0):
             raise ValueError(f"max_retries must be an int >= 0, got {max_retries!r}")
         if retry_backoff is not None and (
-            not isinstance(retry_backoff, (int, float)) or retry_backoff < 0
+            not isinstance(retry_backoff, (int, float))
+            or isinstance(retry_backoff, bool)
+            or not math.isfinite(retry_backoff)
+            or retry_backoff < 0
         ):
             raise ValueError(
-                f"retry_backoff must be a number of seconds >= 0, got {retry_backoff!r}"
+                f"retry_backoff must be a finite number of seconds >= 0, got {retry_backoff!r}"
             )
         self.func = func
         self.name = name or f"{func.__module__}.{func.__qualname__}"
@@ -149,6 +153,16 @@ def get_task(name: str) -> Task:
             f"task {name!r} is not registered in this process: decorate it with "
             "@django_delayq.task in a module that is imported (an app's tasks.py is)"
         ) from None
+
+
+def find_task(name: str) -> Task | None:
+    """The task registered under ``name`` in this process, or None."""
+    return _registry.get(name)
+
+
+def sender(name: str) -> Task | str:
+    """The sender of a job's signals: its Task when registered in this process, else its name."""
+    return _registry.get(name) or name
 
 
 def registered() -> dict[str, Task]:

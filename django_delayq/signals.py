@@ -11,6 +11,8 @@ this process, else the task's name (a string).
 - ``job_dead(job, error)``: moved to the dead-letter set (attempts used up, corrupt
   record, or lease expired on the last attempt)
 - ``job_cancelled(job)``: removed by ``cancel()`` or an admin action
+- ``job_released(job)``: a stopping worker handed it back to pending unfinished (the attempt
+  is not counted; it runs again)
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ job_succeeded = Signal()
 job_failed = Signal()
 job_dead = Signal()
 job_cancelled = Signal()
+job_released = Signal()
 
 
 def send(signal: Signal, sender: Any, **kwargs: Any) -> None:

@@ -78,14 +78,16 @@ def schedule_overdue(store: Store, seconds: float, *args) -> str:
 
 def make_running(store: Store, queue: str = Q, worker: str = "web-1.4242") -> str:
     job = schedule(testtasks.add, 1, 2, queue=queue)
-    claim = store.claim(queue, 1, lease=90, token="tok-1", worker=worker)
+    claim = store.claim(queue, 1, lease=90, token=f"{worker}#{new_job_id()}", instance=worker)
     assert [c.id for c in claim.jobs] == [job.id]
+    store.call(store.mark_op(queue, job.id, claim.now + 90))  # its runner started it
     return job.id
 
 
 def make_dead(store: Store, *args, queue: str = Q, message: str = "boom") -> str:
     job = schedule(testtasks.always_fails, *args, queue=queue)
-    store.claim(queue, 1, lease=90, token="tok-d", worker="w-dead")
+    token = f"w-dead#{new_job_id()}"  # one token per claim: the same one would be a re-send
+    store.claim(queue, 1, lease=90, token=token, instance="w-dead")
     error = {
         "type": "builtins.ValueError",
         "message": message,
@@ -98,11 +100,10 @@ def make_dead(store: Store, *args, queue: str = Q, message: str = "boom") -> str
     outcome, _ = store.fail(
         queue,
         job.id,
-        "tok-d",
+        token,
         error,
         delay=-1,
-        max_retries=0,
-        key=None,
+        default_max_retries=0,
         dead_max_age=3600,
         dead_max_count=1000,
         max_errors=10,
@@ -227,9 +228,9 @@ def test_dashboard_counts_lag_and_throughput(store, admin_client):
     make_dead(store)
     for value in (3, 4):
         schedule(testtasks.add, value, value)
-    claim = store.claim(Q, 5, lease=60, token="tok-x", worker="w")
+    claim = store.claim(Q, 5, lease=60, token="w#x", instance="w")
     assert len(claim.jobs) == 2
-    store.ack(Q, [(c.id, "tok-x", None) for c in claim.jobs])
+    store.ack(Q, [(c.id, "w#x", "") for c in claim.jobs])
     make_running(store)
     schedule(testtasks.add, 1, 2, delay=3600)
     schedule(testtasks.send_mail, "a@example.com", delay=60)  # queue "emails"

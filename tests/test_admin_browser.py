@@ -53,31 +53,32 @@ def _throughput(store: Store, minutes: int = 30) -> None:
         at = float(int(now) - ago * 60 + 1)  # whole seconds: claim compares at µs precision
         done, failed = 2 + (ago * 7) % 9, (1 if ago % 6 == 0 else 0) + (2 if ago == 4 else 0)
         for _ in range(done):
-            store.schedule(Q, new_job_id(), encode_record("shop.tasks.sync", [ago], {}), now=at)
-        claim = store.claim(Q, done, lease=60, token=f"t{ago}", worker="bench", now=at)
+            store.schedule(
+                Q, new_job_id(), encode_record("shop.tasks.sync", [ago], {}, None, 3), now=at
+            )
+        claim = store.claim(Q, done, lease=60, token=f"bench#t{ago}", instance="bench", now=at)
         for job in claim.jobs[:failed]:
             error = {"type": "builtins.TimeoutError", "message": "slow", "attempt": 1, "at": at}
             store.fail(
                 Q,
                 job.id,
-                f"t{ago}",
+                f"bench#t{ago}",
                 error,
                 delay=0,
-                max_retries=3,
-                key=None,
+                default_max_retries=3,
                 dead_max_age=86400,
                 dead_max_count=100,
                 max_errors=10,
                 now=at,
             )
-        again = store.claim(Q, failed, lease=60, token=f"r{ago}", worker="bench", now=at)
-        store.ack(Q, [(j.id, f"t{ago}", None) for j in claim.jobs[failed:]], now=at)
-        store.ack(Q, [(j.id, f"r{ago}", None) for j in again.jobs], now=at)
+        again = store.claim(Q, failed, lease=60, token=f"bench#r{ago}", instance="bench", now=at)
+        store.ack(Q, [(j.id, f"bench#t{ago}", "") for j in claim.jobs[failed:]], now=at)
+        store.ack(Q, [(j.id, f"bench#r{ago}", "") for j in again.jobs], now=at)
 
 
 def _dead(store: Store) -> str:
     job = schedule(testtasks.always_fails, "card declined", key="refund:17")
-    store.claim(Q, 1, lease=60, token="tok-d", worker="web-2.311")
+    store.claim(Q, 1, lease=60, token="web-2.311#d", instance="web-2.311")
     error = {
         "type": "builtins.ValueError",
         "message": "card declined",
@@ -89,11 +90,10 @@ def _dead(store: Store) -> str:
     store.fail(
         Q,
         job.id,
-        "tok-d",
+        "web-2.311#d",
         error,
         delay=-1,
-        max_retries=0,
-        key="refund:17",
+        default_max_retries=0,
         dead_max_age=86400,
         dead_max_count=100,
         max_errors=10,
@@ -115,7 +115,8 @@ def test_operator_cancels_and_requeues_in_a_browser(real_store, live_server, set
     # What the operator sees: throughput, a running job, an overdue backlog, two queues.
     _throughput(real_store)
     schedule(testtasks.sleepy, "report", 1, 30)
-    real_store.claim(Q, 1, lease=120, token="tok-r", worker="web-1.4242")
+    claim = real_store.claim(Q, 1, lease=120, token="web-1.4242#r", instance="web-1.4242")
+    real_store.call(real_store.mark_op(Q, claim.jobs[0].id, claim.now + 120))
     dead_id = _dead(real_store)
     for i in range(3):
         real_store.schedule(

@@ -230,52 +230,62 @@ def test_cache_alias_connections(real_client):
             assert get_store().client.ping()
 
 
-def test_record_format_2_is_compact_and_format_1_still_decodes():
+def test_record_format_3_and_the_records_of_0_1():
     from django_delayq.exceptions import CorruptJob
-    from django_delayq.job import decode_record, encode_record
+    from django_delayq.job import Fields, decode_record, encode_record
 
-    assert encode_record("shop.tasks.ping", [42, "x"], {}) == b'["shop.tasks.ping",42,"x"]'
-    full = encode_record("shop.tasks.ping", [1], {"why": "late"}, "order:1", 3)
-    assert full == b'[{"t":"shop.tasks.ping","k":{"why":"late"},"u":"order:1","r":3},1]'
-    expected = {"task": "shop.tasks.ping", "args": [1], "kwargs": {"why": "late"}}
-    assert decode_record(full) == {**expected, "key": "order:1", "max_retries": 3}
-    assert decode_record(encode_record("a.b", [], {})) == {
-        "task": "a.b",
-        "args": [],
-        "kwargs": {},
-        "key": None,
-        "max_retries": None,
-    }
+    assert encode_record("shop.tasks.ping", [42, "x"], {}, max_retries=5) == (
+        b'5\nshop.tasks.ping\n42,"x"'
+    )  # shorter than 0.1's ["shop.tasks.ping",42,"x"]
+    full = encode_record("shop.tasks.ping", [1], {"why": "late"}, "order:1", 3, "i")
+    assert full == b'3ik=7:order:1\nshop.tasks.ping\n{"why":"late"}\n1'
+    assert decode_record(full) == Fields("shop.tasks.ping", [1], {"why": "late"}, "order:1", 3, "i")
+    assert decode_record(encode_record("a.b", [], {})) == Fields("a.b", [], {}, None, 0)
     v1 = b'{"t":"shop.tasks.ping","a":[1],"k":{"why":"late"},"u":"order:1","r":3}'
-    assert decode_record(v1) == {**expected, "key": "order:1", "max_retries": 3}
-    assert decode_record(b'{"t":"a.b"}')["args"] == []
-    for newer in (b'[{"t":"a.b","v":3}]', b'{"t":"a.b","v":2}'):
-        with pytest.raises(CorruptJob, match="newer than this"):
-            decode_record(newer)
-    for broken in (b"[]", b"[1,2]", b'"a.b"', b"{}", b'[{"t":"a.b","k":[]}]', b"[{"):
+    assert decode_record(v1) == Fields("shop.tasks.ping", [1], {"why": "late"}, "order:1", 3)
+    assert decode_record(b'["a.b",1]') == Fields("a.b", [1], {})
+    for broken in (
+        b"[]",
+        b"[1,2]",
+        b'"a.b"',
+        b"{}",
+        b'[{"t":"a.b","k":[]}]',
+        b"[{",
+        b"#3\na.b\n",  # an unknown (newer) format
+        b"5\na.b\n[",
+        b"5k\na.b\n[1]\n2",
+        b"5=99:x\na.b\n",
+        b"\xff",
+    ):
         with pytest.raises(CorruptJob):
             decode_record(broken)
 
 
-def test_schedule_many_streams_chunks_and_resends_after_a_broken_connection(store, monkeypatch):
+def test_schedule_many_sends_a_chunk_again_after_a_lost_reply(store, monkeypatch):
+    import redis
+
     from django_delayq import api
-    from django_delayq.exceptions import ConnectionError as DelayQConnectionError
+    from django_delayq.transport import Transport, _Failure
 
     monkeypatch.setattr(api, "BULK_CHUNK", 3)
     calls = [(i, i) for i in range(10)] + [{"args": [0, 0], "key": "unique"}]
-    jobs = schedule_many(t.add, calls, delay=60)  # four chunks, sent one ahead
+    jobs = schedule_many(t.add, calls, delay=60)  # four chunks
     assert len({j.id for j in jobs}) == 11 and jobs[-1].key == "unique"
     assert store.client.zcard(store.key("default", "pending")) == 11
 
-    stream = store.stream
+    pipeline = Transport._pipeline
+    rounds = []
 
-    def breaks_after_one(chunks):  # the connection breaks after the first chunk's reply
-        replies = stream(chunks)
-        yield next(replies)
-        replies.close()
-        raise DelayQConnectionError("Redis is unreachable or the connection broke")
+    def loses_the_second_reply(self, pool, ops, indexes, resent, results):
+        answered = pipeline(self, pool, ops, indexes, resent, results)
+        rounds.append(indexes)
+        if len(rounds) == 2:  # Redis ran the chunk; its replies never came back
+            lost = redis.exceptions.ConnectionError("reply lost")
+            return {i: _Failure(lost, maybe_ran=True) for i in indexes}
+        return answered
 
-    monkeypatch.setattr(type(store), "stream", lambda self, chunks: breaks_after_one(chunks))
+    monkeypatch.setattr(Transport, "_pipeline", loses_the_second_reply)
     again = schedule_many(t.add, [(i, i) for i in range(10)], delay=60)
+    assert len(rounds) == 5  # four chunks, the second one twice
     assert len({j.id for j in again}) == 10 and all(j.due_at for j in again)
     assert store.client.zcard(store.key("default", "pending")) == 21  # each stored once

@@ -389,9 +389,10 @@ def test_a_worker_that_died_on_the_last_attempt_fails_the_result(store, received
     from django_delayq.exceptions import LeaseLost
 
     result = dt.add.enqueue(1, 2)
-    # A worker claims it and dies without running it (no heartbeat, no ack).
-    store.claim("default", 1, lease=1, token="gone", worker="crashed")
-    assert Worker(["default"], clock=later(5)).recover() == 1
+    # A worker claims it, starts it and dies (no heartbeat, no ack).
+    claim = store.claim("default", 1, lease=1, token="crashed#1", instance="crashed")
+    store.call(store.mark_op("default", result.id, claim.now + 1))
+    assert Worker(["default"], clock=later(5)).recovery.run_pass() == 1
     result.refresh()
     assert result.status == TaskResultStatus.FAILED and result.finished_at is not None
     [error] = result.errors
@@ -506,20 +507,20 @@ def test_results_expire_after_the_ttl(store):
     with override_settings(TASKS=tasks_setting(RESULT_TTL=100)):
         result = dt.add.enqueue(1, 2)
         deferred = dt.add.using(run_after=timezone.now() + timedelta(seconds=1000)).enqueue(1, 2)
-        key = store.result_key("default", result.id)
+        key = store.result_key(result.id)
         assert 99_000 < store.client.pttl(key) <= 100_000
-        deferred_ttl = store.client.pttl(store.result_key("default", deferred.id))
+        deferred_ttl = store.client.pttl(store.result_key(deferred.id))
         assert 1_090_000 < deferred_ttl <= 1_100_000  # kept until it runs, and then the TTL
         work()
         assert 99_000 < store.client.pttl(key) <= 100_000
     with override_settings(TASKS=tasks_setting(RESULT_TTL=None)):
         forever = dt.add.enqueue(1, 2)
-        assert store.client.pttl(store.result_key("default", forever.id)) == -1
+        assert store.client.pttl(store.result_key(forever.id)) == -1
 
 
 def test_a_lost_result_is_rebuilt_by_the_worker(fake_store):
     result = dt.add.enqueue(1, 2)
-    fake_store.client.delete(fake_store.result_key("default", result.id))
+    fake_store.client.delete(fake_store.result_key(result.id))
     with pytest.raises(TaskResultDoesNotExist):
         result.refresh()
     work()
@@ -530,7 +531,7 @@ def test_a_lost_result_is_rebuilt_by_the_worker(fake_store):
 
 def test_an_unreadable_result_is_rebuilt_by_the_worker(fake_store):
     result = dt.add.enqueue(1, 2)
-    fake_store.client.set(fake_store.result_key("default", result.id), b"\xff not json")
+    fake_store.client.set(fake_store.result_key(result.id), b"\xff not json")
     with pytest.raises(ValueError, match="unreadable"):
         result.refresh()
     work()
@@ -540,7 +541,7 @@ def test_an_unreadable_result_is_rebuilt_by_the_worker(fake_store):
 
 def test_result_document_format(fake_store):
     result = dt.add.enqueue(1, 2)
-    raw = fake_store.client.get(fake_store.result_key("default", result.id))
+    raw = fake_store.client.get(fake_store.result_key(result.id))
     document = json.loads(raw)
     assert document["v"] == 1 and document["status"] == "READY"
     assert document["task"] == "tests.testapp.django_tasks.add"
@@ -575,7 +576,7 @@ def test_only_django_tasks_are_run(fake_store, path):
     assert dead.status == "dead"
     assert "InvalidTask" in dead.last_error
     assert dt.CALLS == []
-    result = json.loads(fake_store.client.get(fake_store.result_key("default", job.id)))
+    result = json.loads(fake_store.client.get(fake_store.result_key(job.id)))
     assert result["status"] == "FAILED" and "InvalidTask" in result["errors"][0]["traceback"]
 
 

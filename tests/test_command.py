@@ -99,7 +99,7 @@ def test_sigkilled_worker_has_its_job_recovered_and_run_again(real_store, tag):
     real_store.client.hset(
         real_store.key("default", "jobs"),
         job.id,
-        f'{{"t":"tests.testapp.tasks.sleepy","a":["{tag}","x",0],"r":3}}',
+        f'3\ntests.testapp.tasks.sleepy\n"{tag}","x",0',
     )
     rescuer = start_worker(real_store.prefix, DELAYQ_VISIBILITY_TIMEOUT="1")
     try:

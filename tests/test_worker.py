@@ -123,7 +123,7 @@ def test_unknown_task_is_retried_then_dead_lettered(store):
 
 
 def test_close_old_connections_around_every_job(store):
-    with mock.patch("django_delayq.worker.close_old_connections") as close:
+    with mock.patch("django_delayq.execution.close_old_connections") as close:
         t.remember.schedule(1)
         t.remember.schedule(2)
         run_burst()
@@ -142,20 +142,27 @@ def test_recover_lost_lease(store):
 
     job = t.remember.schedule(1)
     last = t.remember.schedule(2, max_retries=0)
-    store.claim("default", 2, lease=0.5, token="crashed", worker="ghost", now=None)
+    never_started = t.remember.schedule(3, max_retries=0)
+    claim = store.claim("default", 3, lease=0.5, token="ghost~1#1", instance="ghost~1")
+    lease_until = claim.now + 0.5
+    for started in (job, last):  # their runner had started them when the worker died
+        store.call(store.mark_op("default", started.id, lease_until))
     worker = Worker(["default"], burst=True, clock=lambda: time.time() + 1)
     with Recorder(signals.job_failed, signals.job_dead) as rec:
-        assert worker.recover() == 2
+        assert worker.recovery.run_pass() == 3
     recovered = get_job(job.id)
     assert recovered.status == "pending" and "ghost" in recovered.last_error
+    refunded = get_job(never_started.id)  # not charged: max_retries=0 and still pending
+    assert refunded.status == "pending" and refunded.attempts == 0 and not refunded.errors
     # The lost attempts failed: job_failed for each, job_dead for the one out of retries.
     failed = {kw["job"].id: kw for sig, _, kw in rec.events if sig is signals.job_failed}
     assert failed[job.id]["will_retry"] is True and failed[last.id]["will_retry"] is False
     assert isinstance(failed[job.id]["exception"], LeaseLost)
     assert "ghost" in str(failed[job.id]["exception"])
     assert [kw["job"].id for sig, _, kw in rec.events if sig is signals.job_dead] == [last.id]
+    assert never_started.id not in failed
     worker.run()
-    assert t.CALLS == [((1,), {})]
+    assert sorted(t.CALLS) == [((1,), {}), ((3,), {})]
 
 
 def test_heartbeat_extends_running_leases(store):
@@ -174,7 +181,7 @@ def test_heartbeat_extends_running_leases(store):
     key = store.key("default", "running")
     ((job_id, before),) = store.client.zrange(key, 0, -1, withscores=True)
     time.sleep(0.05)
-    worker._heartbeat()
+    worker.heartbeat.beat()
     after = store.client.zscore(key, job_id)
     release.set()
     runner.join(10)
@@ -231,17 +238,26 @@ def test_stop_works_while_redis_is_unreachable(fake_store):
     assert not runner.is_alive() and codes == [0]
 
 
-def test_forced_stop_never_hands_back_a_job_that_already_finished(fake_store):
-    from django_delayq.worker import Claimed, Outcome
+def test_forced_stop_delivers_finished_results_and_hands_back_only_the_others(fake_store):
+    from django_delayq.execution import FINISHED, STARTED, Attempt, Outcome
 
+    finished = t.remember.schedule("finished")
+    running = t.remember.schedule("running")
+    claim = fake_store.claim("default", 2, lease=30, token="w~1#1", instance="w~1")
     worker = Worker(["default"])
-    finished = Claimed("default", "id-finished", "tok", b"{}", 1)
-    unfinished = Claimed("default", "id-running", "tok", b"{}", 1)
-    worker._running = {finished.id: finished, unfinished.id: unfinished}
-    worker._done.append(Outcome(finished, ok=True))
-    with mock.patch.object(fake_store, "release", return_value=[True]) as release:
-        assert worker._abandon() == 1
-    release.assert_called_once_with("default", [("id-running", "tok")], now=None)
+    attempts = [Attempt("default", c.id, "w~1#1", c.record, 1) for c in claim.jobs]
+    for attempt in attempts:
+        attempt.state = FINISHED if attempt.id == finished.id else STARTED
+        worker._leases[attempt.lease] = attempt
+    worker._done.append(
+        Outcome(attempts[0] if attempts[0].id == finished.id else attempts[1], ok=True)
+    )
+    with mock.patch.object(fake_store, "release", wraps=fake_store.release) as release:
+        assert worker._stop_now() == 1
+    release.assert_called_once()
+    assert release.call_args.args[1] == [(running.id, "w~1#1")]
+    assert get_job(finished.id) is None  # acknowledged, never run again
+    assert get_job(running.id).status == "pending"
 
 
 def test_forced_stop_hands_unfinished_jobs_back(store):
@@ -369,5 +385,5 @@ def test_jobs_waiting_behind_a_stalled_runner_are_handed_back(store):
 
 def test_workers_sharing_a_name_never_share_a_lease_token(fake_store):
     first, second = Worker(["default"], name="web-1"), Worker(["default"], name="web-1")
-    assert first._token_prefix != second._token_prefix
-    assert first._token_prefix.startswith("web-1:")
+    assert first.instance != second.instance
+    assert first.instance.startswith("web-1~")

@@ -196,19 +196,19 @@ def test_deeply_nested_and_surrogate_arguments_are_refused_with_type_error(fake_
 
 def test_random_bytes_over_records_and_state_are_dead_lettered(any_store, report):
     kind, store = any_store
-    jobs_key, meta_key = store.key("default", "jobs"), store.key("default", "meta")
+    jobs_key, state_key = store.key("default", "jobs"), store.key("default", "state")
     corrupted = 0
 
     @settings(max_examples=EXAMPLES[kind] // 10, **QUICK)
     @given(st.lists(st.binary(max_size=64), min_size=1, max_size=4), st.binary(max_size=32))
-    def check(garbage: list[bytes], meta: bytes) -> None:
+    def check(garbage: list[bytes], state: bytes) -> None:
         nonlocal corrupted
         t.CALLS.clear()
         bad = [t.remember.schedule("bad", i) for i in range(len(garbage))]
         good = t.remember.schedule("good")
         for job, raw in zip(bad, garbage, strict=True):
             store.client.hset(jobs_key, job.id, raw)
-        store.client.hset(meta_key, good.id, meta)  # garbage state is ignored, not fatal
+        store.client.hset(state_key, good.id, state)  # garbage state is ignored, not fatal
         assert Worker(["default"], burst=True).run() == 0
         assert t.CALLS == [(("good",), {})]
         for job in bad:
@@ -294,9 +294,10 @@ def test_worker_process_survives_garbage_unknown_tasks_orphans_and_10_mb(
     )
     assert done == [huge_value, "after"] and get_job(huge.id) is None
     assert all(job.status == "dead" for job in dead.values()), dead
-    assert "CorruptJob: job record is not valid JSON" in dead[garbage.id].last_error
+    assert "CorruptJob: job record has no header" in dead[garbage.id].last_error
     assert "is not registered in this process" in dead[unknown.id].last_error
     assert dead[unknown.id].attempts == 2
     assert "job record missing from Redis" in dead["orphan-pending"].last_error
-    assert "lease expired" in dead["orphan-running"].last_error
+    assert "job record missing from Redis" in dead["orphan-running"].last_error
+    assert "lease expired" in dead["orphan-running"].errors[0]["message"]
     assert sizes(store)["pending"] == sizes(store)["running"] == 0

@@ -62,16 +62,18 @@ def test_cluster_schedule_claim_ack_fail_recover_and_listing(
             assert cancel(key=f"doomed-{queue}") and get_job(doomed.id) is None
             # failing on purpose: dead-lettered after 2 attempts
             explode.schedule(tag, f"{queue}/boom", queue=queue)
-        for queue in queues:  # claimed by a worker that dies at once: recovered later
-            (ghosted,) = store.claim(queue, 1, lease=visibility, token="ghost", worker="ghost").jobs
-            assert decode_record(ghosted.record)["args"] == [tag, f"{queue}/0"]
+        for queue in queues:  # claimed and started by a worker that dies at once: recovered
+            claim = store.claim(queue, 1, lease=visibility, token="ghost#1", instance="ghost")
+            (ghosted,) = claim.jobs
+            store.call(store.mark_op(queue, ghosted.id, claim.now + visibility))
+            assert decode_record(ghosted.record).args == [tag, f"{queue}/0"]
         # django.tasks results (backends.py) live in the queue's slot too.
         for queue in queues:
             job_id = new_job_id()
             record = encode_record(mark.name, [tag, f"{queue}/with-result"], {})
             stored = store.schedule_with_result(queue, job_id, record, b"result", 60, delay=0)
             assert stored.outcome == "created"
-            assert store.load_result(job_id, queues) == (queue, b"result")
+            assert store.load_result(job_id) == b"result"
         assert store.queues() == sorted(queues)
 
         env = worker_env(
@@ -117,7 +119,7 @@ def test_cluster_schedule_claim_ack_fail_recover_and_listing(
             assert (
                 job.status == "dead" and job.attempts == 2 and "fails on purpose" in job.last_error
             )
-            assert store.requeue(queue, [dead.id]) == [True]
+            assert store.requeue(queue, [dead.id]) == [1]
             assert store.page(queue, "pending", 0, 10)[0].id == dead.id
             assert cancel(dead.id)
         dq_connection.reset()

@@ -3,7 +3,6 @@ eight workers racing over 10,000 due jobs without crashes."""
 
 from __future__ import annotations
 
-import json
 import random
 import signal
 import threading
@@ -13,6 +12,7 @@ from collections import Counter
 import pytest
 
 from django_delayq import schedule_many
+from django_delayq.job import parse_state, worker_of
 from django_delayq.store import Store
 from django_delayq.worker import Worker
 from tests.reliability.harness import (
@@ -34,8 +34,12 @@ def held_by(store: Store, worker: str, queue: str = "default") -> list[str]:
     ids = [i.decode() for i in client.zrange(store.key(queue, "running"), 0, -1)]
     if not ids:
         return []
-    metas = client.hmget(store.key(queue, "meta"), ids)
-    return [i for i, m in zip(ids, metas, strict=True) if m and json.loads(m).get("w") == worker]
+    states = client.hmget(store.key(queue, "state"), ids)
+    return [
+        i
+        for i, state in zip(ids, states, strict=True)
+        if (instance := worker_of(parse_state(state)[1])) and instance.rsplit("~", 1)[0] == worker
+    ]
 
 
 def test_crash_chaos(servers, runs_server, runs_client, workers, prefix, tag, report):

@@ -62,7 +62,7 @@ class Command(BaseCommand):
             logging.getLogger("django_delayq.worker").warning(
                 "received %s: %s",
                 signal.Signals(signum).name,
-                "stopping now" if worker._stopping else "finishing running jobs, then stopping",
+                "stopping now" if worker.stopping else "finishing running jobs, then stopping",
             )
             # request_stop sets Events; a handler runs between two bytecodes of the main
             # thread, which may hold one of their locks (in Event.clear()), so setting them

@@ -1,0 +1,207 @@
+"""Running one attempt of a job: decode its record, call its task, say how it went.
+
+The worker (worker.py) hands an :class:`Attempt` to :meth:`Executor.run` on a runner thread
+and gets an :class:`Outcome` back, which it acknowledges or records as a failure in its next
+round trip. Nothing here talks to Redis: ``close_old_connections()`` runs around every job,
+signals go through ``send_robust``, and the task's exception never escapes.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+import traceback
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from django.db import close_old_connections
+
+from . import signals
+from .exceptions import CorruptJob
+from .job import EMPTY, RUNNING, Fields, Job, decode_record, make_job
+from .registry import Task, find_task, get_task, sender
+
+logger = logging.getLogger("django_delayq.worker")
+
+TRACEBACK_LIMIT = 16_000
+MESSAGE_LIMIT = 2_000
+
+WAITING, STARTED, FINISHED = "waiting", "started", "finished"
+
+# The job whose task the current thread is running; set by Executor.run around the call.
+_current_job: ContextVar[Job | None] = ContextVar("django_delayq_current_job", default=None)
+
+
+def current_job() -> Job | None:
+    """The job being run by the calling code (its id, queue, attempts, worker), else None.
+
+    Set by the worker only while a task function runs (async tasks see it too); None
+    when a task is called directly. backends.py reads it for django.tasks results.
+    """
+    return _current_job.get()
+
+
+def backoff_delay(attempt: int, base: float, cap: float) -> float:
+    """Seconds before retry number ``attempt`` (1-based): base * 2**(attempt-1), capped,
+    plus up to 25% jitter so failed jobs do not retry in lockstep. base 0: at once."""
+    if base <= 0:
+        return 0.0
+    delay = min(base * 2 ** min(attempt - 1, 64), cap)
+    return delay + random.uniform(0, delay * 0.25)
+
+
+@dataclass(eq=False)
+class Attempt:
+    """One attempt of a job this worker leased, from its claim until it is settled (acked,
+    failed or handed back). Identified by its lease: (job id, token), never by the job id,
+    so two attempts of one job never share a slot."""
+
+    queue: str
+    id: str
+    token: str
+    record: bytes
+    number: int  # the attempt number once started (attempts counted before + 1)
+    state: str = WAITING
+    started: float | None = None  # time.monotonic() when a runner took it
+    fields: Fields | None = None  # decoded by the runner
+    lease_lost: bool = False
+
+    @property
+    def lease(self) -> tuple[str, str]:
+        return (self.id, self.token)
+
+    @property
+    def info(self) -> str:
+        """What ack.lua needs of the record (flags and unique key)."""
+        return (self.fields or EMPTY).info
+
+
+@dataclass(eq=False)
+class Outcome:
+    attempt: Attempt
+    ok: bool
+    job: Job | None = None
+    error: dict[str, Any] = field(default_factory=dict)
+    delay: float = -1.0  # seconds before the retry; negative: never retry
+    resends: int = 0  # round trips that failed to deliver it
+
+
+def error_info(exc: BaseException, attempt: int, worker: str, tb: str | None = None) -> dict:
+    kind = type(exc)
+    tb = tb if tb is not None else "".join(traceback.format_exception(exc))
+    return {
+        "type": f"{kind.__module__}.{kind.__qualname__}",
+        "message": str(exc)[:MESSAGE_LIMIT],
+        "traceback": tb[-TRACEBACK_LIMIT:],
+        "attempt": attempt,
+        "at": time.time(),
+        "worker": worker,
+    }
+
+
+class Executor:
+    """Runs attempts for one worker (thread-safe: it keeps no per-attempt state)."""
+
+    def __init__(
+        self,
+        worker: str,
+        *,
+        default_max_retries: int,
+        retry_backoff: float,
+        retry_backoff_max: float,
+    ) -> None:
+        self.worker = worker
+        self.default_max_retries = default_max_retries
+        self.retry_backoff = retry_backoff
+        self.retry_backoff_max = retry_backoff_max
+
+    def job(self, attempt: Attempt) -> Job:
+        return make_job(
+            attempt.id,
+            attempt.queue,
+            RUNNING,
+            attempt.fields or EMPTY,
+            self.default_max_retries,
+            attempts=attempt.number,
+            worker=self.worker,
+        )
+
+    def run(self, attempt: Attempt) -> Outcome:
+        close_old_connections()
+        try:
+            try:
+                attempt.fields = decode_record(attempt.record)
+            except CorruptJob as exc:
+                logger.error("job %s has a corrupt record, dead-lettering it: %s", attempt.id, exc)
+                return Outcome(
+                    attempt, ok=False, error=error_info(exc, attempt.number, self.worker)
+                )
+            job = self.job(attempt)
+            task = find_task(job.task)
+            log = logger.isEnabledFor(logging.INFO)
+            started = time.perf_counter()
+            try:
+                if task is None:
+                    get_task(job.task)  # raises TaskNotFound with the explanation
+                signals.send(signals.job_started, task, job=job)
+                if log:
+                    logger.info("job %s %s started (attempt %d)", job.id, job.task, job.attempts)
+                running = _current_job.set(job)
+                try:
+                    if task.is_async:
+                        result = async_to_sync(task.func)(*job.args, **job.kwargs)
+                    else:
+                        result = task.func(*job.args, **job.kwargs)
+                finally:
+                    _current_job.reset(running)
+            except BaseException as exc:
+                return self._failed(attempt, job, task, exc, time.perf_counter() - started)
+            duration = time.perf_counter() - started
+            if log:
+                logger.info("job %s %s succeeded in %.1f ms", job.id, job.task, duration * 1000)
+            signals.send(signals.job_succeeded, task, job=job, result=result, duration=duration)
+            return Outcome(attempt, ok=True, job=job)
+        except BaseException as exc:  # never lose a runner or a job to a bug here
+            logger.exception("internal error running job %s", attempt.id)
+            return Outcome(attempt, ok=False, error=error_info(exc, attempt.number, self.worker))
+        finally:
+            close_old_connections()
+
+    def _failed(
+        self, attempt: Attempt, job: Job, task: Task | None, exc: BaseException, duration: float
+    ) -> Outcome:
+        tb = "".join(traceback.format_exception(exc))
+        will_retry = job.will_retry
+        base = self.retry_backoff
+        if task is not None and task.retry_backoff is not None:
+            base = float(task.retry_backoff)
+        delay = backoff_delay(job.attempts, base, self.retry_backoff_max) if will_retry else -1.0
+        logger.warning(
+            "job %s %s failed in %.1f ms (attempt %d of %d): %s: %s; %s",
+            job.id,
+            job.task,
+            duration * 1000,
+            job.attempts,
+            job.max_retries + 1,
+            type(exc).__name__,
+            exc,
+            f"retrying in {delay:.1f} s" if will_retry else "moving it to the dead-letter set",
+        )
+        signals.send(
+            signals.job_failed,
+            sender(job.task),
+            job=job,
+            exception=exc,
+            traceback=tb,
+            will_retry=will_retry,
+        )
+        return Outcome(
+            attempt,
+            ok=False,
+            job=job,
+            error=error_info(exc, job.attempts, self.worker, tb),
+            delay=delay,
+        )
