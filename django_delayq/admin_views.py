@@ -15,8 +15,15 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.utils.formats import number_format
+from django.utils.functional import Promise
+from django.utils.html import avoid_wrapping
+from django.utils.timesince import timesince
+from django.utils.translation import gettext, ngettext, ngettext_lazy, pgettext
+from django.utils.translation import gettext_lazy as _
+
 from .conf import delayq_settings
-from .job import DEAD, PENDING, RUNNING, Job, job_from_raw, to_datetime
+from .job import DEAD, PENDING, RUNNING, Job, id_timestamp, job_from_raw, to_datetime
 from .registry import _registry
 from .store import RawJob, Store, check_queue_name
 
@@ -34,31 +41,180 @@ MAX_POSTED_IDS = 1_000
 MISSED_CHECKED = 100
 CHART_MINUTES = 30
 PREVIEW_CHARS = 120
+# A confirmation page lists this many of the jobs it asks about (and counts the rest).
+CONFIRM_SHOWN = 20
 
 
 @dataclass(frozen=True)
 class Action:
+    """One admin action. The texts are lazy: they are translated when shown.
+
+    ``done`` and ``missed`` are plurals keyed on ``count`` ("3 jobs cancelled", "1 was
+    already gone"); ``lands_on`` is the list a job page goes to once the action worked
+    (the job left the page's state); ``confirm`` asks on a confirmation page first.
+    """
+
     name: str
-    label: str
+    label: Promise
     permission: str  # codename in the django_delayq app
     status: str  # the set the jobs must be in
-    done: str  # "3 jobs <done>"
-    missed: str  # "1 <missed>"
+    done: Promise
+    missed: Promise
+    lands_on: str
+    confirm: bool = False
 
 
 ACTIONS: dict[str, Action] = {
     a.name: a
     for a in (
-        Action("cancel", "Cancel", "cancel_job", PENDING, "cancelled", "was already gone"),
-        Action("run_now", "Run now", "run_job", PENDING, "made due now", "was no longer pending"),
-        Action("requeue", "Requeue", "requeue_job", DEAD, "requeued", "was no longer dead"),
-        Action("delete", "Delete", "delete_job", DEAD, "deleted", "was already gone"),
+        Action(
+            "cancel",
+            _("Cancel"),
+            "cancel_job",
+            PENDING,
+            ngettext_lazy("%(count)s job cancelled", "%(count)s jobs cancelled", "count"),
+            ngettext_lazy("%(count)s was already gone", "%(count)s were already gone", "count"),
+            lands_on=PENDING,
+            confirm=True,
+        ),
+        Action(
+            "run_now",
+            _("Run now"),
+            "run_job",
+            PENDING,
+            ngettext_lazy("%(count)s job made due now", "%(count)s jobs made due now", "count"),
+            ngettext_lazy(
+                "%(count)s was no longer pending", "%(count)s were no longer pending", "count"
+            ),
+            lands_on=PENDING,
+        ),
+        Action(
+            "requeue",
+            _("Requeue"),
+            "requeue_job",
+            DEAD,
+            ngettext_lazy("%(count)s job requeued", "%(count)s jobs requeued", "count"),
+            ngettext_lazy("%(count)s was no longer dead", "%(count)s were no longer dead", "count"),
+            lands_on=PENDING,
+        ),
+        Action(
+            "delete",
+            _("Delete"),
+            "delete_job",
+            DEAD,
+            ngettext_lazy("%(count)s job deleted", "%(count)s jobs deleted", "count"),
+            ngettext_lazy("%(count)s was already gone", "%(count)s were already gone", "count"),
+            lands_on=DEAD,
+            confirm=True,
+        ),
     )
 }
 
 
 def actions_for(status: str) -> list[Action]:
     return [a for a in ACTIONS.values() if a.status == status]
+
+
+# -- texts: whole sentences per status, so that each can be translated ---------------
+
+STATUS_TITLES = {PENDING: _("Pending"), RUNNING: _("In progress"), DEAD: _("Dead")}
+LIST_TITLES = {
+    PENDING: _("Pending jobs in %(queue)s"),
+    RUNNING: _("Jobs in progress in %(queue)s"),
+    DEAD: _("Dead jobs in %(queue)s"),
+}
+EMPTY_LISTS = {
+    PENDING: _("No pending jobs in %(queue)s."),
+    RUNNING: _("No jobs in progress in %(queue)s."),
+    DEAD: _("No dead jobs in %(queue)s."),
+}
+EMPTY_TASK_LISTS = {
+    PENDING: _("No pending jobs of %(task)s in %(queue)s."),
+    RUNNING: _("No jobs of %(task)s in progress in %(queue)s."),
+    DEAD: _("No dead jobs of %(task)s in %(queue)s."),
+}
+TOTALS = {
+    PENDING: ngettext_lazy("%(count)s pending job", "%(count)s pending jobs", "count"),
+    RUNNING: ngettext_lazy("%(count)s job in progress", "%(count)s jobs in progress", "count"),
+    DEAD: ngettext_lazy("%(count)s dead job", "%(count)s dead jobs", "count"),
+}
+# The "all matching" checkbox of the lists that have actions (pending, dead).
+EVERY_JOB = {
+    PENDING: ngettext_lazy(
+        "the %(count)s pending job of %(queue)s", "all %(count)s pending jobs of %(queue)s", "count"
+    ),
+    DEAD: ngettext_lazy(
+        "the %(count)s dead job of %(queue)s", "all %(count)s dead jobs of %(queue)s", "count"
+    ),
+}
+FIRST_JOBS = {
+    PENDING: ngettext_lazy(
+        "the first %(limit)s of the %(count)s pending job of %(queue)s",
+        "the first %(limit)s of the %(count)s pending jobs of %(queue)s",
+        "count",
+    ),
+    DEAD: ngettext_lazy(
+        "the first %(limit)s of the %(count)s dead job of %(queue)s",
+        "the first %(limit)s of the %(count)s dead jobs of %(queue)s",
+        "count",
+    ),
+}
+NONE_MATCHED = {PENDING: _("No pending jobs matched."), DEAD: _("No dead jobs matched.")}
+SEARCHED = {
+    PENDING: ngettext_lazy(
+        "Only the first %(count)s pending job of queue %(queue)s was searched for %(task)s; "
+        "jobs further back are left alone.",
+        "Only the first %(count)s pending jobs of queue %(queue)s were searched for %(task)s; "
+        "jobs further back are left alone.",
+        "count",
+    ),
+    DEAD: ngettext_lazy(
+        "Only the first %(count)s dead job of queue %(queue)s was searched for %(task)s; "
+        "jobs further back are left alone.",
+        "Only the first %(count)s dead jobs of queue %(queue)s were searched for %(task)s; "
+        "jobs further back are left alone.",
+        "count",
+    ),
+}
+STOPPED = ngettext_lazy(
+    "Only the first %(count)s matching job is included; run the action again for the rest.",
+    "Only the first %(count)s matching jobs are included; run the action again for the rest.",
+    "count",
+)
+# Confirmation pages (actions with ``confirm``).
+CONFIRM_TITLES = {
+    "cancel": ngettext_lazy(
+        "Cancel %(count)s pending job?", "Cancel %(count)s pending jobs?", "count"
+    ),
+    "delete": ngettext_lazy("Delete %(count)s dead job?", "Delete %(count)s dead jobs?", "count"),
+}
+CONFIRM_WARNINGS = {
+    "cancel": _(
+        "A cancelled job never runs: it is removed with its arguments, and its unique key "
+        "becomes free. This cannot be undone."
+    ),
+    "delete": _(
+        "A deleted job is removed with its arguments and its errors. This cannot be undone."
+    ),
+}
+CONFIRM_BUTTONS = {
+    "cancel": ngettext_lazy("Yes, cancel it", "Yes, cancel them", "count"),
+    "delete": ngettext_lazy("Yes, delete it", "Yes, delete them", "count"),
+}
+
+PURGED = ngettext_lazy(
+    "Purged %(count)s dead job of queue %(queue)s.",
+    "Purged %(count)s dead jobs of queue %(queue)s.",
+    "count",
+)
+
+
+class Count(int):
+    """A number for a plural text: the plural form is chosen by its value, and it prints
+    with the active language's thousands separator ("12,345")."""
+
+    def __str__(self) -> str:
+        return number_format(int(self), force_grouping=True)
 
 
 # -- queues and formatting ---------------------------------------------------
@@ -77,26 +233,24 @@ def admin_queues(store: Store) -> list[str]:
     return valid
 
 
-def humanize(seconds: float) -> str:
-    """A short duration: '12 s', '29 min', '3 h 5 min', '2 d 4 h'."""
-    seconds = abs(seconds)
-    if seconds < 60:
-        return f"{int(seconds)} s"
-    minutes = int(seconds // 60)
-    if minutes < 60:
-        return f"{minutes} min"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 24:
-        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
-    days, hours = divmod(hours, 24)
-    return f"{days} d {hours} h" if hours else f"{days} d"
+def duration(start: float, end: float) -> str:
+    """The time between two epochs in Django's ``timesince`` words ("3 hours, 5 minutes"),
+    translated; in seconds below a minute, where ``timesince`` would say "0 minutes" (the
+    lag of a queue is worth telling in seconds)."""
+    earlier, later = sorted((start, end))
+    if later - earlier < 60:
+        seconds = int(later - earlier)
+        return avoid_wrapping(
+            ngettext("%(count)s second", "%(count)s seconds", seconds) % {"count": seconds}
+        )
+    return timesince(to_datetime(earlier), to_datetime(later))  # type: ignore[arg-type]
 
 
-def relative(epoch: float | None, now: float, *, future: str, past: str) -> str:
+def relative(epoch: float | None, now: float, *, future: Promise, past: Promise) -> str:
+    """``future`` or ``past`` (a lazy text with ``%(time)s``) around the time to ``epoch``."""
     if epoch is None:
         return ""
-    delta = epoch - now
-    return (future if delta > 0 else past).format(humanize(delta))
+    return (future if epoch > now else past) % {"time": duration(epoch, now)}
 
 
 def preview(job: Job, limit: int = PREVIEW_CHARS) -> str:
@@ -132,19 +286,22 @@ class Row:
     task_parts: list[str] = field(default_factory=list)  # the dotted name, split to wrap
     raw_record: str = ""
     errors: list[dict] = field(default_factory=list)
+    url: str = ""  # the job page (admin.py sets it)
 
 
 def make_row(raw: RawJob, now: float) -> Row:
     job = job_from_raw(raw, delayq_settings.MAX_RETRIES)
     overdue = raw.status == PENDING and raw.score is not None and raw.score <= now
     if raw.status == PENDING:
-        when = relative(raw.score, now, future="in {}", past="{} overdue")
+        when = relative(raw.score, now, future=_("in %(time)s"), past=_("%(time)s overdue"))
         if raw.score is not None and abs(raw.score - now) < 1:
-            when = "due now"
+            when = gettext("due now")
     elif raw.status == RUNNING:
-        when = relative(raw.score, now, future="lease ends in {}", past="lease expired {} ago")
+        when = relative(
+            raw.score, now, future=_("lease ends in %(time)s"), past=_("lease expired %(time)s ago")
+        )
     else:
-        when = relative(raw.score, now, future="in {}", past="{} ago")
+        when = relative(raw.score, now, future=_("in %(time)s"), past=_("%(time)s ago"))
     record = raw.record
     return Row(
         job=job,
@@ -268,6 +425,29 @@ def matching_ids(
     return Matching([raw.id for raw in scan.raws], limited, searched)
 
 
+def created_by(ids: Sequence[str], shown_ms: int) -> list[str]:
+    """The ids of jobs created at or before ``shown_ms`` (epoch milliseconds, when a
+    confirmation page was shown): an "all matching" cancel or delete then leaves alone
+    the jobs scheduled after the page counted them. Job ids are ULIDs, which carry their
+    creation time; an id that is not one is kept (its age is unknown)."""
+    kept = []
+    for job_id in ids:
+        created = id_timestamp(job_id)
+        if created is None or round(created * 1000) <= shown_ms:
+            kept.append(job_id)
+    return kept
+
+
+def fetch_rows(
+    store: Store, queue: str, ids: Sequence[str], now: float
+) -> list[tuple[str, Row | None]]:
+    """(id, row) per id, the row None for a job gone (store.fetch: one round trip each)."""
+    return [
+        (job_id, make_row(raw, now) if (raw := store.fetch(queue, job_id)) else None)
+        for job_id in ids
+    ]
+
+
 # -- actions ---------------------------------------------------------------------
 
 
@@ -314,14 +494,20 @@ def running_among(store: Store, queue: str, ids: Sequence[str]) -> int:
 
 def action_message(action: Action, done: int, missed: int, running: int = 0) -> str:
     """'3 jobs cancelled, 1 is being run by a worker, 1 was already gone.'"""
-    text = f"{done} job{'' if done == 1 else 's'} {action.done}"
+    parts = [action.done % {"count": done}]
     if running:
-        text += f", {running} {'is' if running == 1 else 'are'} being run by a worker"
-    others = missed - running
-    if others:
-        verb = action.missed if others == 1 else action.missed.replace("was ", "were ", 1)
-        text += f", {others} {verb}"
-    return text + "."
+        parts.append(
+            ngettext(
+                "%(count)s is being run by a worker", "%(count)s are being run by a worker", running
+            )
+            % {"count": running}
+        )
+    if missed - running:
+        parts.append(action.missed % {"count": missed - running})
+    # Translators: joins the parts of an action's report: "3 jobs cancelled, 1 was already gone"
+    separator = pgettext("list separator", ", ")
+    # Translators: ends an action's report ("3 jobs cancelled, 1 was already gone.")
+    return gettext("%(report)s.") % {"report": separator.join(parts)}
 
 
 # -- dashboard -------------------------------------------------------------------
@@ -336,7 +522,7 @@ def queue_summary(store: Store, queue: str, now: float) -> dict[str, Any]:
         "name": queue,
         **counts,
         "lag": lag,
-        "lag_text": humanize(lag) if lag >= 1 else "",
+        "lag_text": duration(oldest, now) if lag >= 1 else "",
         "done_5": sum(series["d"][-5:]),
         "failed_5": sum(series["f"][-5:]),
         "done_total": sum(series["d"]),

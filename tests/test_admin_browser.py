@@ -149,9 +149,16 @@ def test_operator_cancels_and_requeues_in_a_browser(real_store, live_server, set
             # The scheduled job is on the pending list, due in 29 minutes; cancel it.
             row.locator(".dq-pending").click()
             job_row = page.locator(f'tr[data-job-id="{scheduled.id}"]')
-            assert "in 28 min" in job_row.inner_text() or "in 29 min" in job_row.inner_text()
+            when = job_row.inner_text().replace("\xa0", " ")
+            assert "in 28 minutes" in when or "in 29 minutes" in when
             assert "invoice:42" in job_row.inner_text()
             job_row.locator(f'button[value="cancel:{scheduled.id}"]').click()
+            # It asks first, listing the job; nothing is cancelled until "Yes".
+            page.wait_for_selector("#dq-confirm")
+            assert page.locator("h1").inner_text() == "Cancel 1 pending job?"
+            assert page.locator(f'#dq-confirm tr[data-job-id="{scheduled.id}"]').count() == 1
+            assert real_store.fetch(Q, scheduled.id) is not None
+            page.click("#dq-confirm-yes")
             page.wait_for_selector("ul.messagelist")
             assert "1 job cancelled." in page.locator("ul.messagelist").inner_text()
             assert page.locator(f'tr[data-job-id="{scheduled.id}"]').count() == 0
