@@ -265,7 +265,7 @@ def test_lists_fit_and_destructive_actions_ask_first(real_store, live_server, se
             page.fill("#id_password", "s3cret-pass")
             page.click("input[type=submit], button[type=submit]")
             page.wait_for_selector("#dq-dashboard")
-            assert page.locator("#nav-sidebar").is_visible()  # the narrowest desktop case
+            page.locator("#nav-sidebar").wait_for(state="visible")  # the narrowest desktop case
 
             # 1280 x 800: the dead list fits, Requeue / Delete inside the window.
             for path, buttons in (("dead/", 15 * 2), ("pending/", 27 * 2), ("running/", 0)):
@@ -298,13 +298,13 @@ def test_lists_fit_and_destructive_actions_ask_first(real_store, live_server, se
             first = page.locator("#result_list tbody tr").first
             job_id = first.get_attribute("data-job-id")
             first.locator("a.dq-task").click()
-            assert page.url == f"{base}/{Q}/{job_id}/"  # no more .../job/job/...
+            page.wait_for_url(f"{base}/{Q}/{job_id}/")  # no more .../job/job/...
             page.click(f'button[value="cancel:{job_id}"]')
             page.wait_for_selector("#dq-confirm")
             assert page.locator("h1").inner_text() == "Cancel 1 pending job?"
             _fits(page)
             page.click(".cancel-link")
-            assert page.url == f"{base}/{Q}/{job_id}/"
+            page.wait_for_url(f"{base}/{Q}/{job_id}/")
             assert real_store.fetch(Q, job_id).status == "pending"
             page.click(f'button[value="cancel:{job_id}"]')
             page.click("#dq-confirm-yes")
