@@ -15,8 +15,9 @@ Every path but a job page's has one segment, so no queue name can shadow another
 Every view runs through ``admin_site.admin_view`` (active staff only, CSRF, never
 cached) and checks its own ``django_delayq.*`` permission; every change is a POST, and
 cancel and delete (they destroy data) ask on a confirmation page first. What the pages
-read and do, and their texts, are in :mod:`django_delayq.admin_views`; every text
-shown goes through Django's translation functions.
+read and do is in :mod:`django_delayq.admin_views`, their texts in
+:mod:`django_delayq.admin_texts`; every text shown goes through Django's translation
+functions.
 """
 
 from __future__ import annotations
@@ -41,8 +42,9 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext
 from django.views.decorators.http import require_POST
 
+from . import admin_texts as texts
 from . import admin_views as views
-from .admin_views import STATUS_TITLES, Count
+from .admin_texts import STATUS_TITLES, Count
 from .connection import get_store
 from .job import DEAD, PENDING, STATUSES, to_datetime
 from .models import Job
@@ -206,7 +208,7 @@ class JobAdmin(admin.ModelAdmin):
             context["next_url"] = (
                 self._url(status, **params, **{"from": scan.end}) if scan.more else ""
             )
-            context["empty"] = views.EMPTY_TASK_LISTS[status] % {"task": task, "queue": queue}
+            context["empty"] = texts.EMPTY_TASK_LISTS[status] % {"task": task, "queue": queue}
         else:
             paginator = Paginator(views.SortedSetSlice(store, queue, status, total), per_page)
             page = paginator.get_page(_int(request.GET.get("p"), 1, 1, 10**9))
@@ -220,7 +222,7 @@ class JobAdmin(admin.ModelAdmin):
                 context["prev_url"] = self._url(status, **params, p=page.previous_page_number())
             if page.has_next():
                 context["next_url"] = self._url(status, **params, p=page.next_page_number())
-            context["empty"] = views.EMPTY_LISTS[status] % {"queue": queue}
+            context["empty"] = texts.EMPTY_LISTS[status] % {"queue": queue}
         actions = [a for a in views.actions_for(status) if self._perm(request, a.permission)]
         rows = [views.make_row(raw, now) for raw in raws]
         for row in rows:
@@ -231,13 +233,13 @@ class JobAdmin(admin.ModelAdmin):
                 "limit": Count(views.ALL_MATCHING_LIMIT),
             }
         elif actions and total > views.ALL_MATCHING_LIMIT:
-            every = views.FIRST_JOBS[status] % {
+            every = texts.FIRST_JOBS[status] % {
                 "count": Count(total),
                 "limit": Count(views.ALL_MATCHING_LIMIT),
                 "queue": queue,
             }
         elif actions:
-            every = views.EVERY_JOB[status] % {"count": Count(total), "queue": queue}
+            every = texts.EVERY_JOB[status] % {"count": Count(total), "queue": queue}
         else:
             every = ""
         context.update(
@@ -251,7 +253,7 @@ class JobAdmin(admin.ModelAdmin):
             task=task,
             tasks=sorted(_registry),
             total=total,
-            total_text=views.TOTALS[status] % {"count": Count(total)},
+            total_text=texts.TOTALS[status] % {"count": Count(total)},
             rows=rows,
             actions=actions,
             every_label=every,
@@ -261,7 +263,7 @@ class JobAdmin(admin.ModelAdmin):
             if status == DEAD and total and self._perm(request, "delete_job")
             else "",
         )
-        title = views.LIST_TITLES[status] % {"queue": queue}
+        title = texts.LIST_TITLES[status] % {"queue": queue}
         return self._render(request, "list.html", self._context(request, title, **context))
 
     # -- find and detail ---------------------------------------------------------
@@ -371,7 +373,7 @@ class JobAdmin(admin.ModelAdmin):
         if not ids:
             messages.warning(
                 request,
-                views.NONE_MATCHED[action.status]
+                texts.NONE_MATCHED[action.status]
                 if across
                 else gettext("No jobs were selected: tick the jobs to act on."),
             )
@@ -400,10 +402,10 @@ class JobAdmin(admin.ModelAdmin):
     ) -> list[str]:
         out = []
         if capped:
-            out.append(views.STOPPED % {"count": Count(views.ALL_MATCHING_LIMIT)})
+            out.append(texts.STOPPED % {"count": Count(views.ALL_MATCHING_LIMIT)})
         if searched:
-            texts = views.SEARCHED[action.status]
-            out.append(texts % {"count": Count(searched), "queue": queue, "task": task})
+            searched_text = texts.SEARCHED[action.status]
+            out.append(searched_text % {"count": Count(searched), "queue": queue, "task": task})
         return out
 
     def _confirm(
@@ -428,7 +430,7 @@ class JobAdmin(admin.ModelAdmin):
         back = self._safe_next(request, self._url(action.status, queue=queue))
         context = self._context(
             request,
-            views.CONFIRM_TITLES[action.name] % {"count": count},
+            texts.CONFIRM_TITLES[action.name] % {"count": count},
             crumbs=[
                 (gettext("Dashboard"), self._url("changelist")),
                 self._list_crumb(action.status, queue),
@@ -440,9 +442,9 @@ class JobAdmin(admin.ModelAdmin):
             count=count,
             shown=shown,
             more=len(ids) - len(shown),
-            warning=views.CONFIRM_WARNINGS[action.name],
+            warning=texts.CONFIRM_WARNINGS[action.name],
             notes=self._cap_warnings(action, queue, task, capped, searched),
-            button=views.CONFIRM_BUTTONS[action.name] % {"count": count},
+            button=texts.CONFIRM_BUTTONS[action.name] % {"count": count},
             job_ids=" ".join(ids),
             task=task,
             capped=capped,
@@ -469,7 +471,7 @@ class JobAdmin(admin.ModelAdmin):
             purged = store.purge_dead(queue, died_before=died_before)
             messages.success(
                 request,
-                views.PURGED % {"count": Count(purged), "queue": queue},
+                texts.PURGED % {"count": Count(purged), "queue": queue},
             )
             return HttpResponseRedirect(dead_url)
         context = self._context(

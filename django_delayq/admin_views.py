@@ -15,7 +15,6 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.utils.formats import number_format
 from django.utils.functional import Promise
 from django.utils.html import avoid_wrapping
 from django.utils.timesince import timesince
@@ -23,7 +22,7 @@ from django.utils.translation import gettext, ngettext, ngettext_lazy, pgettext
 from django.utils.translation import gettext_lazy as _
 
 from .conf import delayq_settings
-from .job import DEAD, PENDING, RUNNING, Job, id_timestamp, job_from_raw, to_datetime
+from .job import DEAD, PENDING, RUNNING, Job, job_from_raw, to_datetime
 from .registry import _registry
 from .store import RawJob, Store, check_queue_name
 
@@ -113,108 +112,6 @@ ACTIONS: dict[str, Action] = {
 
 def actions_for(status: str) -> list[Action]:
     return [a for a in ACTIONS.values() if a.status == status]
-
-
-# -- texts: whole sentences per status, so that each can be translated ---------------
-
-STATUS_TITLES = {PENDING: _("Pending"), RUNNING: _("In progress"), DEAD: _("Dead")}
-LIST_TITLES = {
-    PENDING: _("Pending jobs in %(queue)s"),
-    RUNNING: _("Jobs in progress in %(queue)s"),
-    DEAD: _("Dead jobs in %(queue)s"),
-}
-EMPTY_LISTS = {
-    PENDING: _("No pending jobs in %(queue)s."),
-    RUNNING: _("No jobs in progress in %(queue)s."),
-    DEAD: _("No dead jobs in %(queue)s."),
-}
-EMPTY_TASK_LISTS = {
-    PENDING: _("No pending jobs of %(task)s in %(queue)s."),
-    RUNNING: _("No jobs of %(task)s in progress in %(queue)s."),
-    DEAD: _("No dead jobs of %(task)s in %(queue)s."),
-}
-TOTALS = {
-    PENDING: ngettext_lazy("%(count)s pending job", "%(count)s pending jobs", "count"),
-    RUNNING: ngettext_lazy("%(count)s job in progress", "%(count)s jobs in progress", "count"),
-    DEAD: ngettext_lazy("%(count)s dead job", "%(count)s dead jobs", "count"),
-}
-# The "all matching" checkbox of the lists that have actions (pending, dead).
-EVERY_JOB = {
-    PENDING: ngettext_lazy(
-        "the %(count)s pending job of %(queue)s", "all %(count)s pending jobs of %(queue)s", "count"
-    ),
-    DEAD: ngettext_lazy(
-        "the %(count)s dead job of %(queue)s", "all %(count)s dead jobs of %(queue)s", "count"
-    ),
-}
-FIRST_JOBS = {
-    PENDING: ngettext_lazy(
-        "the first %(limit)s of the %(count)s pending job of %(queue)s",
-        "the first %(limit)s of the %(count)s pending jobs of %(queue)s",
-        "count",
-    ),
-    DEAD: ngettext_lazy(
-        "the first %(limit)s of the %(count)s dead job of %(queue)s",
-        "the first %(limit)s of the %(count)s dead jobs of %(queue)s",
-        "count",
-    ),
-}
-NONE_MATCHED = {PENDING: _("No pending jobs matched."), DEAD: _("No dead jobs matched.")}
-SEARCHED = {
-    PENDING: ngettext_lazy(
-        "Only the first %(count)s pending job of queue %(queue)s was searched for %(task)s; "
-        "jobs further back are left alone.",
-        "Only the first %(count)s pending jobs of queue %(queue)s were searched for %(task)s; "
-        "jobs further back are left alone.",
-        "count",
-    ),
-    DEAD: ngettext_lazy(
-        "Only the first %(count)s dead job of queue %(queue)s was searched for %(task)s; "
-        "jobs further back are left alone.",
-        "Only the first %(count)s dead jobs of queue %(queue)s were searched for %(task)s; "
-        "jobs further back are left alone.",
-        "count",
-    ),
-}
-STOPPED = ngettext_lazy(
-    "Only the first %(count)s matching job is included; run the action again for the rest.",
-    "Only the first %(count)s matching jobs are included; run the action again for the rest.",
-    "count",
-)
-# Confirmation pages (actions with ``confirm``).
-CONFIRM_TITLES = {
-    "cancel": ngettext_lazy(
-        "Cancel %(count)s pending job?", "Cancel %(count)s pending jobs?", "count"
-    ),
-    "delete": ngettext_lazy("Delete %(count)s dead job?", "Delete %(count)s dead jobs?", "count"),
-}
-CONFIRM_WARNINGS = {
-    "cancel": _(
-        "A cancelled job never runs: it is removed with its arguments, and its unique key "
-        "becomes free. This cannot be undone."
-    ),
-    "delete": _(
-        "A deleted job is removed with its arguments and its errors. This cannot be undone."
-    ),
-}
-CONFIRM_BUTTONS = {
-    "cancel": ngettext_lazy("Yes, cancel it", "Yes, cancel them", "count"),
-    "delete": ngettext_lazy("Yes, delete it", "Yes, delete them", "count"),
-}
-
-PURGED = ngettext_lazy(
-    "Purged %(count)s dead job of queue %(queue)s.",
-    "Purged %(count)s dead jobs of queue %(queue)s.",
-    "count",
-)
-
-
-class Count(int):
-    """A number for a plural text: the plural form is chosen by its value, and it prints
-    with the active language's thousands separator ("12,345")."""
-
-    def __str__(self) -> str:
-        return number_format(int(self), force_grouping=True)
 
 
 # -- queues and formatting ---------------------------------------------------
@@ -423,19 +320,6 @@ def matching_ids(
     limited = len(scan.raws) == ALL_MATCHING_LIMIT and scan.more
     searched = scan.end - start if scan.more and not limited else None
     return Matching([raw.id for raw in scan.raws], limited, searched)
-
-
-def created_by(ids: Sequence[str], shown_ms: int) -> list[str]:
-    """The ids of jobs created at or before ``shown_ms`` (epoch milliseconds, when a
-    confirmation page was shown): an "all matching" cancel or delete then leaves alone
-    the jobs scheduled after the page counted them. Job ids are ULIDs, which carry their
-    creation time; an id that is not one is kept (its age is unknown)."""
-    kept = []
-    for job_id in ids:
-        created = id_timestamp(job_id)
-        if created is None or round(created * 1000) <= shown_ms:
-            kept.append(job_id)
-    return kept
 
 
 def fetch_rows(
