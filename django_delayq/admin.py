@@ -2,10 +2,22 @@
 
 The unmanaged :class:`~django_delayq.models.Job` model gives the admin an entry and
 the permissions; :class:`JobAdmin` replaces the model's URLs with the dashboard, the
-pending / running / dead lists, the job detail page, the actions and the purge page.
+pending / running / dead lists, the job pages, the actions and the purge page:
+
+    <admin>/django_delayq/job/                       dashboard
+    <admin>/django_delayq/job/pending/?queue=q       lists (also running/, dead/)
+    <admin>/django_delayq/job/<queue>/<job id>/      a job's page
+    <admin>/django_delayq/job/find/?q=...            find by id or unique key
+    <admin>/django_delayq/job/action/                the actions (POST)
+    <admin>/django_delayq/job/purge/?queue=q         purge a queue's dead jobs
+
+Every path but a job page's has one segment, so no queue name can shadow another page.
 Every view runs through ``admin_site.admin_view`` (active staff only, CSRF, never
-cached) and checks its own ``django_delayq.*`` permission; every change is a POST.
-What the pages read and do is in :mod:`django_delayq.admin_views`.
+cached) and checks its own ``django_delayq.*`` permission; every change is a POST, and
+cancel and delete (they destroy data) ask on a confirmation page first. What the pages
+read and do is in :mod:`django_delayq.admin_views`, their texts in
+:mod:`django_delayq.admin_texts`; every text shown goes through Django's translation
+functions.
 """
 
 from __future__ import annotations
@@ -17,21 +29,29 @@ import django
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponsePermanentRedirect,
+    HttpResponseRedirect,
+)
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.translation import gettext
 from django.views.decorators.http import require_POST
 
+from . import admin_texts as texts
 from . import admin_views as views
+from .admin_texts import STATUS_TITLES, Count
 from .connection import get_store
-from .job import DEAD, PENDING, RUNNING, STATUSES, to_datetime
+from .job import DEAD, PENDING, STATUSES, to_datetime
 from .models import Job
 from .registry import registered
 from .store import check_queue_name
 
 URL_PREFIX = "django_delayq_job"
-STATUS_TITLES = {PENDING: "Pending", RUNNING: "In progress", DEAD: "Dead"}
 
 
 def _int(value: str | None, default: int, low: int, high: int) -> int:
@@ -79,12 +99,7 @@ class JobAdmin(admin.ModelAdmin):
             path("", view(self.changelist_view), name=f"{URL_PREFIX}_changelist"),
             path("find/", view(self.find_view), name=f"{URL_PREFIX}_find"),
             path("action/", view(self.action_view), name=f"{URL_PREFIX}_action"),
-            path("purge/<str:queue>/", view(self.purge_view), name=f"{URL_PREFIX}_purge"),
-            path(
-                "job/<str:queue>/<str:job_id>/",
-                view(self.detail_view),
-                name=f"{URL_PREFIX}_detail",
-            ),
+            path("purge/", view(self.purge_view), name=f"{URL_PREFIX}_purge"),
             *(
                 path(
                     f"{status}/",
@@ -94,6 +109,13 @@ class JobAdmin(admin.ModelAdmin):
                 )
                 for status in STATUSES
             ),
+            path(
+                "<str:queue>/<str:job_id>/",
+                view(self.detail_view),
+                name=f"{URL_PREFIX}_detail",
+            ),
+            # Before 0.2 a job's page was .../job/job/<queue>/<id>/: keep old links working.
+            path("job/<str:queue>/<str:job_id>/", view(self.old_detail_view)),
         ]
 
     def _url(self, name: str, *args: Any, **query: Any) -> str:
@@ -128,6 +150,13 @@ class JobAdmin(admin.ModelAdmin):
         except ValueError:
             raise Http404(f"no queue named {name!r}") from None
 
+    def _list_crumb(self, status: str, queue: str) -> tuple[str, str]:
+        label = gettext("%(status)s · %(queue)s") % {
+            "status": STATUS_TITLES[status],
+            "queue": queue,
+        }
+        return label, self._url(status, queue=queue)
+
     # -- dashboard -----------------------------------------------------------
 
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
@@ -138,12 +167,12 @@ class JobAdmin(admin.ModelAdmin):
         for queue in views.admin_queues(store):
             summary = views.queue_summary(store, queue, now)
             summary["urls"] = {s: self._url(s, queue=queue) for s in STATUSES}
-            summary["purge_url"] = self._url("purge", queue)
+            summary["purge_url"] = self._url("purge", queue=queue)
             summaries.append(summary)
         context = self._context(
             request,
-            "Delayed jobs",
-            crumbs=[("Dashboard", "")],
+            gettext("Delayed jobs"),
+            crumbs=[(gettext("Dashboard"), "")],
             queues=summaries,
             chart_minutes=views.CHART_MINUTES,
             can_purge=self._perm(request, "delete_job"),
@@ -179,6 +208,7 @@ class JobAdmin(admin.ModelAdmin):
             context["next_url"] = (
                 self._url(status, **params, **{"from": scan.end}) if scan.more else ""
             )
+            context["empty"] = texts.EMPTY_TASK_LISTS[status] % {"task": task, "queue": queue}
         else:
             paginator = Paginator(views.SortedSetSlice(store, queue, status, total), per_page)
             page = paginator.get_page(_int(request.GET.get("p"), 1, 1, 10**9))
@@ -192,32 +222,48 @@ class JobAdmin(admin.ModelAdmin):
                 context["prev_url"] = self._url(status, **params, p=page.previous_page_number())
             if page.has_next():
                 context["next_url"] = self._url(status, **params, p=page.next_page_number())
+            context["empty"] = texts.EMPTY_LISTS[status] % {"queue": queue}
         actions = [a for a in views.actions_for(status) if self._perm(request, a.permission)]
         rows = [views.make_row(raw, now) for raw in raws]
         for row in rows:
-            row.url = self._url("detail", queue, row.job.id)  # type: ignore[attr-defined]
+            row.url = self._url("detail", queue, row.job.id)
+        if actions and task:
+            every = gettext("every job of this task in %(queue)s (at most %(limit)s)") % {
+                "queue": queue,
+                "limit": Count(views.ALL_MATCHING_LIMIT),
+            }
+        elif actions and total > views.ALL_MATCHING_LIMIT:
+            every = texts.FIRST_JOBS[status] % {
+                "count": Count(total),
+                "limit": Count(views.ALL_MATCHING_LIMIT),
+                "queue": queue,
+            }
+        elif actions:
+            every = texts.EVERY_JOB[status] % {"count": Count(total), "queue": queue}
+        else:
+            every = ""
         context.update(
             crumbs=[
-                ("Dashboard", self._url("changelist")),
-                (f"{STATUS_TITLES[status]} · {queue}", ""),
+                (gettext("Dashboard"), self._url("changelist")),
+                (self._list_crumb(status, queue)[0], ""),
             ],
             status=status,
-            status_title=STATUS_TITLES[status],
             queue=queue,
             queues=[(q, self._url(status, queue=q, task=task)) for q in queues],
             task=task,
             tasks=sorted(registered()),
             total=total,
+            total_text=texts.TOTALS[status] % {"count": Count(total)},
             rows=rows,
             actions=actions,
+            every_label=every,
             action_url=self._url("action"),
             next=request.get_full_path(),
-            all_limit=views.ALL_MATCHING_LIMIT,
-            purge_url=self._url("purge", queue)
+            purge_url=self._url("purge", queue=queue)
             if status == DEAD and total and self._perm(request, "delete_job")
             else "",
         )
-        title = f"{STATUS_TITLES[status]} jobs in {queue}"
+        title = texts.LIST_TITLES[status] % {"queue": queue}
         return self._render(request, "list.html", self._context(request, title, **context))
 
     # -- find and detail ---------------------------------------------------------
@@ -238,18 +284,26 @@ class JobAdmin(admin.ModelAdmin):
                 return HttpResponseRedirect(self._url("detail", queue, job_id))
         messages.warning(
             request,
-            f"No job has the id or unique key “{q[:200]}” (finished, cancelled, or never "
-            "scheduled).",
+            gettext(
+                "No job has the id or unique key “%(query)s” (finished, cancelled, or never "
+                "scheduled)."
+            )
+            % {"query": q[:200]},
         )
         return HttpResponseRedirect(self._url("changelist"))
+
+    def old_detail_view(self, request: HttpRequest, queue: str, job_id: str) -> HttpResponse:
+        self._require(request, "view_job")
+        return HttpResponsePermanentRedirect(self._url("detail", self._queue(queue, []), job_id))
 
     def detail_view(self, request: HttpRequest, queue: str, job_id: str) -> HttpResponse:
         self._require(request, "view_job")
         queue = self._queue(queue, [])
         store = get_store()
         raw = store.fetch(queue, job_id)
-        context = self._context(request, f"Job {job_id}", queue=queue, job_id=job_id)
-        crumbs = [("Dashboard", self._url("changelist"))]
+        title = gettext("Job %(id)s") % {"id": job_id}
+        context = self._context(request, title, queue=queue, job_id=job_id)
+        crumbs = [(gettext("Dashboard"), self._url("changelist"))]
         if raw is None:
             context["list_url"] = self._url(PENDING, queue=queue)
             context["crumbs"] = [*crumbs, (job_id, "")]
@@ -260,16 +314,16 @@ class JobAdmin(admin.ModelAdmin):
         context.update(
             row=row,
             job=row.job,
+            status_title=STATUS_TITLES.get(status, status),
             args_json=views.pretty(row.job.args),
             kwargs_json=views.pretty(row.job.kwargs),
             errors=views.detail_errors(row.job),
             actions=[a for a in views.actions_for(status) if self._perm(request, a.permission)],
             action_url=self._url("action"),
             here=request.get_full_path(),
-            list_url=self._url(status, queue=queue) if status in STATUSES else "",
         )
         if status in STATUSES:
-            crumbs.append((f"{STATUS_TITLES[status]} · {queue}", context["list_url"]))
+            crumbs.append(self._list_crumb(status, queue))
         context["crumbs"] = [*crumbs, (job_id, "")]
         return self._render(request, "detail.html", context)
 
@@ -287,36 +341,47 @@ class JobAdmin(admin.ModelAdmin):
         return require_POST(self._action)(request)
 
     def _action(self, request: HttpRequest) -> HttpResponse:
-        # A row's own button posts one="<action>:<id>"; the bulk form posts action + ids.
-        one_action, _, one_id = request.POST.get("one", "").partition(":")
-        action = views.ACTIONS.get(one_action or request.POST.get("action", ""))
+        # A row's own button posts one="<action>:<id>"; the bulk form posts action + ids
+        # (or select_across); a confirmation page posts action + job_ids + confirmed.
+        post = request.POST
+        one_action, _, one_id = post.get("one", "").partition(":")
+        action = views.ACTIONS.get(one_action or post.get("action", ""))
         if action is None:
-            messages.error(request, "Choose an action.")
+            messages.error(request, gettext("Choose an action."))
             return HttpResponseRedirect(self._safe_next(request, self._url("changelist")))
         self._require(request, action.permission)
         store = get_store()
-        queue = self._queue(request.POST.get("queue"), views.admin_queues(store))
+        queue = self._queue(post.get("queue"), views.admin_queues(store))
         fallback = self._url(action.status, queue=queue)
-        searched = None
-        if one_action:
-            ids, capped = [one_id] if one_id else [], False
-        elif request.POST.get("select_across") == "1":
-            task = request.POST.get("task", "").strip()[:300]
+        task = post.get("task", "").strip()[:300]
+        confirmed = action.confirm and post.get("confirmed") == "yes"
+        across = post.get("select_across") == "1" and not one_action and not confirmed
+        capped, searched = False, None
+        if confirmed:  # exactly the jobs the confirmation page counted
+            ids = post.get("job_ids", "").split()[: views.ALL_MATCHING_LIMIT]
+            capped = post.get("capped") == "1"
+            searched = _int(post.get("searched"), 0, 0, 10**9) or None
+        elif one_action:
+            ids = [one_id] if one_id else []
+        elif across:
             matching = views.matching_ids(
                 store, queue, action.status, task, skip_due=action.name == "run_now"
             )
             ids, capped, searched = matching.ids, matching.limited, matching.searched
         else:
-            ids, capped = request.POST.getlist("ids")[: views.MAX_POSTED_IDS], False
-        if not ids and searched is None:
-            across = request.POST.get("select_across") == "1" and not one_action
+            ids = post.getlist("ids")[: views.MAX_POSTED_IDS]
+        if not ids:
             messages.warning(
                 request,
-                f"No {action.status} jobs matched."
+                texts.NONE_MATCHED[action.status]
                 if across
-                else "No jobs were selected: tick the jobs to act on.",
+                else gettext("No jobs were selected: tick the jobs to act on."),
             )
+            for warning in self._cap_warnings(action, queue, task, capped, searched):
+                messages.warning(request, warning)
             return HttpResponseRedirect(self._safe_next(request, fallback))
+        if action.confirm and not confirmed:
+            return self._confirm(request, action, queue, ids, task, capped, searched)
         applied = views.apply_action(store, action, queue, ids)
         done, missed = applied.done, applied.missed
         running = views.running_among(store, queue, missed) if action.status == PENDING else 0
@@ -326,27 +391,79 @@ class JobAdmin(admin.ModelAdmin):
             level,
             views.action_message(action, done, len(missed), running, applied.key_held),
         )
-        if capped:
-            messages.warning(
-                request,
-                f"Stopped after {views.ALL_MATCHING_LIMIT:,} jobs; run the action again for "
-                "the rest.",
-            )
-        if searched:
-            messages.warning(
-                request,
-                f"Only the first {searched:,} {action.status} jobs of queue {queue} were "
-                f"searched for {task}; jobs further back were not touched.",
-            )
-        target = self._safe_next(request, fallback)
-        if done and action.name in ("cancel", "delete") and request.POST.get("from_detail"):
-            target = fallback
-        return HttpResponseRedirect(target)
+        for warning in self._cap_warnings(action, queue, task, capped, searched):
+            messages.warning(request, warning)
+        if done and post.get("from_detail"):
+            # The job left the page's state (cancelled, deleted, or due now and likely
+            # claimed at once): its page would say "No job ...". Show its list instead.
+            return HttpResponseRedirect(self._url(action.lands_on, queue=queue))
+        return HttpResponseRedirect(self._safe_next(request, fallback))
 
-    def purge_view(self, request: HttpRequest, queue: str) -> HttpResponse:
-        self._require(request, "delete_job")
-        queue = self._queue(queue, [])
+    @staticmethod
+    def _cap_warnings(
+        action: views.Action, queue: str, task: str, capped: bool, searched: int | None
+    ) -> list[str]:
+        out = []
+        if capped:
+            out.append(texts.STOPPED % {"count": Count(views.ALL_MATCHING_LIMIT)})
+        if searched:
+            searched_text = texts.SEARCHED[action.status]
+            out.append(searched_text % {"count": Count(searched), "queue": queue, "task": task})
+        return out
+
+    def _confirm(
+        self,
+        request: HttpRequest,
+        action: views.Action,
+        queue: str,
+        ids: list[str],
+        task: str,
+        capped: bool,
+        searched: int | None,
+    ) -> HttpResponse:
+        """The page that asks before a cancel or delete; its form posts the same action
+        with the ids it counted and confirmed=yes. Nothing changes until then."""
         store = get_store()
+        ids = list(dict.fromkeys(ids))
+        shown = views.fetch_rows(store, queue, ids[: views.CONFIRM_SHOWN], store.server_time())
+        for _job_id, row in shown:
+            if row is not None:
+                row.url = self._url("detail", queue, row.job.id)
+        count = Count(len(ids))
+        back = self._safe_next(request, self._url(action.status, queue=queue))
+        context = self._context(
+            request,
+            texts.CONFIRM_TITLES[action.name] % {"count": count},
+            crumbs=[
+                (gettext("Dashboard"), self._url("changelist")),
+                self._list_crumb(action.status, queue),
+                (action.label, ""),
+            ],
+            action=action,
+            queue=queue,
+            status=action.status,
+            count=count,
+            shown=shown,
+            more=len(ids) - len(shown),
+            warning=texts.CONFIRM_WARNINGS[action.name],
+            notes=self._cap_warnings(action, queue, task, capped, searched),
+            button=texts.CONFIRM_BUTTONS[action.name] % {"count": count},
+            job_ids=" ".join(ids),
+            task=task,
+            capped=capped,
+            searched=searched or "",
+            from_detail=request.POST.get("from_detail", ""),
+            next=back,
+            back_url=back,
+            action_url=self._url("action"),
+        )
+        return self._render(request, "action_confirm.html", context)
+
+    def purge_view(self, request: HttpRequest) -> HttpResponse:
+        self._require(request, "delete_job")
+        source = request.POST if request.method == "POST" else request.GET
+        store = get_store()
+        queue = self._queue(source.get("queue"), views.admin_queues(store))
         dead_url = self._url(DEAD, queue=queue)
         if request.method == "POST":
             # Only the jobs that had died when the confirmation page was shown.
@@ -356,16 +473,17 @@ class JobAdmin(admin.ModelAdmin):
                 died_before = store.server_time()
             purged = store.purge_dead(queue, died_before=died_before)
             messages.success(
-                request, f"Purged {purged} dead job{'' if purged == 1 else 's'} of queue {queue}."
+                request,
+                texts.PURGED % {"count": Count(purged), "queue": queue},
             )
             return HttpResponseRedirect(dead_url)
         context = self._context(
             request,
-            f"Purge the dead jobs of {queue}",
+            gettext("Purge the dead jobs of %(queue)s") % {"queue": queue},
             crumbs=[
-                ("Dashboard", self._url("changelist")),
-                (f"Dead · {queue}", dead_url),
-                ("Purge", ""),
+                (gettext("Dashboard"), self._url("changelist")),
+                self._list_crumb(DEAD, queue),
+                (gettext("Purge"), ""),
             ],
             queue=queue,
             dead=store.size(queue, DEAD),

@@ -16,6 +16,12 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.utils.functional import Promise
+from django.utils.html import avoid_wrapping
+from django.utils.timesince import timesince
+from django.utils.translation import gettext, ngettext, ngettext_lazy, pgettext
+from django.utils.translation import gettext_lazy as _
+
 from .conf import delayq_settings
 from .job import DEAD, PENDING, RESERVED, RUNNING, Job, job_from_raw, to_datetime
 from .reads import RawJob
@@ -36,25 +42,72 @@ MAX_POSTED_IDS = 1_000
 MISSED_CHECKED = 100
 CHART_MINUTES = 30
 PREVIEW_CHARS = 120
+# A confirmation page lists this many of the jobs it asks about (and counts the rest).
+CONFIRM_SHOWN = 20
 
 
 @dataclass(frozen=True)
 class Action:
+    """One admin action. The texts are lazy: they are translated when shown.
+
+    ``done`` and ``missed`` are plurals keyed on ``count`` ("3 jobs cancelled", "1 was
+    already gone"); ``lands_on`` is the list a job page goes to once the action worked
+    (the job left the page's state); ``confirm`` asks on a confirmation page first.
+    """
+
     name: str
-    label: str
+    label: Promise
     permission: str  # codename in the django_delayq app
     status: str  # the set the jobs must be in
-    done: str  # "3 jobs <done>"
-    missed: str  # "1 <missed>"
+    done: Promise
+    missed: Promise
+    lands_on: str
+    confirm: bool = False
 
 
 ACTIONS: dict[str, Action] = {
     a.name: a
     for a in (
-        Action("cancel", "Cancel", "cancel_job", PENDING, "cancelled", "was already gone"),
-        Action("run_now", "Run now", "run_job", PENDING, "made due now", "was no longer pending"),
-        Action("requeue", "Requeue", "requeue_job", DEAD, "requeued", "was no longer dead"),
-        Action("delete", "Delete", "delete_job", DEAD, "deleted", "was already gone"),
+        Action(
+            "cancel",
+            _("Cancel"),
+            "cancel_job",
+            PENDING,
+            ngettext_lazy("%(count)s job cancelled", "%(count)s jobs cancelled", "count"),
+            ngettext_lazy("%(count)s was already gone", "%(count)s were already gone", "count"),
+            lands_on=PENDING,
+            confirm=True,
+        ),
+        Action(
+            "run_now",
+            _("Run now"),
+            "run_job",
+            PENDING,
+            ngettext_lazy("%(count)s job made due now", "%(count)s jobs made due now", "count"),
+            ngettext_lazy(
+                "%(count)s was no longer pending", "%(count)s were no longer pending", "count"
+            ),
+            lands_on=PENDING,
+        ),
+        Action(
+            "requeue",
+            _("Requeue"),
+            "requeue_job",
+            DEAD,
+            ngettext_lazy("%(count)s job requeued", "%(count)s jobs requeued", "count"),
+            ngettext_lazy("%(count)s was no longer dead", "%(count)s were no longer dead", "count"),
+            lands_on=PENDING,
+        ),
+        Action(
+            "delete",
+            _("Delete"),
+            "delete_job",
+            DEAD,
+            ngettext_lazy("%(count)s job deleted", "%(count)s jobs deleted", "count"),
+            ngettext_lazy("%(count)s was already gone", "%(count)s were already gone", "count"),
+            lands_on=DEAD,
+            confirm=True,
+        ),
     )
 }
 
@@ -74,26 +127,25 @@ def admin_queues(store: Store) -> list[str]:
     return list(search_queues())
 
 
-def humanize(seconds: float) -> str:
-    """A short duration: '12 s', '29 min', '3 h 5 min', '2 d 4 h'."""
-    seconds = abs(seconds)
-    if seconds < 60:
-        return f"{int(seconds)} s"
-    minutes = int(seconds // 60)
-    if minutes < 60:
-        return f"{minutes} min"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 24:
-        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
-    days, hours = divmod(hours, 24)
-    return f"{days} d {hours} h" if hours else f"{days} d"
+def duration(start: float, end: float) -> str:
+    """The time between two epochs in Django's ``timesince`` words ("3 hours, 5 minutes"),
+    translated; in seconds below a minute, where ``timesince`` would say "0 minutes" (the
+    lag of a queue is worth telling in seconds)."""
+    earlier, later = sorted((start, end))
+    if later - earlier < 60:
+        seconds = int(later - earlier)
+        return avoid_wrapping(
+            ngettext("%(count)s second", "%(count)s seconds", seconds) % {"count": seconds}
+        )
+    return timesince(to_datetime(earlier), to_datetime(later))  # type: ignore[arg-type]
 
 
-def relative(epoch: float | None, now: float, *, future: str, past: str) -> str:
-    if epoch is None or not math.isfinite(epoch) or abs(epoch - now) > 1e12:
+def relative(epoch: float | None, now: float, *, future: Promise, past: Promise) -> str:
+    """``future`` or ``past`` (a lazy text with ``%(time)s``) around the time to ``epoch``;
+    "" for no time, and for a score no datetime can hold (garbage written to Redis)."""
+    if epoch is None or not math.isfinite(epoch) or abs(epoch - now) > 1e11:
         return ""
-    delta = epoch - now
-    return (future if delta > 0 else past).format(humanize(delta))
+    return (future if epoch > now else past) % {"time": duration(epoch, now)}
 
 
 def preview(job: Job, limit: int = PREVIEW_CHARS) -> str:
@@ -129,27 +181,29 @@ class Row:
     task_parts: list[str] = field(default_factory=list)  # the dotted name, split to wrap
     raw_record: str = ""
     errors: list[dict] = field(default_factory=list)
+    url: str = ""  # the job page (admin.py sets it)
 
 
 def make_row(raw: RawJob, now: float) -> Row:
     job = job_from_raw(raw, delayq_settings.MAX_RETRIES)
     overdue = raw.status == PENDING and raw.score is not None and raw.score <= now
     if raw.status == PENDING:
-        when = relative(raw.score, now, future="in {}", past="{} overdue")
+        when = relative(raw.score, now, future=_("in %(time)s"), past=_("%(time)s overdue"))
         if raw.score is not None and abs(raw.score - now) < 1:
-            when = "due now"
+            when = gettext("due now")
     elif raw.status == RUNNING and raw.score is not None and raw.score < 0:
-        lease_until = raw.score + RESERVED  # claimed, not started yet
         when = relative(
-            lease_until,
+            raw.score + RESERVED,  # claimed, not started yet: waits in its worker
             now,
-            future="waiting in its worker, lease ends in {}",
-            past="waiting in its worker, lease expired {} ago",
+            future=_("waiting in its worker, lease ends in %(time)s"),
+            past=_("waiting in its worker, lease expired %(time)s ago"),
         )
     elif raw.status == RUNNING:
-        when = relative(raw.score, now, future="lease ends in {}", past="lease expired {} ago")
+        when = relative(
+            raw.score, now, future=_("lease ends in %(time)s"), past=_("lease expired %(time)s ago")
+        )
     else:
-        when = relative(raw.score, now, future="in {}", past="{} ago")
+        when = relative(raw.score, now, future=_("in %(time)s"), past=_("%(time)s ago"))
     record = raw.record
     return Row(
         job=job,
@@ -273,6 +327,16 @@ def matching_ids(
     return Matching([raw.id for raw in scan.raws], limited, searched)
 
 
+def fetch_rows(
+    store: Store, queue: str, ids: Sequence[str], now: float
+) -> list[tuple[str, Row | None]]:
+    """(id, row) per id, the row None for a job gone (store.fetch: one round trip each)."""
+    return [
+        (job_id, make_row(raw, now) if (raw := store.fetch(queue, job_id)) else None)
+        for job_id in ids
+    ]
+
+
 # -- actions ---------------------------------------------------------------------
 
 
@@ -328,19 +392,31 @@ def action_message(
     action: Action, done: int, missed: int, running: int = 0, key_held: int = 0
 ) -> str:
     """'3 jobs cancelled, 1 is being run by a worker, 1 was already gone.'"""
-    text = f"{done} job{'' if done == 1 else 's'} {action.done}"
+    parts = [action.done % {"count": done}]
     if running:
-        text += f", {running} {'is' if running == 1 else 'are'} being run by a worker"
-    if key_held:
-        text += (
-            f", {key_held} {'was' if key_held == 1 else 'were'} kept dead because another "
-            "pending job holds the same unique key (cancel or run that one first)"
+        parts.append(
+            ngettext(
+                "%(count)s is being run by a worker", "%(count)s are being run by a worker", running
+            )
+            % {"count": running}
         )
-    others = missed - running - key_held
-    if others:
-        verb = action.missed if others == 1 else action.missed.replace("was ", "were ", 1)
-        text += f", {others} {verb}"
-    return text + "."
+    if key_held:
+        parts.append(
+            ngettext(
+                "%(count)s was kept dead because another pending job holds its unique key "
+                "(cancel or run that job first)",
+                "%(count)s were kept dead because other pending jobs hold their unique keys "
+                "(cancel or run those jobs first)",
+                key_held,
+            )
+            % {"count": key_held}
+        )
+    if missed - running - key_held:
+        parts.append(action.missed % {"count": missed - running - key_held})
+    # Translators: joins the parts of an action's report: "3 jobs cancelled, 1 was already gone"
+    separator = pgettext("list separator", ", ")
+    # Translators: ends an action's report ("3 jobs cancelled, 1 was already gone.")
+    return gettext("%(report)s.") % {"report": separator.join(parts)}
 
 
 # -- dashboard -------------------------------------------------------------------
@@ -355,7 +431,7 @@ def queue_summary(store: Store, queue: str, now: float) -> dict[str, Any]:
         "name": queue,
         **counts,
         "lag": lag,
-        "lag_text": humanize(lag) if lag >= 1 else "",
+        "lag_text": duration(oldest, now) if lag >= 1 else "",
         "done_5": sum(series["d"][-5:]),
         "failed_5": sum(series["f"][-5:]),
         "done_total": sum(series["d"]),

@@ -1,9 +1,10 @@
 from django.apps import AppConfig
+from django.utils.translation import gettext_lazy as _
 
 
 class DelayQConfig(AppConfig):
     name = "django_delayq"
-    verbose_name = "Delayed jobs"
+    verbose_name = _("Delayed jobs")
     default_auto_field = "django.db.models.AutoField"
 
     def ready(self) -> None:

@@ -4,6 +4,7 @@ django-delayq's permissions. Jobs themselves live in Redis (see store.py)."""
 from __future__ import annotations
 
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 
 class Job(models.Model):
@@ -18,8 +19,8 @@ class Job(models.Model):
 
     class Meta:
         managed = False
-        verbose_name = "delayed job"
-        verbose_name_plural = "delayed jobs"
+        verbose_name = _("delayed job")
+        verbose_name_plural = _("delayed jobs")
         default_permissions = ("view", "delete")
         permissions = [
             ("cancel_job", "Can cancel pending delayed jobs"),

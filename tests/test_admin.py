@@ -1,11 +1,14 @@
-"""The admin dashboard through Django's test client: pages, actions, permissions, CSRF,
-escaping, pagination. Read-only pages run on fakeredis and the real server; actions on the
-real server (the same Lua scripts a worker runs)."""
+"""The admin dashboard through Django's test client: pages, actions, confirmations,
+permissions, CSRF, escaping, pagination, URLs. Read-only pages run on fakeredis and the
+real server; actions on the real server (the same Lua scripts a worker runs). Every
+action here goes through the HTML the admin serves, without JavaScript: a cancel or
+delete posts the confirmation page's own form (see ``confirm``)."""
 
 from __future__ import annotations
 
 import re
 import time
+from html.parser import HTMLParser
 
 import pytest
 from django.contrib.auth.models import Permission, User
@@ -14,7 +17,7 @@ from django.test import Client
 from django.urls import reverse
 
 from django_delayq import schedule, signals
-from django_delayq.admin_views import ALL_MATCHING_LIMIT, humanize, preview
+from django_delayq.admin_views import ALL_MATCHING_LIMIT, duration, preview
 from django_delayq.job import Job, encode_record, new_job_id
 from django_delayq.store import Store
 from tests.testapp import tasks as testtasks
@@ -65,7 +68,38 @@ def location(response) -> str:
 
 
 def text(response) -> str:
-    return response.content.decode()
+    """The page's HTML, with the no-break spaces of Django's timesince as plain spaces."""
+    return response.content.decode().replace("\xa0", " ")
+
+
+class _Forms(HTMLParser):
+    """The forms of a page: action, and the name/value of each input."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.forms: list[dict] = []
+
+    def handle_starttag(self, tag: str, attrs: list) -> None:
+        attrs = dict(attrs)
+        if tag == "form":
+            self.forms.append({"action": attrs.get("action", ""), "fields": [], "ids": []})
+        elif tag == "input" and self.forms:
+            self.forms[-1]["ids"].append(attrs.get("id"))
+            if attrs.get("name"):
+                self.forms[-1]["fields"].append((attrs["name"], attrs.get("value", "")))
+
+
+def confirm(client: Client, page, button: str = "dq-confirm-yes"):
+    """Post the form holding the input #``button`` (as a browser without JavaScript
+    would: its fields as they are), following the redirect."""
+    assert page.status_code == 200, page.status_code
+    parser = _Forms()
+    parser.feed(page.content.decode())
+    (form,) = [f for f in parser.forms if button in f["ids"]]
+    data: dict[str, list[str]] = {}
+    for name, value in form["fields"]:
+        data.setdefault(name, []).append(value)
+    return client.post(form["action"] or page.wsgi_request.path, data, follow=True)
 
 
 def schedule_overdue(store: Store, seconds: float, *args) -> str:
@@ -128,7 +162,7 @@ PAGES = [
     ("running", ()),
     ("dead", ()),
     ("detail", (Q, "01JXXXXXXXXXXXXXXXXXXXXXXX")),
-    ("purge", (Q,)),
+    ("purge", ()),
 ]
 
 
@@ -180,20 +214,28 @@ def test_each_action_needs_its_own_permission(real_store, action, codename, stat
     response = client_for(user).post(url("action"), {"one": f"{action}:{job_id}", "queue": Q})
     assert response.status_code == 403
     assert real_store.fetch(Q, job_id) == before
-    # With the permission (and nothing else) it works.
-    allowed = staff(codename, username="allowed")
-    response = client_for(allowed).post(
-        url("action"), {"action": action, "queue": Q, "ids": job_id}
-    )
-    assert response.status_code == 302
+    # Nor can it post a confirmation page's form.
+    confirmed = {"action": action, "queue": Q, "job_ids": job_id, "confirmed": "yes"}
+    assert client_for(user).post(url("action"), confirmed).status_code == 403
+    assert real_store.fetch(Q, job_id) == before
+    # With the permission (and nothing else) it works: cancel and delete after asking.
+    allowed = client_for(staff(codename, username="allowed"))
+    response = allowed.post(url("action"), {"action": action, "queue": Q, "ids": job_id})
+    if action in ("cancel", "delete"):
+        assert response.status_code == 200
+        assert real_store.fetch(Q, job_id) == before
+        response = confirm(allowed, response)
+    else:
+        response = allowed.get(response["Location"])
     assert msgs(response)[0].startswith("1 job ")
+    assert real_store.fetch(Q, job_id) != before
 
 
 def test_purge_needs_delete_permission(real_store):
     make_dead(real_store)
     viewer = client_for(staff("view_job"))
-    assert viewer.get(url("purge", Q)).status_code == 403
-    assert viewer.post(url("purge", Q)).status_code == 403
+    assert viewer.get(url("purge", queue=Q)).status_code == 403
+    assert viewer.post(url("purge"), {"queue": Q}).status_code == 403
     assert real_store.size(Q, "dead") == 1
 
 
@@ -256,7 +298,7 @@ def test_dashboard_lag_of_oldest_overdue_job(store, admin_client):
     default = response.context["queues"][0]
     assert default["due"] == 1
     assert 299 <= default["lag"] < 330
-    assert "5 min" in text(response)
+    assert "5 minutes" in text(response)
 
 
 # -- lists --------------------------------------------------------------------------
@@ -269,8 +311,8 @@ def test_pending_list_is_sorted_by_due_time_with_relative_times(store, admin_cli
     response = admin_client.get(url("pending"))
     rows = response.context["rows"]
     assert [r.job.id for r in rows] == [overdue, soon.id, late.id]
-    assert rows[0].when == "3 min overdue" and rows[0].overdue
-    assert rows[1].when == "in 29 min"
+    assert rows[0].when == "3\xa0minutes overdue" and rows[0].overdue
+    assert rows[1].when == "in 29\xa0minutes"
     body = text(response)
     assert "order:1" in body and "3, 4" in body
     assert "Pending · default" in body  # breadcrumbs (<ol> on Django 6.1+, <div> before)
@@ -280,7 +322,7 @@ def test_running_list_shows_lease_and_worker(store, admin_client):
     make_running(store, worker="host-7.991")
     body = text(admin_client.get(url("running")))
     assert "host-7.991" in body
-    assert "lease ends in 1 min" in body
+    assert "lease ends in 1 minute" in body
 
 
 def test_dead_list_shows_died_at_and_last_error(store, admin_client):
@@ -291,11 +333,22 @@ def test_dead_list_shows_died_at_and_last_error(store, admin_client):
     assert "Purge all dead" in text(response)
 
 
-@pytest.mark.parametrize("status", ["pending", "running", "dead"])
-def test_empty_lists(store, admin_client, status):
+@pytest.mark.parametrize(
+    ("status", "message"),
+    [
+        ("pending", "No pending jobs in default."),
+        ("running", "No jobs in progress in default."),
+        ("dead", "No dead jobs in default."),
+    ],
+)
+def test_empty_lists(store, admin_client, status, message):
     response = admin_client.get(url(status))
     assert response.status_code == 200
-    assert f"No {response.context['status_title'].lower()} jobs in default." in text(response)
+    body = text(response)
+    assert message in body
+    # Nothing to select, so no checkboxes and no action bar.
+    assert 'id="dq-toggle"' not in body and 'type="checkbox"' not in body
+    assert 'name="action"' not in body
 
 
 def test_pagination_edges(store, admin_client):
@@ -392,20 +445,50 @@ def test_detail_of_a_missing_job_is_404(store, admin_client):
     assert admin_client.get(url("detail", "bad{queue", "x")).status_code == 404
 
 
-def test_redis_data_is_escaped_everywhere(store, admin_client):
-    job = schedule(testtasks.add, XSS, {"k": XSS}, delay=60, key=XSS)
-    dead_id = make_dead(store, XSS, message=XSS)
-    pages = [
-        url("pending"),
-        url("detail", Q, job.id),
-        url("dead"),
-        url("detail", Q, dead_id),
-        url("pending", task=XSS),
+def test_redis_data_is_escaped_everywhere(real_store, admin_client):
+    nasty = XSS + "\"'&"
+    escaped = "&lt;script&gt;alert(1)&lt;/script&gt;&quot;&#x27;&amp;"
+    job = schedule(testtasks.add, nasty, {"k": nasty}, delay=60, key=nasty)
+    dead_id = make_dead(real_store, nasty, message=nasty)
+    with_data = [  # pages that show the jobs' key, arguments or errors
+        admin_client.get(url("pending")),
+        admin_client.get(url("detail", Q, job.id)),
+        admin_client.get(url("dead")),
+        admin_client.get(url("detail", Q, dead_id)),
+        # The confirmation pages: one job, ticked jobs, all matching.
+        _post(admin_client, one=f"cancel:{job.id}", next=url("detail", Q, job.id)),
+        _post(admin_client, action="delete", ids=[dead_id]),
+        _post(admin_client, action="cancel", select_across="1"),
     ]
-    for page in pages:
-        body = text(admin_client.get(page))
-        assert "<script>alert" not in body, page
-        assert "&lt;script&gt;alert(1)&lt;/script&gt;" in body, page
+    for response in with_data:
+        assert escaped in text(response), response.wsgi_request.get_full_path()
+    echoing = [  # pages that show what was typed
+        admin_client.get(url("pending", task=XSS)),
+        admin_client.get(url("find", q=XSS), follow=True),  # in the warning
+    ]
+    for response in echoing:
+        assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text(response)
+    for response in [*with_data, *echoing, admin_client.get(url("purge", queue=Q))]:
+        assert response.status_code == 200
+        assert "<script>alert" not in text(response), response.wsgi_request.get_full_path()
+    assert real_store.fetch(Q, job.id) is not None and real_store.size(Q, "dead") == 1
+
+
+# -- URLs ------------------------------------------------------------------------------
+
+
+def test_job_pages_have_one_job_segment_and_old_urls_redirect(store, admin_client):
+    job = schedule(testtasks.add, 1, 2, delay=60)
+    detail = url("detail", Q, job.id)
+    assert detail == f"/admin/django_delayq/job/{Q}/{job.id}/"
+    assert "/job/job/" not in text(admin_client.get(url("pending")))
+    old = f"/admin/django_delayq/job/job/{Q}/{job.id}/"
+    response = admin_client.get(old)
+    assert response.status_code == 301 and response["Location"] == detail
+    assert admin_client.get(detail).status_code == 200
+    # A queue named like a page still has job pages: only they have two segments.
+    mail = schedule(testtasks.add, 1, 2, delay=60, queue="purge")
+    assert admin_client.get(url("detail", "purge", mail.id)).context["job"].id == mail.id
 
 
 # -- actions (real Redis) -------------------------------------------------------------
@@ -416,7 +499,7 @@ def _post(client: Client, **data):
     return client.post(url("action"), data, follow=True)
 
 
-def test_bulk_cancel_reports_jobs_already_gone_and_sends_signals(real_store, admin_client):
+def test_bulk_cancel_asks_then_reports_jobs_gone_and_sends_signals(real_store, admin_client):
     jobs = [schedule(testtasks.add, i, i, delay=600) for i in range(4)]
     ids = [j.id for j in jobs]
     real_store.cancel(Q, job_id=ids[3])  # gone meanwhile
@@ -425,9 +508,18 @@ def test_bulk_cancel_reports_jobs_already_gone_and_sends_signals(real_store, adm
     def receiver(sender, job, **kwargs):
         seen.append(job)
 
+    page = _post(admin_client, action="cancel", ids=ids, next=url("pending"))
+    # The confirmation page: nothing cancelled yet, every job listed, the gone one too.
+    assert page.status_code == 200 and not page.redirect_chain
+    assert page.context["title"] == "Cancel 4 pending jobs?"
+    body = text(page)
+    assert all(f'data-job-id="{job_id}"' in body for job_id in ids)
+    assert "already gone" in body and "This cannot be undone." in body
+    assert 'value="Yes, cancel them"' in body and "No, take me back" in body
+    assert real_store.size(Q, "pending") == 3
     signals.job_cancelled.connect(receiver)
     try:
-        response = _post(admin_client, action="cancel", ids=ids, next=url("pending"))
+        response = confirm(admin_client, page)
     finally:
         signals.job_cancelled.disconnect(receiver)
     assert location(response) == url("pending")
@@ -437,19 +529,43 @@ def test_bulk_cancel_reports_jobs_already_gone_and_sends_signals(real_store, adm
     assert {j.status for j in seen} == {"cancelled"}
 
 
+def test_cancel_confirmation_lists_twenty_and_counts_the_rest(real_store, admin_client):
+    from django_delayq import schedule_many
+
+    ids = [j.id for j in schedule_many(testtasks.add, [{"args": [i, i]} for i in range(23)])]
+    page = _post(admin_client, action="cancel", ids=ids)
+    assert len(page.context["shown"]) == 20
+    assert "…and 3 more jobs." in text(page)
+    assert text(page).count("data-job-id=") == 20
+    page = _post(admin_client, one=f"cancel:{ids[0]}")
+    assert page.context["title"] == "Cancel 1 pending job?"
+    assert 'value="Yes, cancel it"' in text(page) and "more job" not in text(page)
+
+
+def test_taking_the_way_back_changes_nothing(real_store, admin_client):
+    job = schedule(testtasks.add, 1, 2, delay=600)
+    detail = url("detail", Q, job.id)
+    page = _post(admin_client, one=f"cancel:{job.id}", next=detail, from_detail="1")
+    back = re.search(r'<a href="([^"]+)" class="button cancel-link"', text(page)).group(1)
+    assert back == detail
+    assert admin_client.get(back).status_code == 200
+    assert real_store.fetch(Q, job.id).status == "pending"
+
+
 def test_cancel_of_a_job_a_worker_claimed_meanwhile_is_reported(real_store, admin_client):
     job_id = make_running(real_store)
-    response = _post(admin_client, one=f"cancel:{job_id}")
+    response = confirm(admin_client, _post(admin_client, one=f"cancel:{job_id}"))
     assert msgs(response) == ["0 jobs cancelled, 1 is being run by a worker."]
     assert real_store.fetch(Q, job_id).status == "running"
     gone = schedule(testtasks.add, 1, 2, delay=600)
-    response = _post(admin_client, action="cancel", ids=[job_id, gone.id, "no-such-id"])
+    page = _post(admin_client, action="cancel", ids=[job_id, gone.id, "no-such-id"])
+    response = confirm(admin_client, page)
     assert msgs(response) == ["1 job cancelled, 1 is being run by a worker, 1 was already gone."]
 
 
 def test_cancel_releases_the_unique_key(real_store, admin_client):
     job = schedule(testtasks.add, 1, 2, delay=600, key="k1")
-    _post(admin_client, one=f"cancel:{job.id}")
+    confirm(admin_client, _post(admin_client, one=f"cancel:{job.id}"))
     assert real_store.id_for_key(Q, "k1") is None
 
 
@@ -471,27 +587,35 @@ def test_requeue_resets_attempts(real_store, admin_client):
     assert job.status == "pending" and job.attempts == 0 and len(job.errors) == 1
 
 
-def test_delete_dead(real_store, admin_client):
+def test_delete_dead_asks_first(real_store, admin_client):
     dead_ids = [make_dead(real_store) for _ in range(2)]
-    response = _post(admin_client, action="delete", ids=dead_ids)
+    page = _post(admin_client, action="delete", ids=dead_ids)
+    assert page.context["title"] == "Delete 2 dead jobs?"
+    assert "builtins.ValueError: boom" in text(page)  # the last errors, before they go
+    assert real_store.size(Q, "dead") == 2
+    response = confirm(admin_client, page)
     assert msgs(response) == ["2 jobs deleted."]
     assert real_store.size(Q, "dead") == 0 and real_store.fetch(Q, dead_ids[0]) is None
-    response = _post(admin_client, action="delete", ids=dead_ids)
+    response = confirm(admin_client, _post(admin_client, action="delete", ids=dead_ids))
     assert msgs(response) == ["0 jobs deleted, 2 were already gone."]
 
 
-def test_all_matching_with_a_task_filter(real_store, admin_client):
+def test_all_matching_cancel_acts_on_the_jobs_it_counted(real_store, admin_client):
     adds = [schedule(testtasks.add, i, i, delay=600 + i) for i in range(3)]
     keep = schedule(testtasks.remember, 1, delay=601)
-    response = _post(
+    page = _post(
         admin_client,
         action="cancel",
         select_across="1",
         task="tests.testapp.tasks.add",
         ids=[adds[0].id],
     )
+    assert page.context["title"] == "Cancel 3 pending jobs?"
+    assert real_store.size(Q, "pending") == 4
+    later = schedule(testtasks.add, 9, 9, delay=600)  # scheduled after the page: kept
+    response = confirm(admin_client, page)
     assert msgs(response) == ["3 jobs cancelled."]
-    assert real_store.page_ids(Q, "pending", 0, 10) == [keep.id]
+    assert real_store.page_ids(Q, "pending", 0, 10) == [later.id, keep.id]
 
 
 def test_all_matching_requeues_the_whole_dead_set(real_store, admin_client):
@@ -508,9 +632,14 @@ def test_all_matching_is_capped(real_store, admin_client, monkeypatch):
     monkeypatch.setattr(admin_views, "ALL_MATCHING_LIMIT", 2)
     for i in range(3):
         schedule(testtasks.add, i, i, delay=600)
-    response = _post(admin_client, action="cancel", select_across="1")
-    assert msgs(response)[0] == "2 jobs cancelled."
-    assert "Stopped after 2 jobs" in msgs(response)[1]
+    body = text(admin_client.get(url("pending")))
+    assert "the first 2 of the 3 pending jobs of default" in body
+    page = _post(admin_client, action="cancel", select_across="1")
+    assert page.context["title"] == "Cancel 2 pending jobs?"
+    note = "Only the first 2 matching jobs are included; run the action again for the rest."
+    assert note in text(page)
+    response = confirm(admin_client, page)
+    assert msgs(response) == ["2 jobs cancelled.", note]
     assert real_store.size(Q, "pending") == 1
     assert ALL_MATCHING_LIMIT == 10_000
 
@@ -534,16 +663,16 @@ def test_all_matching_task_search_says_how_far_it_looked(real_store, admin_clien
     others = [schedule(testtasks.remember, i, delay=600 + i) for i in range(3)]
     far = schedule(testtasks.add, 1, 1, delay=700)
     fields = {"action": "cancel", "select_across": "1", "task": "tests.testapp.tasks.add"}
-    response = _post(admin_client, **fields)
-    assert msgs(response)[0] == "0 jobs cancelled."
-    assert msgs(response)[1] == (
+    searched = (
         "Only the first 3 pending jobs of queue default were searched for "
-        "tests.testapp.tasks.add; jobs further back were not touched."
+        "tests.testapp.tasks.add; jobs further back are left alone."
     )
+    response = _post(admin_client, **fields)
+    assert msgs(response) == ["No pending jobs matched.", searched]
     assert real_store.size(Q, "pending") == 4
     for job in others:
         real_store.cancel(Q, job_id=job.id)
-    response = _post(admin_client, **fields)
+    response = confirm(admin_client, _post(admin_client, **fields))
     assert msgs(response) == ["1 job cancelled."]
     assert real_store.fetch(Q, far.id) is None
     response = _post(admin_client, **fields)
@@ -556,44 +685,84 @@ def test_action_edge_cases(real_store, admin_client):
     assert msgs(response) == ["Choose an action."]
     response = _post(admin_client, action="cancel")
     assert msgs(response) == ["No jobs were selected: tick the jobs to act on."]
-    # An off-site "next" is ignored.
+    response = _post(admin_client, action="cancel", confirmed="yes", job_ids="")
+    assert msgs(response) == ["No jobs were selected: tick the jobs to act on."]
+    # An off-site "next" is ignored, on the confirmation page's way back too.
     job = schedule(testtasks.add, 1, 2, delay=600)
     response = _post(admin_client, action="run_now", ids=[job.id], next="https://evil.example/")
     assert location(response) == url("pending", queue=Q)
+    page = _post(admin_client, action="cancel", ids=[job.id], next="https://evil.example/")
+    assert "evil.example" not in text(page)
     assert _post(admin_client, action="cancel", ids=[job.id], queue="no good").status_code == 404
 
 
-def test_detail_page_actions_return_to_the_list_when_the_job_is_gone(real_store, admin_client):
+def test_job_page_actions_land_on_the_list(real_store, admin_client):
+    """Run now, cancel, requeue and delete from a job's page: the job leaves the page's
+    state (a job due now is claimed at once), so the admin shows its list, not a 404."""
     job = schedule(testtasks.add, 1, 2, delay=600)
     detail = url("detail", Q, job.id)
     body = text(admin_client.get(detail))
     assert f'value="run_now:{job.id}"' in body and f'value="cancel:{job.id}"' in body
     response = _post(admin_client, one=f"run_now:{job.id}", next=detail, from_detail="1")
-    assert location(response) == detail
-    response = _post(admin_client, one=f"cancel:{job.id}", next=detail, from_detail="1")
     assert location(response) == url("pending", queue=Q)
+    assert response.status_code == 200 and msgs(response) == ["1 job made due now."]
+    page = _post(admin_client, one=f"cancel:{job.id}", next=detail, from_detail="1")
+    assert page.context["title"] == "Cancel 1 pending job?"
+    response = confirm(admin_client, page)
+    assert location(response) == url("pending", queue=Q)
+    assert msgs(response) == ["1 job cancelled."]
+    dead_id = make_dead(real_store)
+    detail = url("detail", Q, dead_id)
+    response = _post(admin_client, one=f"requeue:{dead_id}", next=detail, from_detail="1")
+    assert location(response) == url("pending", queue=Q)
+    real_store.cancel(Q, job_id=dead_id)  # else make_dead() would claim it
+    dead_id = make_dead(real_store)
+    detail = url("detail", Q, dead_id)
+    page = _post(admin_client, one=f"delete:{dead_id}", next=detail, from_detail="1")
+    response = confirm(admin_client, page)
+    assert location(response) == url("dead", queue=Q)
+    # An action that changed nothing returns to the job's page, which tells why.
+    running = make_running(real_store)
+    detail = url("detail", Q, running)
+    response = _post(admin_client, one=f"run_now:{running}", next=detail, from_detail="1")
+    assert location(response) == detail
+    assert response.context["job"].status == "running"
 
 
 def test_purge_with_confirmation(real_store, admin_client):
     for _ in range(3):
         make_dead(real_store)
     pending = schedule(testtasks.add, 1, 2, delay=600)
-    response = admin_client.get(url("purge", Q))
+    response = admin_client.get(url("purge", queue=Q))
     assert response.status_code == 200
     assert "all 3 dead jobs" in text(response)
+    assert 'value="Yes, purge them"' in text(response)
     assert real_store.size(Q, "dead") == 3  # GET changes nothing
-    shown = re.search(r'name="died_before" value="([0-9.]+)"', text(response)).group(1)
     time.sleep(0.01)
     later = make_dead(real_store)  # died after the page was shown: kept
-    response = admin_client.post(url("purge", Q), {"died_before": shown}, follow=True)
+    response = confirm(admin_client, response, "dq-purge")
     assert location(response) == url("dead", queue=Q)
     assert msgs(response) == ["Purged 3 dead jobs of queue default."]
     assert real_store.page_ids(Q, "dead", 0, 10) == [later]
-    response = admin_client.post(url("purge", Q), follow=True)  # no time posted: all
+    response = admin_client.get(url("purge", queue=Q))
+    body = text(response)
+    assert "Delete <strong>1 dead job</strong>" in body and "all 1" not in body
+    assert 'value="Yes, purge it"' in body
+    response = admin_client.post(url("purge"), {"queue": Q}, follow=True)  # no time: all
     assert msgs(response) == ["Purged 1 dead job of queue default."]
     assert real_store.size(Q, "dead") == 0
     assert real_store.fetch(Q, pending.id).status == "pending"
-    assert "has no dead jobs" in text(admin_client.get(url("purge", Q)))
+    assert "has no dead jobs" in text(admin_client.get(url("purge", queue=Q)))
+
+
+def test_purge_buttons_are_the_admins_confirmation_buttons(real_store, admin_client):
+    """Both are styled by the admin's own .delete-confirmation rules, which give a submit
+    input and a.cancel-link the same padding (the browser test measures them)."""
+    make_dead(real_store)
+    body = text(admin_client.get(url("purge", queue=Q)))
+    form = body.split('<div class="delete-confirmation">', 1)[1].split("</form>", 1)[0]
+    assert re.search(r'<input type="submit" value="[^"]+" id="dq-purge">', form)
+    assert 'class="button cancel-link"' in form and "<button" not in form
 
 
 # -- CSRF ----------------------------------------------------------------------------
@@ -605,33 +774,39 @@ def test_actions_and_purge_enforce_csrf(real_store, admin_user):
     client = client_for(admin_user, enforce_csrf_checks=True)
     response = client.post(url("action"), {"action": "cancel", "queue": Q, "ids": [job.id]})
     assert response.status_code == 403
-    assert client.post(url("purge", Q)).status_code == 403
+    confirmed = {"action": "cancel", "queue": Q, "job_ids": job.id, "confirmed": "yes"}
+    assert client.post(url("action"), confirmed).status_code == 403
+    assert client.post(url("purge"), {"queue": Q}).status_code == 403
     assert real_store.fetch(Q, job.id).status == "pending"
     assert real_store.size(Q, "dead") == 1
-    # With the token from the page it goes through.
+    # With the token from the page it goes through, the confirmation page's form too.
     page = client.get(url("pending"))
     token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', text(page)).group(1)
     response = client.post(
         url("action"),
         {"action": "cancel", "queue": Q, "ids": [job.id], "csrfmiddlewaretoken": token},
     )
-    assert response.status_code == 302
+    assert response.status_code == 200
+    assert real_store.fetch(Q, job.id) is not None
+    response = confirm(client, response)
+    assert msgs(response) == ["1 job cancelled."]
     assert real_store.fetch(Q, job.id) is None
 
 
 # -- helpers ---------------------------------------------------------------------------
 
 
-def test_humanize_and_preview():
-    assert [humanize(s) for s in (5, 59.9, 60, 3599, 3600, 3660, 86400, 90000)] == [
-        "5 s",
-        "59 s",
-        "1 min",
-        "59 min",
-        "1 h",
-        "1 h 1 min",
-        "1 d",
-        "1 d 1 h",
+def test_duration_and_preview():
+    spans = [(0, 1), (0, 5), (0, 59.9), (0, 60), (3600, 0), (0, 3660), (0, 86400), (0, 90000)]
+    assert [duration(a, b) for a, b in spans] == [
+        "1\xa0second",
+        "5\xa0seconds",
+        "59\xa0seconds",
+        "1\xa0minute",
+        "1\xa0hour",
+        "1\xa0hour, 1\xa0minute",
+        "1\xa0day",
+        "1\xa0day, 1\xa0hour",
     ]
     job = Job(id="x", task="t.t", args=[42, "a"], kwargs={"r": None}, queue=Q, status="pending")
     assert preview(job) == '42, "a", r=null'

@@ -5,7 +5,8 @@ chromium``; Playwright's own browser download is never used). In CI (``CI`` set)
 browser fails the test; elsewhere it skips.
 
 The dashboard screenshot goes to the test's tmp dir; with ``DELAYQ_SCREENSHOT=1`` it also
-refreshes ``docs/admin-dashboard.png`` (the README's picture).
+refreshes ``docs/admin-dashboard.png`` (the README's picture). The layout test leaves its
+screenshots (1280 x 800 and 420 x 800) in its tmp dir too, for a look.
 """
 
 from __future__ import annotations
@@ -150,9 +151,16 @@ def test_operator_cancels_and_requeues_in_a_browser(real_store, live_server, set
             # The scheduled job is on the pending list, due in 29 minutes; cancel it.
             row.locator(".dq-pending").click()
             job_row = page.locator(f'tr[data-job-id="{scheduled.id}"]')
-            assert "in 28 min" in job_row.inner_text() or "in 29 min" in job_row.inner_text()
+            when = job_row.inner_text().replace("\xa0", " ")
+            assert "in 28 minutes" in when or "in 29 minutes" in when
             assert "invoice:42" in job_row.inner_text()
             job_row.locator(f'button[value="cancel:{scheduled.id}"]').click()
+            # It asks first, listing the job; nothing is cancelled until "Yes".
+            page.wait_for_selector("#dq-confirm")
+            assert page.locator("h1").inner_text() == "Cancel 1 pending job?"
+            assert page.locator(f'#dq-confirm tr[data-job-id="{scheduled.id}"]').count() == 1
+            assert real_store.fetch(Q, scheduled.id) is not None
+            page.click("#dq-confirm-yes")
             page.wait_for_selector("ul.messagelist")
             assert "1 job cancelled." in page.locator("ul.messagelist").inner_text()
             assert page.locator(f'tr[data-job-id="{scheduled.id}"]').count() == 0
@@ -173,5 +181,187 @@ def test_operator_cancels_and_requeues_in_a_browser(real_store, live_server, set
             assert raw.status == "pending"
             assert raw.score <= real_store.server_time()
             assert get_job(dead_id).attempts == 0
+        finally:
+            browser.close()
+
+
+LONG_TASK = "shop.billing.reconciliation.subsystems.ledger_tasks.reconcile_customer_ledger_entries"
+LONG_WORD = "Averyveryverylongwordwithoutanyspaces" * 3
+
+
+def _crowded(store: Store) -> None:
+    """What overflowed the lists: long task names, arguments, keys, workers and errors."""
+    now = time.time()
+    for i in range(30):
+        args = [i, "x" * (20 + 15 * i), {"customer": f"cust-{i}", "note": "a long note " * 4}]
+        record = encode_record(
+            LONG_TASK if i % 3 == 0 else "shop.tasks.sync", args, {"dry_run": False}
+        )
+        store.schedule(Q, new_job_id(), record, delay=60 * i - 120, now=now)
+    worker = "web-1." + "x" * 60 + ".4242"
+    claim = store.claim(Q, 3, lease=120, token=f"{worker}#r", instance=worker)
+    for job in claim.jobs:
+        store.call(store.mark_op(Q, job.id, claim.now + 120))
+    for i in range(15):
+        job_id = new_job_id()
+        args = [f"order-{i}", "y" * 40 * i]
+        record = encode_record(LONG_TASK, args, {"reason": "unpaid"}, max_retries=0)
+        store.schedule(Q, job_id, record, delay=0, now=now - 400)
+        store.claim(Q, 1, lease=60, token=f"w#d{i}", instance="w", now=now - 300)
+        message = (
+            "ConnectionRefusedError: could not connect to payments-gateway.internal.example.com:"
+            "443 after 3 retries; upstream said " + LONG_WORD + " " + "blah " * (i * 5)
+        )
+        error = {"type": "builtins.RuntimeError", "message": message, "attempt": 3, "at": now}
+        outcome, _ = store.fail(
+            Q,
+            job_id,
+            f"w#d{i}",
+            error,
+            delay=-1,
+            default_max_retries=0,
+            dead_max_age=86400,
+            dead_max_count=100,
+            max_errors=10,
+        )
+        assert outcome == "dead"
+
+
+FITS = """() => {
+    const width = window.innerWidth;
+    const outside = [...document.querySelectorAll(
+        '.dq-row-actions button, .dq-detail-actions button, #dq-confirm-yes, .cancel-link')]
+        .map(b => b.getBoundingClientRect())
+        .filter(r => r.width > 0 && (r.left < 0 || r.right > width + 0.5));
+    const scrolled = [...document.querySelectorAll('.dq-scroll')]
+        .filter(box => box.scrollWidth > box.clientWidth + 1);
+    const cut = [...document.querySelectorAll('#result_list td, #dq-confirm-jobs td')]
+        .filter(td => td.scrollWidth > td.clientWidth + 1);
+    return {page: document.documentElement.scrollWidth, width: width,
+            outside: outside.length, scrolled: scrolled.length, cut: cut.length,
+            buttons: document.querySelectorAll('.dq-row-actions button').length};
+}"""
+
+
+def _fits(page) -> dict:
+    """Nothing scrolls sideways: not the page, not a table's box; no cell cut short; every
+    row button inside the window."""
+    result = page.evaluate(FITS)
+    assert result["page"] <= result["width"], result
+    assert result["outside"] == 0 and result["scrolled"] == 0 and result["cut"] == 0, result
+    return result
+
+
+@pytest.mark.django_db(transaction=True)
+def test_lists_fit_and_destructive_actions_ask_first(real_store, live_server, settings, tmp_path):
+    sync_playwright = _browser_or_skip()
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    User.objects.create_superuser("root", "root@example.com", "s3cret-pass")
+    _crowded(real_store)
+    base = f"{live_server.url}/admin/django_delayq/job"
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            page.set_default_timeout(10_000)
+            page.goto(f"{live_server.url}/admin/login/?next=/admin/django_delayq/job/")
+            page.fill("#id_username", "root")
+            page.fill("#id_password", "s3cret-pass")
+            page.click("input[type=submit], button[type=submit]")
+            page.wait_for_selector("#dq-dashboard")
+            page.locator("#nav-sidebar").wait_for(state="visible")  # the narrowest desktop case
+
+            # 1280 x 800: the dead list fits, Requeue / Delete inside the window.
+            for path, buttons in (("dead/", 15 * 2), ("pending/", 27 * 2), ("running/", 0)):
+                page.goto(f"{base}/{path}")
+                fitted = _fits(page)
+                assert fitted["buttons"] == buttons, fitted
+            page.screenshot(path=str(tmp_path / "running-1280.png"))
+            page.goto(f"{base}/dead/")
+            page.screenshot(path=str(tmp_path / "dead-1280.png"))
+            # The last error is clamped to whole lines, its full text in the title.
+            error = page.locator("#result_list td.dq-last-error .dq-clamp").first
+            assert LONG_WORD in error.get_attribute("title")
+            box = error.bounding_box()
+            assert box["height"] <= 3 * 20
+
+            # An empty list has nothing to select.
+            page.goto(f"{base}/dead/?queue=emails")
+            assert page.locator("#dq-toggle, input.dq-select").count() == 0
+            assert "No dead jobs in emails." in page.locator("#result_list").inner_text()
+
+            # The purge page's two buttons are one size.
+            page.goto(f"{base}/purge/?queue={Q}")
+            yes, no = page.locator("#dq-purge").bounding_box(), page.locator(".cancel-link")
+            no = no.bounding_box()
+            assert abs(yes["height"] - no["height"]) <= 1 and abs(yes["y"] - no["y"]) <= 1
+            assert page.locator("#dq-purge").get_attribute("value") == "Yes, purge them"
+
+            # Cancel from a job page asks first; "No" changes nothing, "Yes" lands on the list.
+            page.goto(f"{base}/pending/")
+            first = page.locator("#result_list tbody tr").first
+            job_id = first.get_attribute("data-job-id")
+            first.locator("a.dq-task").click()
+            page.wait_for_url(f"{base}/{Q}/{job_id}/")  # no more .../job/job/...
+            page.click(f'button[value="cancel:{job_id}"]')
+            page.wait_for_selector("#dq-confirm")
+            assert page.locator("h1").inner_text() == "Cancel 1 pending job?"
+            _fits(page)
+            page.click(".cancel-link")
+            page.wait_for_url(f"{base}/{Q}/{job_id}/")
+            assert real_store.fetch(Q, job_id).status == "pending"
+            page.click(f'button[value="cancel:{job_id}"]')
+            page.click("#dq-confirm-yes")
+            page.wait_for_selector("ul.messagelist")
+            assert page.url == f"{base}/pending/?queue={Q}"
+            assert page.locator("ul.messagelist").inner_text().strip() == "1 job cancelled."
+            assert real_store.fetch(Q, job_id) is None
+
+            # Run now from a job page lands on the pending list, not on "No job ...".
+            later = page.locator("#result_list tbody tr").last
+            job_id = later.get_attribute("data-job-id")
+            page.goto(f"{base}/{Q}/{job_id}/")
+            page.click(f'button[value="run_now:{job_id}"]')
+            page.wait_for_selector("ul.messagelist")
+            assert page.url == f"{base}/pending/?queue={Q}"
+            assert page.locator("ul.messagelist").inner_text().strip() == "1 job made due now."
+            assert page.locator("#dq-missing").count() == 0
+            assert real_store.fetch(Q, job_id).score <= real_store.server_time()
+
+            # "All matching" cancel asks too, with the count, and cancels only after "Yes".
+            pending = real_store.size(Q, "pending")
+            page.check('input[name="select_across"]')
+            page.select_option('select[name="action"]', "cancel")
+            page.click('button[name="index"]')
+            page.wait_for_selector("#dq-confirm")
+            assert page.locator("h1").inner_text() == f"Cancel {pending} pending jobs?"
+            assert page.locator("#dq-confirm-jobs tbody tr").count() == 20
+            more = page.locator("#dq-confirm-more").inner_text()
+            assert more == f"…and {pending - 20} more jobs."
+            assert real_store.size(Q, "pending") == pending
+            page.click("#dq-confirm-yes")
+            page.wait_for_selector("ul.messagelist")
+            assert f"{pending} jobs cancelled" in page.locator("ul.messagelist").inner_text()
+            assert real_store.size(Q, "pending") == 0
+            page.close()
+
+            # 420 px: no page scrolls sideways; row buttons stay in the window.
+            page = browser.new_page(viewport={"width": 420, "height": 800})
+            page.set_default_timeout(10_000)
+            page.goto(f"{live_server.url}/admin/login/?next=/admin/")
+            page.fill("#id_username", "root")
+            page.fill("#id_password", "s3cret-pass")
+            page.click("input[type=submit], button[type=submit]")
+            dead_id = real_store.page_ids(Q, "dead", 0, 1)[0]
+            for path in ("", "pending/", "running/", "dead/", f"{Q}/{dead_id}/", "purge/"):
+                page.goto(f"{base}/{path}")
+                _fits(page)
+            page.screenshot(path=str(tmp_path / "purge-420.png"), full_page=True)
+            page.goto(f"{base}/dead/")
+            page.screenshot(path=str(tmp_path / "dead-420.png"))
+            page.locator("#result_list tbody tr").first.locator("button.dq-danger").click()
+            page.wait_for_selector("#dq-confirm")
+            assert page.locator("h1").inner_text() == "Delete 1 dead job?"
+            _fits(page)
         finally:
             browser.close()
