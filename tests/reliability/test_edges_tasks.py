@@ -37,7 +37,7 @@ try:
     from django.tasks import default_task_backend
     from django.tasks.exceptions import TaskResultDoesNotExist
 except ImportError:  # Django 5.2: the django-tasks backport
-    from django.tasks import default_task_backend
+    from django_tasks import default_task_backend
     from django_tasks.exceptions import TaskResultDoesNotExist
 
 pytestmark = pytest.mark.reliability
