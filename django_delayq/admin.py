@@ -389,7 +389,7 @@ class JobAdmin(admin.ModelAdmin):
         messages.add_message(
             request,
             level,
-            views.action_message(action, done, len(missed), running, applied.key_held),
+            views.action_message(action, done, len(missed), running, applied.held_keys),
         )
         for warning in self._cap_warnings(action, queue, task, capped, searched):
             messages.warning(request, warning)

@@ -23,7 +23,16 @@ from django.utils.translation import gettext, ngettext, ngettext_lazy, pgettext
 from django.utils.translation import gettext_lazy as _
 
 from .conf import delayq_settings
-from .job import DEAD, PENDING, RESERVED, RUNNING, Job, job_from_raw, to_datetime
+from .job import (
+    DEAD,
+    PENDING,
+    RESERVED,
+    RUNNING,
+    Job,
+    decode_fields,
+    job_from_raw,
+    to_datetime,
+)
 from .reads import RawJob
 from .registry import find_task
 from .store import Store
@@ -132,6 +141,8 @@ def duration(start: float, end: float) -> str:
     translated; in seconds below a minute, where ``timesince`` would say "0 minutes" (the
     lag of a queue is worth telling in seconds)."""
     earlier, later = sorted((start, end))
+    if to_datetime(earlier) is None or to_datetime(later) is None:
+        return ""  # a score no datetime can hold (garbage written to Redis)
     if later - earlier < 60:
         seconds = int(later - earlier)
         return avoid_wrapping(
@@ -347,12 +358,12 @@ def _chunks(items: Sequence[str], size: int) -> Iterator[Sequence[str]]:
 
 @dataclass
 class Applied:
-    """What an action did: how many jobs it changed, the ids it missed, and of those how
-    many a requeue kept dead because another pending job holds their unique key."""
+    """What an action did: how many jobs it changed, the ids it missed, and the unique keys of
+    the jobs a requeue kept dead because another pending job holds their key."""
 
     done: int = 0
     missed: list[str] = field(default_factory=list)
-    key_held: int = 0
+    held_keys: list[str] = field(default_factory=list)
 
 
 def apply_action(store: Store, action: Action, queue: str, ids: Sequence[str]) -> Applied:
@@ -369,13 +380,19 @@ def apply_action(store: Store, action: Action, queue: str, ids: Sequence[str]) -
                 applied.missed.append(job_id)
         return applied
     method = {"run_now": store.run_now, "requeue": store.requeue, "delete": store.delete_dead}
+    held = []
     for chunk in _chunks(ids, ACTION_CHUNK):
         for job_id, changed in zip(chunk, method[action.name](queue, chunk), strict=True):
             if changed is True or changed == 1:
                 applied.done += 1
             else:
                 applied.missed.append(job_id)
-                applied.key_held += changed == 2  # requeue: another pending job holds its key
+                if changed == 2:  # requeue: another pending job holds its unique key
+                    held.append(job_id)
+    for job_id in held[:MISSED_CHECKED]:
+        raw = store.fetch(queue, job_id)
+        applied.held_keys.append(decode_fields(raw.record if raw else None).key or "?")
+    applied.held_keys += ["?"] * (len(held) - len(applied.held_keys))
     return applied
 
 
@@ -389,7 +406,7 @@ def running_among(store: Store, queue: str, ids: Sequence[str]) -> int:
 
 
 def action_message(
-    action: Action, done: int, missed: int, running: int = 0, key_held: int = 0
+    action: Action, done: int, missed: int, running: int = 0, held_keys: Sequence[str] = ()
 ) -> str:
     """'3 jobs cancelled, 1 is being run by a worker, 1 was already gone.'"""
     parts = [action.done % {"count": done}]
@@ -400,16 +417,18 @@ def action_message(
             )
             % {"count": running}
         )
+    key_held = len(held_keys)
     if key_held:
+        shown = ", ".join(held_keys[:3]) + (", …" if key_held > 3 else "")
         parts.append(
             ngettext(
                 "%(count)s was kept dead because another pending job holds its unique key "
-                "(cancel or run that job first)",
+                "%(keys)s (cancel or run that job first)",
                 "%(count)s were kept dead because other pending jobs hold their unique keys "
-                "(cancel or run those jobs first)",
+                "%(keys)s (cancel or run those jobs first)",
                 key_held,
             )
-            % {"count": key_held}
+            % {"count": key_held, "keys": shown}
         )
     if missed - running - key_held:
         parts.append(action.missed % {"count": missed - running - key_held})

@@ -47,6 +47,7 @@ from django.utils.module_loading import autodiscover_modules
 from . import signals
 from .conf import delayq_settings
 from .connection import get_store
+from .exceptions import ConnectionError as DelayQConnectionError
 from .exceptions import DelayQError
 from .execution import FINISHED, STARTED, Attempt, Executor, Outcome
 from .execution import backoff_delay as backoff_delay  # re-exported
@@ -225,8 +226,8 @@ class Worker:
         while True:
             self._wake.clear()
             try:
-                if not recovered_at_start:
-                    self.recovery.run_pass(limit=10**9)  # --burst: nothing expired is left over
+                if not recovered_at_start:  # --burst: leave no expired lease behind
+                    self._burst_recovery()
                     recovered_at_start = True
                 self._exchange()
                 outage.ok()
@@ -237,7 +238,9 @@ class Worker:
                 outage_since = outage_since or time.monotonic()
                 if self.burst and time.monotonic() - outage_since > BURST_OUTAGE:
                     logger.error(
-                        "--burst: Redis unreachable for %.0f s (%s); giving up", BURST_OUTAGE, exc
+                        "--burst: Redis unreachable or failing for %.0f s (%s); giving up",
+                        BURST_OUTAGE,
+                        exc,
                     )
                     return 2
             if self._stopping:
@@ -256,7 +259,14 @@ class Worker:
                 self._wake.wait(pause)
                 continue
             if self.burst and self._idle() and not self._more_due and not self._due_soon():
-                if self.recovery.run_pass(limit=10**9) == 0:
+                try:
+                    moved = self._burst_recovery()
+                except DelayQError as exc:  # unreachable: back off like any round trip
+                    self._wake.wait(outage.failed(exc))
+                    continue
+                if moved is None:
+                    return 1  # expired leases may be left: say so with the exit code
+                if moved == 0:
                     return 0
                 continue
             if self._stalled():
@@ -264,6 +274,18 @@ class Worker:
             timeout = self._sleep_time()
             if timeout > 0:
                 self._wake.wait(timeout)
+
+    def _burst_recovery(self) -> int | None:
+        """--burst: recover every expired lease; how many moved, None when Redis refused
+        (an error reply such as WRONGTYPE: logged, and the worker exits 1 at the end).
+        Raises ConnectionError when Redis is unreachable."""
+        try:
+            return self.recovery.run_pass(limit=10**9)
+        except DelayQConnectionError:
+            raise
+        except DelayQError as exc:
+            logger.error("--burst: expired leases could not be recovered: %s", exc)
+            return None
 
     def _idle(self) -> bool:
         with self._lock:
@@ -494,7 +516,6 @@ class Worker:
                 kept.append(outcome)
                 continue
             self._settled(outcome.attempt)
-            self.failed += 1
             what, when = result
             if what == "dead":
                 self._died(outcome, when)
@@ -505,10 +526,8 @@ class Worker:
     def _settle_acks(self, outcomes: list[Outcome], flags: list[int]) -> None:
         for outcome, flag in zip(outcomes, flags, strict=True):
             self._settled(outcome.attempt)
-            if flag == 1 or (flag == 0 and outcome.resends):
-                self.processed += 1  # 0 after a re-send: the lost round trip acked it
-            elif flag == -1 or flag == 0:
-                self._lost(outcome)
+            if flag == -1 or (flag == 0 and not outcome.resends):
+                self._lost(outcome)  # 0 after a re-send: the lost round trip acked it
 
     def _settled(self, attempt: Attempt) -> None:
         with self._lock:
@@ -560,6 +579,10 @@ class Worker:
                 attempt.state = FINISHED
                 average = self._job_time
                 self._job_time = took if average is None else average + (took - average) / 8
+                if outcome.ok:
+                    self.processed += 1
+                else:
+                    self.failed += 1
                 if attempt.lease in self._leases:  # else a forced stop handed it back
                     self._done.append(outcome)
                 busy = len(self._waiting) + self._running

@@ -19,49 +19,53 @@
 -- When due jobs remain after the claim, one wake token is pushed so a peer worker claims them.
 local limit, lease, token, instance = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], ARGV[5]
 local now = clock(ARGV[1])
-zsets(R, D, F) hashes(T, E, U) lists(W)
+zsets(R, F) hashes(T, E, U) lists(W)
+-- Reads first (they check their keys' types too), then writes.
+local jobs, ids, records, states = {}, {}, {}, {}
+local last = redis.call('HGET', C, instance)
+local resend = limit > 0 and last and string.match(last, '^([^\n]*)\n') == token
+if limit > 0 and not resend then
+  ids = redis.call('ZRANGEBYSCORE', P, '-inf', exact(now), 'LIMIT', 0, limit)
+  if #ids > 0 then
+    records = redis.call('HMGET', J, unpack(ids))
+    states = redis.call('HMGET', S, unpack(ids))
+    for i = 1, #ids do
+      if not records[i] then zsets(D) break end  -- dead-lettered below
+    end
+  end
+end
 local acked = {}
 ack_from(6, now, acked)
-local jobs = {}
-local last = redis.call('HGET', C, instance)
-local before = last and string.match(last, '^([^\n]*)\n')
-if limit > 0 and before == token then
+if resend then
   -- This call, sent again: the jobs the first send leased, if the token still holds them.
-  local ids = {}
-  for id in string.gmatch(string.sub(last, #token + 2), '%S+') do table.insert(ids, id) end
-  for _, id in ipairs(ids) do
+  for id in string.gmatch(string.sub(last, #token + 2), '%S+') do
     local n = owned(id, token)
     local record = n and redis.call('HGET', J, id)
     if record then
       table.insert(jobs, id) table.insert(jobs, record) table.insert(jobs, n + 1)
     end
   end
-elseif limit > 0 then
-  local ids = redis.call('ZRANGEBYSCORE', P, '-inf', exact(now), 'LIMIT', 0, limit)
-  if #ids > 0 then
-    redis.call('ZREM', P, unpack(ids))
-    local records = redis.call('HMGET', J, unpack(ids))
-    local states = redis.call('HMGET', S, unpack(ids))
-    local leased, fields, scores = {}, {}, {}
-    local reserved = now + lease - RESERVED
-    for i, id in ipairs(ids) do
-      local n = parse_state(states[i])
-      if records[i] then
-        table.insert(jobs, id) table.insert(jobs, records[i]) table.insert(jobs, n + 1)
-        table.insert(leased, id)
-        table.insert(fields, id) table.insert(fields, n .. '|' .. token)
-        table.insert(scores, reserved) table.insert(scores, id)
-      else
-        push_error(id, cjson.encode({type = 'django_delayq.exceptions.CorruptJob',
-          message = 'job record missing from Redis', at = now}), 10)
-        redis.call('ZADD', D, now, id)
-      end
+elseif #ids > 0 then
+  redis.call('ZREM', P, unpack(ids))
+  local leased, fields, scores = {}, {}, {}
+  local reserved = now + lease - RESERVED
+  for i, id in ipairs(ids) do
+    local n = parse_state(states[i])
+    if records[i] then
+      table.insert(jobs, id) table.insert(jobs, records[i]) table.insert(jobs, n + 1)
+      table.insert(leased, id)
+      table.insert(fields, id) table.insert(fields, n .. '|' .. token)
+      table.insert(scores, reserved) table.insert(scores, id)
+    else
+      push_error(id, cjson.encode({type = 'django_delayq.exceptions.CorruptJob',
+        message = 'job record missing from Redis', at = now}), 10)
+      redis.call('ZADD', D, now, id)
     end
-    if #leased > 0 then
-      redis.call('HSET', S, unpack(fields))
-      redis.call('ZADD', R, unpack(scores))
-      redis.call('HSET', C, instance, token .. '\n' .. table.concat(leased, ' '))
-    end
+  end
+  if #leased > 0 then
+    redis.call('HSET', S, unpack(fields))
+    redis.call('ZADD', R, unpack(scores))
+    redis.call('HSET', C, instance, token .. '\n' .. table.concat(leased, ' '))
   end
 end
 local head = redis.call('ZRANGE', P, 0, 0, 'WITHSCORES')

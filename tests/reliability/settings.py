@@ -4,8 +4,11 @@ workers import ``tests/reliability/tasks.py``).
 Everything comes from the environment, on top of ``tests.settings``:
 ``DELAYQ_REDIS_URL`` (+ ``DELAYQ_CLUSTER=1``), ``DELAYQ_SENTINELS`` ("host:port,...")
 with ``DELAYQ_SENTINEL_SERVICE``, ``DELAYQ_MAX_RETRIES``, ``DELAYQ_MAX_SLEEP``.
+``DELAYQ_TASKS_QUEUES`` (a JSON list) makes DelayQBackend the ``django.tasks`` backend with
+those QUEUES, and ``DELAYQ_TASKS_MAX_RETRIES`` its OPTIONS["MAX_RETRIES"].
 """
 
+import json
 import os
 
 from tests.settings import *  # noqa: F403
@@ -39,3 +42,12 @@ if os.environ.get("DELAYQ_MAX_RETRIES"):
     DELAYQ["MAX_RETRIES"] = int(os.environ["DELAYQ_MAX_RETRIES"])
 if os.environ.get("DELAYQ_MAX_SLEEP"):
     DELAYQ["MAX_SLEEP"] = float(os.environ["DELAYQ_MAX_SLEEP"])
+
+if os.environ.get("DELAYQ_TASKS_QUEUES"):
+    TASKS = {
+        "default": {
+            "BACKEND": "django_delayq.backends.DelayQBackend",
+            "QUEUES": json.loads(os.environ["DELAYQ_TASKS_QUEUES"]),
+            "OPTIONS": {"MAX_RETRIES": int(os.environ.get("DELAYQ_TASKS_MAX_RETRIES", "0"))},
+        }
+    }
