@@ -13,7 +13,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -393,60 +392,6 @@ class Workers:
             tail = "\n".join(proc.output().splitlines()[-lines:])
             parts.append(f"--- {proc.name} (exit {proc.popen.poll()}):\n{tail}")
         return "\n".join(parts)
-
-
-class LossyProxy:
-    """A TCP proxy to a Redis that can lose one reply: ``drop_next_reply()`` makes it close
-    the client's connection instead of forwarding the next bytes Redis sends back, as a
-    network failure after Redis executed a command would. redis-py then reconnects and
-    sends the command again."""
-
-    def __init__(self, target_port: int) -> None:
-        self.target_port = target_port
-        self.port = free_port()
-        self.dropped = 0
-        self._armed = threading.Event()
-        self._listener = socket.create_server((HOST, self.port))
-        self._sockets: list[socket.socket] = [self._listener]
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"redis://{HOST}:{self.port}/0"
-
-    def drop_next_reply(self) -> None:
-        self._armed.set()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return
-            server = socket.create_connection((HOST, self.target_port))
-            self._sockets += [client, server]
-            threading.Thread(target=self._pump, args=(client, server, False), daemon=True).start()
-            threading.Thread(target=self._pump, args=(server, client, True), daemon=True).start()
-
-    def _pump(self, source: socket.socket, sink: socket.socket, replies: bool) -> None:
-        try:
-            while data := source.recv(65536):
-                if replies and self._armed.is_set():
-                    self._armed.clear()
-                    self.dropped += 1
-                    break
-                sink.sendall(data)
-        except OSError:
-            pass
-        for sock in (source, sink):
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-            sock.close()
-
-    def close(self) -> None:
-        for sock in self._sockets:
-            with contextlib.suppress(OSError):
-                sock.close()
 
 
 @contextlib.contextmanager
