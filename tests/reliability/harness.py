@@ -6,6 +6,7 @@ stopped by the fixture that created it, even when the test fails.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import random
 import shutil
@@ -442,6 +443,17 @@ def waiting_workers(server: RedisServer) -> int:
     """Clients blocked in BLPOP: one per idle worker process (its waker thread)."""
     with contextlib.closing(server.client()) as client:
         return sum(1 for c in client.client_list() if c.get("cmd") == "blpop")
+
+
+def held_by(store: Store, worker: str, queue: str = "default") -> list[str]:
+    """Ids in the running set whose lease belongs to ``worker`` (read after it died): the
+    ``w`` field of the job's meta (see lua/_lib.lua)."""
+    client = store.client
+    ids = [i.decode() for i in client.zrange(store.key(queue, "running"), 0, -1)]
+    if not ids:
+        return []
+    metas = client.hmget(store.key(queue, "meta"), ids)
+    return [i for i, m in zip(ids, metas, strict=True) if m and json.loads(m).get("w") == worker]
 
 
 def runs(client: redis.Redis, key: str) -> list[str]:

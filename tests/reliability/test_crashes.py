@@ -3,7 +3,6 @@ eight workers racing over 10,000 due jobs without crashes."""
 
 from __future__ import annotations
 
-import json
 import random
 import signal
 import threading
@@ -16,6 +15,7 @@ from django_delayq import schedule_many
 from django_delayq.store import Store
 from django_delayq.worker import Worker
 from tests.reliability.harness import (
+    held_by,
     installed,
     runs,
     sizes,
@@ -26,16 +26,6 @@ from tests.reliability.harness import (
 from tests.reliability.tasks import mark
 
 pytestmark = pytest.mark.reliability
-
-
-def held_by(store: Store, worker: str, queue: str = "default") -> list[str]:
-    """Ids in the running set whose lease belongs to ``worker`` (read after it died)."""
-    client = store.client
-    ids = [i.decode() for i in client.zrange(store.key(queue, "running"), 0, -1)]
-    if not ids:
-        return []
-    metas = client.hmget(store.key(queue, "meta"), ids)
-    return [i for i, m in zip(ids, metas, strict=True) if m and json.loads(m).get("w") == worker]
 
 
 def test_crash_chaos(servers, runs_server, runs_client, workers, prefix, tag, report):
