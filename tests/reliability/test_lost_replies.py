@@ -189,6 +189,7 @@ def test_redis_error_in_the_ack_round_trip_keeps_the_result(
         lost=int(not done),
         duplicates=max(len(done) - 1, 0),
         acked_by_its_worker=acked,
+        dead=sizes(store)["dead"],
     )
     assert acked and done == ["once"], (
         f"{source} in the ack round trip: the result was not acknowledged by its worker "
