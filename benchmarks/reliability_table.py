@@ -49,6 +49,15 @@ NOTES = {
     "wake_latency_ms": "idle worker woken in {} ms",
     "failover_seconds": "failover took {} s",
     "refused_during_failover": "{} schedule() refused during it",
+    "finished_unacked_at_stop": "{} finished and unacknowledged at the forced stop",
+    "exit_code": "exit code {}",
+    "recovery_seconds": "backlog recovered in {} s",
+    "visibility_timeout": "{} s visibility timeout",
+    "prefetched_at_kill": "{} claimed, not started at the kill",
+    "dead_never_ran": "{} of them never ran",
+    "acked_by_its_worker": "acknowledged by its worker: {}",
+    "runs_until_dead": "runs until dead: {}",
+    "max_retries_reported": "get_job() said max_retries {}",
     "note": "{}",
 }
 

@@ -45,6 +45,19 @@ local function zsets(...) for _, k in ipairs({...}) do redis.call('ZCARD', k) en
 local function hashes(...) for _, k in ipairs({...}) do redis.call('HLEN', k) end end
 local function lists(...) for _, k in ipairs({...}) do redis.call('LLEN', k) end end
 
+-- redis.call(cmd, key, <items>...) in chunks Lua's unpack can take (it stops near 8,000
+-- values); the replies of the chunks, concatenated (for HMGET, ZMSCORE).
+local function batched(cmd, key, items)
+  local out = {}
+  for first = 1, #items, 1000 do
+    local reply = redis.call(cmd, key, unpack(items, first, math.min(first + 999, #items)))
+    if type(reply) == 'table' then
+      for i = 1, #reply do out[#out + 1] = reply[i] end
+    end
+  end
+  return out
+end
+
 local function wake()
   if redis.call('RPUSH', W, '1') > 8 then redis.call('LTRIM', W, -8, -1) end
 end
@@ -151,7 +164,7 @@ local function tombstone(ids, now)
   if #ids == 0 then return end
   local args = {}
   for _, id in ipairs(ids) do table.insert(args, now) table.insert(args, id) end
-  redis.call('ZADD', F, unpack(args))
+  batched('ZADD', F, args)
   redis.call('ZREMRANGEBYSCORE', F, '-inf', '(' .. exact(now - DONE_TTL))
 end
 
@@ -180,8 +193,8 @@ local function ack_from(first, now, out)
     table.insert(triples, i)
   end
   if #ids == 0 then return end
-  local states = redis.call('HMGET', S, unpack(ids))
-  local scores = redis.call('ZMSCORE', R, unpack(ids))
+  local states = batched('HMGET', S, ids)
+  local scores = batched('ZMSCORE', R, ids)
   local done, finished = {}, {}
   for j, i in ipairs(triples) do
     local id, token, info = ARGV[i], ARGV[i + 1], ARGV[i + 2]
@@ -200,10 +213,10 @@ local function ack_from(first, now, out)
     end
   end
   if #done > 0 then
-    redis.call('ZREM', R, unpack(done))
-    redis.call('HDEL', J, unpack(done))
-    redis.call('HDEL', S, unpack(done))
-    redis.call('HDEL', E, unpack(done))
+    batched('ZREM', R, done)
+    batched('HDEL', J, done)
+    batched('HDEL', S, done)
+    batched('HDEL', E, done)
     tombstone(finished, now)
     bump('d', #done, now)
   end

@@ -27,8 +27,8 @@ local resend = limit > 0 and last and string.match(last, '^([^\n]*)\n') == token
 if limit > 0 and not resend then
   ids = redis.call('ZRANGEBYSCORE', P, '-inf', exact(now), 'LIMIT', 0, limit)
   if #ids > 0 then
-    records = redis.call('HMGET', J, unpack(ids))
-    states = redis.call('HMGET', S, unpack(ids))
+    records = batched('HMGET', J, ids)
+    states = batched('HMGET', S, ids)
     for i = 1, #ids do
       if not records[i] then zsets(D) break end  -- dead-lettered below
     end
@@ -46,7 +46,7 @@ if resend then
     end
   end
 elseif #ids > 0 then
-  redis.call('ZREM', P, unpack(ids))
+  batched('ZREM', P, ids)
   local leased, fields, scores = {}, {}, {}
   local reserved = now + lease - RESERVED
   for i, id in ipairs(ids) do
@@ -63,8 +63,8 @@ elseif #ids > 0 then
     end
   end
   if #leased > 0 then
-    redis.call('HSET', S, unpack(fields))
-    redis.call('ZADD', R, unpack(scores))
+    batched('HSET', S, fields)
+    batched('ZADD', R, scores)
     redis.call('HSET', C, instance, token .. '\n' .. table.concat(leased, ' '))
   end
 end

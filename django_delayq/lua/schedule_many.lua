@@ -45,8 +45,8 @@ if #plan > 0 then
     table.insert(scores, job[3]) table.insert(scores, job[1])
     mine[job[1]] = true
   end
-  redis.call('HSET', J, unpack(fields))
-  redis.call('ZADD', P, unpack(scores))
+  batched('HSET', J, fields)
+  batched('ZADD', P, scores)
 end
 local head = redis.call('ZRANGE', P, 0, 0)
 if head[1] and mine[head[1]] then wake() end

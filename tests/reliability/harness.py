@@ -13,7 +13,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,6 +23,7 @@ import redis
 from django.test import override_settings
 
 from django_delayq import connection
+from django_delayq.job import parse_state, worker_of
 from django_delayq.store import Store
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -395,60 +395,6 @@ class Workers:
         return "\n".join(parts)
 
 
-class LossyProxy:
-    """A TCP proxy to a Redis that can lose one reply: ``drop_next_reply()`` makes it close
-    the client's connection instead of forwarding the next bytes Redis sends back, as a
-    network failure after Redis executed a command would. redis-py then reconnects and
-    sends the command again."""
-
-    def __init__(self, target_port: int) -> None:
-        self.target_port = target_port
-        self.port = free_port()
-        self.dropped = 0
-        self._armed = threading.Event()
-        self._listener = socket.create_server((HOST, self.port))
-        self._sockets: list[socket.socket] = [self._listener]
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"redis://{HOST}:{self.port}/0"
-
-    def drop_next_reply(self) -> None:
-        self._armed.set()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return
-            server = socket.create_connection((HOST, self.target_port))
-            self._sockets += [client, server]
-            threading.Thread(target=self._pump, args=(client, server, False), daemon=True).start()
-            threading.Thread(target=self._pump, args=(server, client, True), daemon=True).start()
-
-    def _pump(self, source: socket.socket, sink: socket.socket, replies: bool) -> None:
-        try:
-            while data := source.recv(65536):
-                if replies and self._armed.is_set():
-                    self._armed.clear()
-                    self.dropped += 1
-                    break
-                sink.sendall(data)
-        except OSError:
-            pass
-        for sock in (source, sink):
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-            sock.close()
-
-    def close(self) -> None:
-        for sock in self._sockets:
-            with contextlib.suppress(OSError):
-                sock.close()
-
-
 @contextlib.contextmanager
 def installed(store: Store, **delayq: Any) -> Iterator[Store]:
     """Make ``store`` the one django_delayq's API and in-process workers use."""
@@ -497,6 +443,21 @@ def waiting_workers(server: RedisServer) -> int:
     """Clients blocked in BLPOP: one per idle worker process (its waker thread)."""
     with contextlib.closing(server.client()) as client:
         return sum(1 for c in client.client_list() if c.get("cmd") == "blpop")
+
+
+def held_by(store: Store, worker: str, queue: str = "default") -> list[str]:
+    """Ids in the running set whose lease belongs to ``worker`` (read after it died): the
+    lease token in the job's state names the worker's instance, ``<name>~<random>``."""
+    client = store.client
+    ids = [i.decode() for i in client.zrange(store.key(queue, "running"), 0, -1)]
+    if not ids:
+        return []
+    states = client.hmget(store.key(queue, "state"), ids)
+    return [
+        i
+        for i, state in zip(ids, states, strict=True)
+        if (instance := worker_of(parse_state(state)[1])) and instance.rsplit("~", 1)[0] == worker
+    ]
 
 
 def runs(client: redis.Redis, key: str) -> list[str]:

@@ -7,10 +7,17 @@ Worker processes import this module because ``tests.reliability.settings`` insta
 
 from __future__ import annotations
 
+import contextlib
+import os
+import threading
 import time
+
+import redis
 
 from django_delayq import task
 from tests.testapp.tasks import runs_client
+
+DIED = 3  # exit code of a worker process ended by the die task
 
 
 @task(retry_backoff=0, max_retries=20)
@@ -51,3 +58,58 @@ def explode(tag: str, value: str) -> None:
     """Fail on purpose (every attempt), after recording the attempt."""
     runs_client().rpush(f"runs:{tag}:failed", value)
     raise RuntimeError(f"{value} fails on purpose")
+
+
+@task(retry_backoff=0, max_retries=1)
+def die(tag: str, value: str) -> None:
+    """Record the run, then end the worker process at once (os._exit: no cleanup, no ack),
+    as a segfault or the OOM killer would."""
+    runs_client().rpush(f"runs:{tag}", value)
+    os._exit(DIED)
+
+
+# A read-only script that loops for ARGV[1] seconds: Redis answers BUSY to everyone else
+# once it has run longer than busy-reply-threshold (lua-time-limit); SCRIPT KILL ends it.
+BUSY_LOOP = """
+local t = redis.call('TIME')
+local stop = tonumber(t[1]) + tonumber(ARGV[1])
+while tonumber(redis.call('TIME')[1]) < stop do end
+return 1
+"""
+
+
+@task(retry_backoff=0, max_retries=0)
+def make_redis_busy(tag: str, value: str, url: str, seconds: float) -> None:
+    """Record the run, start BUSY_LOOP on the Redis at ``url`` (from another connection)
+    and return once that Redis answers BUSY: the worker's next round trip meets it."""
+    runs_client().rpush(f"runs:{tag}", value)
+
+    def spin() -> None:
+        client = redis.Redis.from_url(url, socket_timeout=seconds + 30)
+        with contextlib.closing(client), contextlib.suppress(redis.exceptions.RedisError):
+            client.eval(BUSY_LOOP, 0, seconds)
+
+    threading.Thread(target=spin, daemon=True).start()
+    with contextlib.closing(redis.Redis.from_url(url, socket_timeout=5)) as probe:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                probe.ping()
+            except redis.exceptions.ResponseError as exc:
+                if str(exc).startswith("BUSY"):
+                    return
+                raise
+            time.sleep(0.01)
+    raise RuntimeError(f"Redis at {url} never answered BUSY")
+
+
+@task(retry_backoff=0, max_retries=3)
+def held(tag: str, value: str, limit: float) -> None:
+    """Record the start, wait until the test sets runs:<tag>:release (at most ``limit``
+    seconds), record the finish: a long job that ends when the test says so."""
+    client = runs_client()
+    client.rpush(f"runs:{tag}:started", value)
+    deadline = time.monotonic() + limit
+    while not client.exists(f"runs:{tag}:release") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    client.rpush(f"runs:{tag}", value)

@@ -12,10 +12,10 @@ from collections import Counter
 import pytest
 
 from django_delayq import schedule_many
-from django_delayq.job import parse_state, worker_of
 from django_delayq.store import Store
 from django_delayq.worker import Worker
 from tests.reliability.harness import (
+    held_by,
     installed,
     runs,
     sizes,
@@ -26,20 +26,6 @@ from tests.reliability.harness import (
 from tests.reliability.tasks import mark
 
 pytestmark = pytest.mark.reliability
-
-
-def held_by(store: Store, worker: str, queue: str = "default") -> list[str]:
-    """Ids in the running set whose lease belongs to ``worker`` (read after it died)."""
-    client = store.client
-    ids = [i.decode() for i in client.zrange(store.key(queue, "running"), 0, -1)]
-    if not ids:
-        return []
-    states = client.hmget(store.key(queue, "state"), ids)
-    return [
-        i
-        for i, state in zip(ids, states, strict=True)
-        if (instance := worker_of(parse_state(state)[1])) and instance.rsplit("~", 1)[0] == worker
-    ]
 
 
 def test_crash_chaos(servers, runs_server, runs_client, workers, prefix, tag, report):

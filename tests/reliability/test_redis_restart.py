@@ -16,7 +16,8 @@ from redis.retry import Retry
 from django_delayq import ConnectionError as DelayQConnectionError
 from django_delayq import schedule, schedule_many
 from django_delayq.store import Store
-from tests.reliability.harness import LossyProxy, installed, runs, sizes, wait_until, worker_env
+from tests.reliability.faults import FaultProxy, command, drop_reply
+from tests.reliability.harness import installed, runs, sizes, wait_until, worker_env
 from tests.reliability.tasks import mark
 
 pytestmark = pytest.mark.reliability
@@ -129,24 +130,25 @@ def test_a_schedule_whose_reply_was_lost_is_not_reported_as_failed(retries, serv
     django-delayq, or by redis-py when the client retries). schedule() and schedule_many()
     return the stored jobs: no error for a stored job, no second copy."""
     data = servers.redis("aof", aof=True)
-    proxy = LossyProxy(data.port)
-    try:
+    with FaultProxy(data.port) as proxy:
         client = redis.Redis.from_url(proxy.url)
         if retries:
             client.set_retry(Retry(NoBackoff(), retries))
         store = Store(client, prefix)
+
+        def lose_next_reply():  # of the next script call: the schedule's
+            return proxy.add_rule(command(b"EVALSHA"), drop_reply())
+
         with installed(store):
             schedule(mark, tag, "warm-up", delay=60)  # loads the scripts
-            proxy.drop_next_reply()
+            lost = lose_next_reply()
             job = schedule(mark, tag, "one", delay=60)
-            assert proxy.dropped == 1
+            assert lost.applied == 1
             assert job.outcome == "created"
-            proxy.drop_next_reply()
+            lost = lose_next_reply()
             keyed = schedule(mark, tag, "keyed", delay=60, key=f"{tag}:k")
-            assert proxy.dropped == 2 and keyed.outcome == "created"
-            proxy.drop_next_reply()
+            assert lost.applied == 1 and keyed.outcome == "created"
+            lost = lose_next_reply()
             many = schedule_many(mark, [(tag, str(i)) for i in range(5)], delay=60)
-            assert proxy.dropped == 3 and [j.outcome for j in many] == ["created"] * 5
-        assert sizes(store)["pending"] == 8 and sizes(store)["records"] == 8
-    finally:
-        proxy.close()
+            assert lost.applied == 1 and [j.outcome for j in many] == ["created"] * 5
+            assert sizes(store)["pending"] == 8 and sizes(store)["records"] == 8
