@@ -13,7 +13,7 @@ import random
 import time
 import traceback
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -21,7 +21,7 @@ from django.db import close_old_connections
 
 from . import signals
 from .exceptions import CorruptJob
-from .job import EMPTY, RUNNING, Fields, Job, decode_record, make_job
+from .job import DEAD, EMPTY, RUNNING, Fields, Job, decode_record, make_job, to_datetime
 from .registry import Task, find_task, get_task, sender
 
 logger = logging.getLogger("django_delayq.worker")
@@ -205,3 +205,19 @@ class Executor:
             error=error_info(exc, job.attempts, self.worker, tb),
             delay=delay,
         )
+
+    def lost(self, outcome: Outcome) -> None:
+        """Redis no longer had the attempt under its lease when its result arrived."""
+        logger.warning(
+            "job %s: lease lost before its result was recorded (it ran past the visibility "
+            "timeout without heartbeats, or Redis was unreachable); it may run again",
+            outcome.attempt.id,
+        )
+
+    def died(self, outcome: Outcome, died_at: float | None) -> None:
+        """The failure moved the job to the dead-letter set: log it, send job_dead."""
+        job = outcome.job or self.job(outcome.attempt)
+        job = replace(job, status=DEAD, died_at=to_datetime(died_at), lease_until=None)
+        logger.error("job %s %s moved to the dead-letter set", job.id, job.task or "?")
+        message = f"{outcome.error.get('type')}: {outcome.error.get('message')}"
+        signals.send(signals.job_dead, sender(job.task), job=job, error=message)

@@ -1,6 +1,7 @@
-"""A worker's two background duties, each on a thread of its own so one never waits for the
-other: heartbeats (extend the leases of the attempts it holds) and recovery (move jobs whose
-lease expired, because their worker died, back to pending or to the dead-letter set).
+"""A worker's background duties, each on a thread of its own so one never waits for another:
+heartbeats (extend the leases of the attempts it holds), recovery (move jobs whose lease
+expired, because their worker died, back to pending or to the dead-letter set), and waking
+(wait for a schedule() that makes a job due sooner than the dispatcher's sleep).
 
 Recovery is bounded: at most ``RECOVER_PER_PASS`` jobs per queue per pass, in calls of
 ``store.RECOVER_LIMIT``, each reply carrying what the signals need, so a backlog of expired
@@ -9,10 +10,12 @@ leases costs a few round trips per hundred jobs and never delays a heartbeat.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import random
 import threading
+import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -205,3 +208,34 @@ class Recovery:
             signals.send(
                 signals.job_dead, sender(job.task), job=job, error=job.last_error or message
             )
+
+
+class Waker:
+    """Waits in BLPOP on the queues' wake lists, only while a runner is idle (it waits for one
+    first, never spinning), and hands a token it cannot use back to the other workers."""
+
+    def __init__(
+        self,
+        store: Store,
+        queues: list[str],
+        timeout: float,
+        wait_for_idle_runner: Callable[[], bool],
+        woken: Callable[[], bool],
+    ) -> None:
+        self.store, self.queues, self.timeout = store, queues, timeout
+        self.wait_for_idle_runner, self.woken = wait_for_idle_runner, woken
+        self.waits = 0  # BLPOPs sent (tests count them: a spinning waker sends thousands)
+
+    def loop(self) -> None:
+        outage = Backoff("waker")
+        while self.wait_for_idle_runner():
+            self.waits += 1
+            try:
+                got = self.store.wait_for_wake(self.queues, self.timeout)
+                outage.ok()
+            except DelayQError as exc:
+                time.sleep(outage.failed(exc))
+                continue
+            if got and not self.woken():
+                with contextlib.suppress(DelayQError):
+                    self.store.give_back_wake(self.queues[0])

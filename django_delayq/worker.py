@@ -29,7 +29,6 @@ waiting in it costs them nothing. When every runner has been busy for ``PREFETCH
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import logging
 import os
@@ -52,8 +51,8 @@ from .exceptions import DelayQError
 from .execution import FINISHED, STARTED, Attempt, Executor, Outcome
 from .execution import backoff_delay as backoff_delay  # re-exported
 from .execution import current_job as current_job  # re-exported
-from .job import DEAD, PENDING, decode_fields, to_datetime
-from .maintenance import Backoff, Heartbeat, Recovery, by_queue
+from .job import PENDING, decode_fields
+from .maintenance import Backoff, Heartbeat, Recovery, Waker, by_queue
 from .registry import sender
 from .store import Claim, Store, check_queue_name
 
@@ -142,7 +141,7 @@ class Worker:
         self.processed = 0
         self.failed = 0
         self.exchanges = 0  # round trips of the dispatcher (tests count them)
-        self.waker_waits = 0  # BLPOPs of the waker (tests count them)
+        self.wakers: list[Waker] = []
 
     # -- control --------------------------------------------------------------
 
@@ -196,9 +195,11 @@ class Worker:
                 threading.Thread(target=self.recovery.loop, args=(every,), name="delayq-recovery")
             )
             for group in self._wake_groups():
-                threads.append(
-                    threading.Thread(target=self._waker, args=(group,), name="delayq-waker")
+                waker = Waker(
+                    self.store, group, self.max_sleep, self._wait_for_idle_runner, self._woken
                 )
+                self.wakers.append(waker)
+                threads.append(threading.Thread(target=waker.loop, name="delayq-waker"))
         for thread in threads:
             thread.daemon = True
             thread.start()
@@ -518,34 +519,20 @@ class Worker:
             self._settled(outcome.attempt)
             what, when = result
             if what == "dead":
-                self._died(outcome, when)
+                self.executor.died(outcome, when)
             elif what == "lost":
-                self._lost(outcome)
+                self.executor.lost(outcome)
         self._keep(kept)
 
     def _settle_acks(self, outcomes: list[Outcome], flags: list[int]) -> None:
         for outcome, flag in zip(outcomes, flags, strict=True):
             self._settled(outcome.attempt)
             if flag == -1 or (flag == 0 and not outcome.resends):
-                self._lost(outcome)  # 0 after a re-send: the lost round trip acked it
+                self.executor.lost(outcome)  # 0 after a re-send: the lost round trip acked it
 
     def _settled(self, attempt: Attempt) -> None:
         with self._lock:
             self._leases.pop(attempt.lease, None)
-
-    def _lost(self, outcome: Outcome) -> None:
-        logger.warning(
-            "job %s: lease lost before its result was recorded (it ran past the visibility "
-            "timeout without heartbeats, or Redis was unreachable); it may run again",
-            outcome.attempt.id,
-        )
-
-    def _died(self, outcome: Outcome, died_at: float | None) -> None:
-        job = outcome.job or self.executor.job(outcome.attempt)
-        job = replace(job, status=DEAD, died_at=to_datetime(died_at), lease_until=None)
-        logger.error("job %s %s moved to the dead-letter set", job.id, job.task or "?")
-        message = f"{outcome.error.get('type')}: {outcome.error.get('message')}"
-        signals.send(signals.job_dead, sender(job.task), job=job, error=message)
 
     def _take(self, queue: str, token: str, claim: Claim) -> None:
         self._clock_offset = claim.now - time.time()
@@ -598,35 +585,24 @@ class Worker:
         if not self.marker.send(self.store.mark_op(attempt.queue, attempt.id, lease_until)):
             logger.debug("job %s: start mark not written", attempt.id)
 
-    # -- waker thread ---------------------------------------------------------
+    # -- the waker's view of the runners --------------------------------------------
 
-    def _waker(self, group: list[str]) -> None:
-        outage = Backoff("waker")
-        timeout = self.max_sleep  # the store keeps it below the socket's read timeout
-        while True:
-            with self._lock:
-                while (
-                    len(self._waiting) + self._running >= self.concurrency
-                    and not self._stopping
-                    and not self._stopped.is_set()
-                ):
-                    self._idle_runner.wait()
-                if self._stopping or self._stopped.is_set():
-                    return
-            self.waker_waits += 1
-            try:
-                woken = self.store.wait_for_wake(group, timeout)
-                outage.ok()
-            except DelayQError as exc:
-                self._stopped.wait(outage.failed(exc))
-                continue
-            if not woken:
-                continue
-            with self._lock:
-                full = len(self._waiting) + self._running >= self.concurrency
-            if full or self._stopping:
-                # We cannot take it: let another worker have it.
-                with contextlib.suppress(DelayQError):
-                    self.store.give_back_wake(group[0])
-            else:
-                self._wake.set()
+    def _wait_for_idle_runner(self) -> bool:
+        """Block until a runner is idle; False once the worker stops."""
+        with self._lock:
+            while (
+                len(self._waiting) + self._running >= self.concurrency
+                and not self._stopping
+                and not self._stopped.is_set()
+            ):
+                self._idle_runner.wait()
+            return not (self._stopping or self._stopped.is_set())
+
+    def _woken(self) -> bool:
+        """A wake token arrived: wake the dispatcher; False if no runner is idle now."""
+        with self._lock:
+            full = len(self._waiting) + self._running >= self.concurrency
+        if full or self._stopping:
+            return False
+        self._wake.set()
+        return True
