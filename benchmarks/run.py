@@ -69,9 +69,10 @@ lateness_push_idle_p99   the lateness figures with task 1 (<= 5 ms)
 lateness_push_load_p99   1,000 jobs/s of task 1 due for 10 s, 2 workers (<= 20 ms)
 =======================  =========================================================
 
-Worker CPU comes from each worker process's own rusage (``os.wait4``) minus the CPU of
-a worker that starts and exits on an empty queue (start-up is not a per-job cost); the
-idle worker's from ``/proc/<pid>/stat`` after start-up. See bench/real.py and
+Worker CPU comes from each worker process's own CPU time (``/proc/<pid>/stat``, what
+its ``os.wait4`` rusage reports at exit) between its "started" log line and the last
+job done, so neither start-up nor exit is counted per job; the idle worker's over 30 s
+after start-up. See bench/real.py and
 bench/rediscpu.py for how Redis's CPU is split per script.
 """
 
@@ -278,9 +279,12 @@ def compare(before: dict[str, Any], figures: list[dict]) -> str:
     rows = [("figure", "before", "now", "change", "verdict")]
     for f in figures:
         previous = old.get(f["name"])
-        if previous is None or not previous["value"] or f["value"] != f["value"]:
+        if previous is None or previous["value"] is None or f["value"] != f["value"]:
             continue
-        change = f["value"] / previous["value"] - 1
+        if previous["value"] == 0:
+            change = 0.0 if f["value"] == 0 else float("inf")
+        else:
+            change = f["value"] / previous["value"] - 1
         better = change > 0 if f["unit"] in HIGHER_IS_BETTER else change < 0
         verdict = "same (noise)" if abs(change) <= 0.10 else "better" if better else "WORSE"
         rows.append(

@@ -40,7 +40,6 @@ SIZES: dict[str, dict[str, Any]] = {
         "sleep": 4_000,
         "idle_worker_seconds": 30.0,
         "idle_worker_runs": 1,
-        "startup_runs": 3,
     },
     "quick": {
         "schedule": 300,
@@ -60,7 +59,6 @@ SIZES: dict[str, dict[str, Any]] = {
         "sleep": 400,
         "idle_worker_seconds": 3.0,
         "idle_worker_runs": 1,
-        "startup_runs": 1,
     },
 }
 
@@ -191,6 +189,8 @@ class Workers:
         self.logs = [workdir / f"worker-{i}-{time.monotonic_ns()}.log" for i in range(count)]
         self.procs: list[subprocess.Popen] = []
         self.usage: list[Any] = [None] * count
+        self.start_cpu: list[float | None] = [None] * count  # see sample_started()
+        self.end_cpu: list[float] | None = None  # see sample_end()
         command = [
             sys.executable,
             "-m",
@@ -271,24 +271,38 @@ class Workers:
         """user + system CPU seconds of each exited process (from its rusage)."""
         return [u.ru_utime + u.ru_stime for u in self.usage if u is not None]
 
+    def sample_started(self) -> bool:
+        """Read the CPU time of each process that has logged "started" since the last
+        call (its start-up: imports, Django, the Worker; the claims come after that
+        line). True once every process is sampled. Call it every few ms."""
+        for index, log in enumerate(self.logs):
+            if self.start_cpu[index] is None and " started: queues " in log.read_text():
+                self.start_cpu[index] = proc_cpu_seconds(self.procs[index].pid)
+        return all(cpu is not None for cpu in self.start_cpu)
+
+    def wait_sampled(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not self.sample_started():
+            if time.monotonic() > deadline:
+                raise RuntimeError("workers did not start: " + self.tail())
+            self.check_alive()
+            time.sleep(0.002)
+
+    def sample_end(self) -> None:
+        """Read the CPU time of every process now, when the work is done and before they
+        exit (a zombie's times are still readable): exit is not a per-job cost either."""
+        self.end_cpu = [proc_cpu_seconds(proc.pid) for proc in self.procs]
+
+    def work_cpu_seconds(self) -> float:
+        """CPU seconds the processes used between "started" and :meth:`sample_end`
+        (without it: until they exited, from their rusage), together."""
+        if any(cpu is None for cpu in self.start_cpu):
+            raise RuntimeError("sample_started() was not called while the workers started")
+        end = self.end_cpu if self.end_cpu is not None else self.cpu_seconds()
+        return sum(end) - sum(c for c in self.start_cpu if c is not None)
+
     def tail(self) -> str:
         return "\n".join(log.read_text()[-2000:] for log in self.logs if log.exists())
-
-
-def startup_cpu(
-    workdir: Path, runs: int, concurrency: int = 1, env: dict[str, str] | None = None
-) -> list[float]:
-    """CPU seconds of a burst worker on an empty queue: start-up (imports, Django,
-    connecting, loading scripts) plus exit, which a drain's CPU total also contains."""
-    seconds = []
-    for _ in range(runs):
-        workers = Workers(1, workdir, "--burst", concurrency=concurrency, env=env)
-        try:
-            workers.wait(60)
-        finally:
-            workers.stop()
-        seconds += workers.cpu_seconds()
-    return seconds
 
 
 # -- a dedicated redis-server for memory, scale and Redis CPU ----------------------------

@@ -174,7 +174,8 @@ def timed_drain(
 ) -> tuple[float, Workers]:
     """Schedule ``task(i)`` for i < n, due now, and drain them with ``processes`` burst
     workers: jobs/s from the first claim to the last ack (polling ZCARD of pending and
-    running every 3 ms), and the exited workers (their rusage)."""
+    running every 3 ms), and the exited workers (their rusage, and their CPU when they
+    logged "started" and when the last job was acknowledged)."""
     from django_delayq import schedule_many
 
     schedule_many(task, [(i,) for i in range(n)])
@@ -187,10 +188,12 @@ def timed_drain(
                 store.client.pipeline(transaction=False).zcard(pending).zcard(running).execute()
             )
             now = time.perf_counter()
+            workers.sample_started()
             if first is None and (left < n or busy):
                 first = now
             if left == 0 and busy == 0 and first is not None:
                 end = now
+                workers.sample_end()
                 break
             if not workers.running():
                 workers.check_alive()
