@@ -170,7 +170,8 @@ def measure(args: argparse.Namespace, argv: list[str]) -> int:
         print(f"[{time.monotonic() - started:6.1f} s] {name}...", file=sys.stderr, flush=True)
 
     def attempt(name: str, work: Any) -> None:
-        """Run one real-task workload; a failure is reported, not fatal to the others."""
+        """Run one workload; a failure is reported (NOT MEASURED), not fatal to the rest
+        of a ten-minute run."""
         progress(name)
         try:
             result = work()
@@ -183,36 +184,32 @@ def measure(args: argparse.Namespace, argv: list[str]) -> int:
         figures.extend(result)
 
     try:
-        if "schedule_one" in only:
-            progress("schedule_one")
-            figures += engine.bench_schedule_one(store, args.prefix, size["schedule"], runs)
-        if "schedule_many" in only:
-            progress("schedule_many")
-            figures.append(engine.bench_schedule_many(store, args.prefix, size["schedule"], runs))
-        if "drain" in only:
-            progress("drain")
-            figures += engine.bench_drain(store, args.prefix, size["drain"], slow, workdir)
-        if "lateness" in only:
-            progress("lateness")
-            figures += latency.bench_lateness(store, args.prefix, size, slow, workdir)
+        p, d = args.prefix, workdir
+        engine_work = {
+            "schedule_one": lambda: engine.bench_schedule_one(store, p, size["schedule"], runs),
+            "schedule_many": lambda: [engine.bench_schedule_many(store, p, size["schedule"], runs)],
+            "drain": lambda: engine.bench_drain(store, p, size["drain"], slow, d),
+            "lateness": lambda: latency.bench_lateness(store, p, size, slow, d),
+        }
+        for name in ("schedule_one", "schedule_many", "drain", "lateness"):
+            if name in only:
+                attempt(name, engine_work[name])
+                common.cleanup(store.client, p)
         if "memory" in only or "claim_cost" in only:
             with common.dedicated_redis(args.redis_server) as own:
                 if own is None:
                     problems.append("no redis-server found: memory and claim cost not measured")
                 else:
                     if "memory" in only:
-                        progress("memory")
-                        figures.append(scale.bench_memory(own, size["memory"], slow))
+                        attempt("memory", lambda: [scale.bench_memory(own, size["memory"], slow)])
                     if "claim_cost" in only:
-                        progress("claim_cost")
-                        figures.append(scale.bench_claim_cost(own, size, slow))
+                        attempt("claim_cost", lambda: [scale.bench_claim_cost(own, size, slow)])
         if set(REAL) & set(only):
             with common.dedicated_redis(args.redis_server) as own:
                 if own is None:
                     problems.append("no redis-server found: real-task workloads not measured")
                 else:
                     with real.redis_env(own, args.prefix) as env:
-                        p, d = args.prefix, workdir
                         work = {
                             "push": lambda: real.bench_push(own, p, size, slow, d, env),
                             "orm": lambda: real.bench_orm(own, p, size, slow, d, env),

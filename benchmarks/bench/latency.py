@@ -128,7 +128,9 @@ def lateness_load(
     total = int(rate * seconds)
     try:
         workers.wait_started()
-        t0 = time.time() + 1.0 + total / 40_000  # after scheduling them all
+        # After scheduling them all, with room for a busy machine (this was 1 s +
+        # total / 40,000, which a loaded 2-core machine overran).
+        t0 = time.time() + 2.0 + total / 5_000
         calls = [
             {"args": [i], "at": datetime.fromtimestamp(t0 + i / rate, tz=UTC)} for i in range(total)
         ]
