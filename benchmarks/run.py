@@ -80,6 +80,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import signal
 import sys
@@ -164,6 +165,7 @@ def measure(args: argparse.Namespace, argv: list[str]) -> int:
     problems: list[str] = []
     details: dict[str, Any] = {}
     started = time.monotonic()
+    load_before = os.getloadavg()
     workdir = Path(tempfile.mkdtemp(prefix="delayq-bench-"))
 
     def progress(name: str) -> None:
@@ -228,6 +230,8 @@ def measure(args: argparse.Namespace, argv: list[str]) -> int:
 
     env = report.environment(store.client)
     env["seconds"] = round(time.monotonic() - started, 1)
+    # Other processes share the cores: the 1-minute load average says how much.
+    env["load_average"] = [round(load_before[0], 2), round(os.getloadavg()[0], 2)]
     print(report.table(figures))
     print(report.notes(figures))
     if "push" in details:
@@ -249,7 +253,8 @@ def measure(args: argparse.Namespace, argv: list[str]) -> int:
     print(
         f"{env['date']}, {env['cpus']} cores, Python {env['python']}, Django {env['django']}, "
         f"redis-py {env['redis_py']} with the {parser} parser, Redis {env['redis_server']}, "
-        f"{env['seconds']} s{' (--quick)' if args.quick else ''}"
+        f"{env['seconds']} s{' (--quick)' if args.quick else ''}, load average "
+        f"{env['load_average'][0]:g} at the start, {env['load_average'][1]:g} at the end"
     )
     result = {
         "environment": env,

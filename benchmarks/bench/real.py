@@ -341,7 +341,7 @@ def bench_idle(own: Any, size: dict, workdir: Path, env: dict[str, str]) -> list
             "cpu_s",
             "<= 0.1 CPU s per 30 s",
             lambda v, r: v <= 0.1,
-            note="/proc/<pid>/stat utime+stime, after start-up; whole process with start-up "
-            f"and stop (wait4): {median(totals):.2f} s",
+            note="/proc/<pid>/stat utime+stime (10 ms ticks), after start-up; whole process "
+            f"with start-up and stop (wait4): {median(totals):.2f} s",
         )
     ]

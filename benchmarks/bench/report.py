@@ -74,18 +74,18 @@ def matrix_table(results: dict[str, dict[str, Any]]) -> str:
             figures[(variant, f["name"])] = f
     rows = [("figure", *variants, "target")]
     for name in order:
-        cells, label, target = [], name, "-"
+        cells, target = [], "-"
         for variant in variants:
             f = figures.get((variant, name))
             if f is None:
                 cells.append("not run")
                 continue
-            label, target = f["label"], f["target"]
-            mark = "" if f["met"] is None else f" ({met_text(f['met'])})"
-            ratio = "" if f["ratio"] is None else f", ratio {f['ratio']:.2f}"
+            target = f["target"]
+            mark = "" if f["met"] is None else f" {met_text(f['met'])}"
+            ratio = "" if f["ratio"] is None else f" ({f['ratio']:.2f})"
             cells.append(fmt_value(f["value"], f["unit"]) + ratio + mark)
-        rows.append((label, *cells, target))
-    return render(rows)
+        rows.append((name, *cells, target))
+    return render(rows) + "\n(ratio to the baseline in brackets; see each variant's table)"
 
 
 def environment(redis_client: Any) -> dict[str, Any]:
