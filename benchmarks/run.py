@@ -55,12 +55,14 @@ lateness_load_p99        1,000 jobs/s due for 10 s, 2 workers (<= 50 ms)
 memory_per_job           100k pending jobs, 20-byte payload, ``INFO used_memory``
                          delta / 100k (<= 250 bytes); baseline: raw ZADD + HSET
 claim_cost_ratio         claim+ack round trip with 1M pending vs 1k (<= 1.5)
-push_drain               task 1 (one RPUSH on its own client), 10k due, one process,
-                         concurrency 1 (>= 5,000 jobs/s); baseline: raw loop + RPUSH
+push_drain               task 1 (one RPUSH on its own client), 5k due, one worker
+                         (not --burst, like every real-task drain), concurrency 1
+                         (>= 5,000 jobs/s); baseline: raw loop + RPUSH
+push_drain_burst         the same drain by a --burst worker (no target)
 push_cpu                 worker CPU s per 1,000 jobs of task 1 (no target)
 redis_cpu_per_job        Redis's own time per job (commandstats, schedule phase +
                          drain phase) (<= 20 us); baseline: one plain ZADD
-orm_drain / orm_cpu      task 2 (one ORM query on PostgreSQL, CONN_MAX_AGE=600), 5k,
+orm_drain / orm_cpu      task 2 (one ORM query on PostgreSQL, CONN_MAX_AGE=600), 3k,
                          concurrency 1 (>= 80 % of a plain loop of the same query)
 sleep_drain / sleep_cpu  task 3 (sleep 10 ms), 4k, concurrency 8 (>= 90 % of 800/s,
                          <= 0.3 CPU s per 1,000 jobs)

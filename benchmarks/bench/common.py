@@ -35,8 +35,8 @@ SIZES: dict[str, dict[str, Any]] = {
         "runs": 5,
         "slow_runs": 3,
         # the real-task workloads (issue 11)
-        "push": 10_000,
-        "orm": 5_000,
+        "push": 5_000,
+        "orm": 3_000,
         "sleep": 4_000,
         "idle_worker_seconds": 30.0,
         "idle_worker_runs": 1,

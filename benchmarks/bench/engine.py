@@ -171,16 +171,20 @@ def timed_drain(
     workdir: Path,
     concurrency: int = 1,
     env: dict[str, str] | None = None,
+    burst: bool = True,
 ) -> tuple[float, Workers]:
-    """Schedule ``task(i)`` for i < n, due now, and drain them with ``processes`` burst
-    workers: jobs/s from the first claim to the last ack (polling ZCARD of pending and
-    running every 3 ms), and the exited workers (their rusage, and their CPU when they
-    logged "started" and when the last job was acknowledged)."""
+    """Schedule ``task(i)`` for i < n, due now, and drain them with ``processes``
+    workers (``burst``: they exit when done; else they are stopped with SIGTERM once
+    the last job is acknowledged, as a production worker would run): jobs/s from the
+    first claim to the last ack (polling ZCARD of pending and running every 3 ms), and
+    the exited workers (their rusage, and their CPU when they logged "started" and when
+    the last job was acknowledged)."""
     from django_delayq import schedule_many
 
     schedule_many(task, [(i,) for i in range(n)])
     pending, running = store.key(QUEUE, "pending"), store.key(QUEUE, "running")
-    workers = Workers(processes, workdir, "--burst", concurrency=concurrency, env=env)
+    mode = ("--burst",) if burst else ()
+    workers = Workers(processes, workdir, *mode, concurrency=concurrency, env=env)
     first = None
     try:
         while True:
@@ -199,9 +203,11 @@ def timed_drain(
                 workers.check_alive()
                 raise RuntimeError(f"workers exited with {left} pending, {busy} running")
             time.sleep(0.003)
-        workers.wait()
+        if burst:
+            workers.wait()
     finally:
         workers.stop()
+    workers.check_alive()  # a graceful stop exits 0
     dead = store.client.zcard(store.key(QUEUE, "dead"))
     assert dead == 0, f"{dead} jobs dead-lettered: {workers.tail()}"
     return n / (end - first), workers

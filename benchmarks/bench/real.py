@@ -9,6 +9,10 @@
 - ``sleep``: drain of task 3 (``sleep_io``, 10 ms) at concurrency 8, vs the ideal 800/s;
 - ``idle``: CPU of a worker with nothing to do.
 
+Drains run a worker as production does, without ``--burst`` (it is stopped with SIGTERM
+once the last job is acknowledged): a burst worker has no waker thread, and drains
+task 1 several times faster than a normal one today (``push_drain_burst``).
+
 Worker CPU per job: the worker process's user + system CPU time (every thread), read
 from ``/proc/<pid>/stat`` (the kernel's accounting that ``os.wait4``'s rusage reports at
 exit) when it logged "started" (before its first claim) and when the last job was done
@@ -81,10 +85,11 @@ def cpu_note(startup: list[float], totals: list[float]) -> str:
 def push_run(
     own: Any, prefix: str, n: int, workdir: Path, env: dict[str, str], logged: bool
 ) -> dict[str, Any]:
-    """Schedule n ``redis_push`` jobs one call each, then drain them with one burst
-    worker; commandstats reset before each phase. Throughput comes from the start times
-    the task pushes; the only other command during the drain is the benchmark's LLEN
-    every 3 ms (to read the worker's CPU when the last job ran), which is not counted."""
+    """Schedule n ``redis_push`` jobs one call each, then drain them with one worker
+    (not --burst), stopped once the last job is acknowledged; commandstats reset before
+    each phase. Throughput comes from the start times the task pushes; the only other
+    commands during the drain are the benchmark's LLEN / ZCARD every 3 ms (to see when
+    the last job is done), which are not counted."""
     from benchmarks.tasks import pushed_key, redis_push
 
     own.flushdb()
@@ -100,18 +105,21 @@ def push_run(
                     redis_push.schedule(i)
             schedule = rediscpu.read_phase(own, before, names, logged)
             before = rediscpu.reset(own)
-            workers = Workers(1, workdir, "--burst", env=env)
+            workers = Workers(1, workdir, env=env)
             try:
                 workers.wait_sampled()
                 deadline = time.monotonic() + 60 + n / 50
-                while own.llen(pushed_key()) < n and time.monotonic() < deadline:
+                running = store.key(QUEUE, "running")
+                while time.monotonic() < deadline and (
+                    own.llen(pushed_key()) < n or own.zcard(running)
+                ):
                     workers.check_alive()
                     time.sleep(0.003)
                 workers.sample_end()
-                workers.wait(timeout=60)
+                drain = rediscpu.read_phase(own, before, names, logged)
             finally:
                 workers.stop()
-            drain = rediscpu.read_phase(own, before, names, logged)
+            workers.check_alive()
             left = own.zcard(store.key(QUEUE, "pending")) + own.zcard(store.key(QUEUE, "dead"))
     finally:
         if logged:
@@ -120,15 +128,37 @@ def push_run(
     assert len(stamps) == n and left == 0, f"{len(stamps)} of {n} ran, {left} left: " + (
         workers.tail()
     )
-    first, last = min(stamps.values()), max(stamps.values())
     return {
-        "rate": (n - 1) / (last - first),
+        "rate": stamps_rate(stamps),
         "cpu": per_thousand(workers, n),
         "startup_cpu": workers.start_cpu[0],
         "total_cpu": workers.cpu_seconds()[0],
         "schedule_rate": n / t_schedule.seconds,
         "phases": {"schedule": schedule, "drain": drain},
     }
+
+
+def stamps_rate(stamps: dict[int, float]) -> float:
+    """Jobs/s from the first task start to the last."""
+    return (len(stamps) - 1) / (max(stamps.values()) - min(stamps.values()))
+
+
+def push_burst_rate(own: Any, prefix: str, n: int, workdir: Path, env: dict[str, str]) -> float:
+    """The drain of task 1 by a ``--burst`` worker, as drain_1 runs (for comparison)."""
+    from benchmarks.tasks import pushed_key, redis_push
+    from django_delayq import schedule_many
+
+    own.flushdb()
+    with store_on(own, prefix):
+        schedule_many(redis_push, [(i,) for i in range(n)])
+        workers = Workers(1, workdir, "--burst", env=env)
+        try:
+            workers.wait(timeout=60 + n / 50)
+        finally:
+            workers.stop()
+    stamps = parse_pushed(own.lrange(pushed_key(), 0, -1))
+    assert len(stamps) == n, f"{len(stamps)} of {n} ran: {workers.tail()}"
+    return stamps_rate(stamps)
 
 
 def bench_push(
@@ -141,6 +171,7 @@ def bench_push(
     startup: list[float] = []
     totals: list[float] = []
     rates, raws, cpus, raw_cpus, redis_us, process_us, zadd_us = [], [], [], [], [], [], []
+    bursts: list[float] = []
     for _ in range(runs):
         own.flushdb()
         cpu = time.process_time()
@@ -154,6 +185,7 @@ def bench_push(
         phases = result["phases"].values()
         redis_us.append(sum(rediscpu.per_job_usec(p, n) for p in phases))
         process_us.append(sum(p["process_cpu_s"] for p in phases) * 1e6 / n)
+        bursts.append(push_burst_rate(own, prefix, n, workdir, env))
         zadd_us.append(rediscpu.zadd_usec_per_call(own, f"{prefix}:zadd", min(n, 5000)))
     # One more run with every command logged, for the attribution (not in the medians).
     attribution = push_run(own, prefix, n, workdir, env, logged=True)
@@ -165,6 +197,9 @@ def bench_push(
         "attribution_per_job_usec": sum(
             rediscpu.per_job_usec(p, n) for p in attribution["phases"].values()
         ),
+        "attribution_other_per_job_usec": sum(
+            rediscpu.other_usec_per_job(p, n) for p in attribution["phases"].values()
+        ),
         "redis_process_cpu_usec_per_job": process_us,
         "schedule_rate": result["schedule_rate"],
     }
@@ -172,14 +207,26 @@ def bench_push(
     return [
         figure(
             "push_drain",
-            f"drain jobs/s, task 1 (one RPUSH), 1 process, concurrency 1 ({n:,} due)",
+            f"drain jobs/s, task 1 (one RPUSH), 1 worker, concurrency 1 ({n:,} due)",
             rates,
             raws,
             "jobs/s",
             ">= 5,000 jobs/s",
             lambda v, r: v >= 5000,
-            note=f"first to last task start (the task pushes its start time); raw: one "
+            note=f"a worker without --burst, stopped when done; first to last task start "
+            f"(the task pushes its start time); raw: one "
             f"EVALSHA take + the task's RPUSH per job, in process; {dedicated}",
+        ),
+        figure(
+            "push_drain_burst",
+            "the same drain by a --burst worker (as drain_1 runs)",
+            bursts,
+            rates,
+            "jobs/s",
+            "-",
+            None,
+            ratio_kind="burst / normal worker",
+            note="baseline: push_drain (a worker without --burst) of the same run",
         ),
         figure(
             "push_cpu",
@@ -201,9 +248,11 @@ def bench_push(
             "<= 20 us",
             lambda v, r: v <= 20.0,
             ratio_kind="per job / one ZADD",
-            note=f"EVALSHA usec of the schedule phase + the drain phase (reset between), "
-            f"per job; baseline: usec per call of a plain ZADD; redis-server process CPU "
-            f"{median(process_us):.1f} us/job; {dedicated}",
+            note=f"script calls (EVALSHA) of the schedule phase + the drain phase (reset "
+            f"between), per job; baseline: usec per call of a plain ZADD; delayq's other "
+            f"commands (BLPOP...) {details['attribution_other_per_job_usec']:.1f} us/job more "
+            f"(slow log); redis-server process CPU {median(process_us):.1f} us/job; "
+            f"{dedicated}",
         ),
     ], details
 
@@ -229,7 +278,7 @@ def bench_orm(
             loop_cpus.append(loop["cpu"] / n * 1000)
             own.flushdb()
             with store_on(own, prefix) as store:
-                rate, workers = timed_drain(store, orm_query, n, 1, workdir, env=env)
+                rate, workers = timed_drain(store, orm_query, n, 1, workdir, env=env, burst=False)
             rates.append(rate)
             cpus.append(per_thousand(workers, n))
             startup.append(workers.start_cpu[0] or 0.0)
@@ -239,7 +288,7 @@ def bench_orm(
     return [
         figure(
             "orm_drain",
-            f"drain jobs/s, task 2 (one ORM query), 1 process, concurrency 1 ({n:,})",
+            f"drain jobs/s, task 2 (one ORM query), 1 worker, concurrency 1 ({n:,})",
             rates,
             loops,
             "jobs/s",
@@ -277,7 +326,9 @@ def bench_sleep(
     for _ in range(runs):
         own.flushdb()
         with store_on(own, prefix) as store:
-            rate, workers = timed_drain(store, sleep_io, n, 1, workdir, concurrency=8, env=env)
+            rate, workers = timed_drain(
+                store, sleep_io, n, 1, workdir, concurrency=8, env=env, burst=False
+            )
         rates.append(rate)
         cpus.append(per_thousand(workers, n))
         startup.append(workers.start_cpu[0] or 0.0)
@@ -286,7 +337,7 @@ def bench_sleep(
     return [
         figure(
             "sleep_drain",
-            f"drain jobs/s, task 3 (sleep 10 ms), 1 process, concurrency 8 ({n:,})",
+            f"drain jobs/s, task 3 (sleep 10 ms), 1 worker, concurrency 8 ({n:,})",
             rates,
             [SLEEP_IDEAL] * len(rates),
             "jobs/s",

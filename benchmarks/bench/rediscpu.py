@@ -135,17 +135,25 @@ def read_phase(
 
 
 def per_job_usec(phase: dict[str, Any], n: int) -> float:
-    """delayq's Redis time per job in a phase: commandstats' script calls (EVALSHA...,
-    the scripts' inner commands included) plus delayq's other top-level commands from
-    the slow log (set-up and introspection left out)."""
+    """Redis time per job of delayq's state changes in a phase: commandstats' script
+    calls (EVALSHA..., the scripts' inner commands included). What else the worker sends
+    (BLPOP on the wake list, handing a wake back) is in :func:`other_usec_per_job`, from
+    the slow log: commandstats cannot tell it from the task's commands of the same name."""
     stats = phase["commandstats"]
-    scripts = sum(stats.get(name, {}).get("usec", 0) for name in SCRIPT_CALLS)
-    other = sum(
-        row["usec"]
-        for command, row in phase["slowlog"]["delayq"].items()
-        if command not in SCRIPT_CALLS and command.split("|")[0] not in SETUP
+    return sum(stats.get(name, {}).get("usec", 0) for name in SCRIPT_CALLS) / n
+
+
+def other_usec_per_job(phase: dict[str, Any], n: int) -> float:
+    """delayq's top-level commands other than scripts, per job (a logged phase only;
+    connection set-up and introspection left out)."""
+    return (
+        sum(
+            row["usec"]
+            for command, row in phase["slowlog"]["delayq"].items()
+            if command not in SCRIPT_CALLS and command.split("|")[0] not in SETUP
+        )
+        / n
     )
-    return (scripts + other) / n
 
 
 def breakdown_table(phases: dict[str, dict[str, Any]], n: int) -> str:
