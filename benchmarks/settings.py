@@ -4,6 +4,11 @@ Everything a user gets by default stays on: the django-redis cache connection, t
 task registry, signals, and the worker's INFO logging (one line per job start and
 finish). ``REDIS_URL`` and ``DELAYQ_BENCH_PREFIX`` come from the environment, so
 ``run.py`` and its ``delayq_worker`` subprocesses agree.
+
+``DELAYQ_BENCH_PG_DB`` (set by run.py's ORM workload) switches the database to that
+PostgreSQL database on 127.0.0.1:5432 (user postgres) with persistent connections, as a
+production worker would run: ``CONN_MAX_AGE`` from ``DELAYQ_BENCH_CONN_MAX_AGE``
+(default 600 s), Django's default ``CONN_HEALTH_CHECKS`` (off).
 """
 
 import os
@@ -16,6 +21,18 @@ USE_TZ = True
 TIME_ZONE = "UTC"
 INSTALLED_APPS = ["django_delayq", "benchmarks"]
 DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
+if os.environ.get("DELAYQ_BENCH_PG_DB"):
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": os.environ["DELAYQ_BENCH_PG_DB"],
+            "HOST": os.environ.get("DELAYQ_BENCH_PG_HOST", "127.0.0.1"),
+            "PORT": os.environ.get("DELAYQ_BENCH_PG_PORT", "5432"),
+            "USER": os.environ.get("DELAYQ_BENCH_PG_USER", "postgres"),
+            "CONN_MAX_AGE": int(os.environ.get("DELAYQ_BENCH_CONN_MAX_AGE", "600")),
+            "CONN_HEALTH_CHECKS": False,
+        }
+    }
 CACHES = {"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": REDIS_URL}}
 DELAYQ = {"CACHE": "default", "PREFIX": os.environ.get("DELAYQ_BENCH_PREFIX", "delayq-bench")}
 DEFAULT_AUTO_FIELD = "django.db.models.AutoField"

@@ -30,3 +30,47 @@ def stamp(n: int) -> None:
             path = os.path.join(os.environ["DELAYQ_BENCH_STAMPS"], f"{os.getpid()}.txt")
             _stamps = open(path, "a", buffering=1)  # noqa: SIM115 (kept open for the process)
         _stamps.write(f"{n} {started:.6f}\n")
+
+
+# -- real tasks (issue 11): one Redis round trip, one ORM query, 10 ms of I/O ---------------
+
+_push_client: Any = None
+
+
+def pushed_key() -> str:
+    """The list ``redis_push`` appends to (under the benchmark's key prefix)."""
+    return f"{os.environ.get('DELAYQ_BENCH_PREFIX', 'delayq-bench')}:pushed"
+
+
+@task
+def redis_push(n: int) -> None:
+    """One RPUSH on a client of its own (created once per process, like a task module's
+    client), to the Redis at ``$REDIS_URL``. The value ``"<n> <time.time()>"`` is taken
+    when the task starts, so run.py gets throughput and lateness from the list alone."""
+    started = time.time()
+    global _push_client
+    if _push_client is None:
+        import redis
+
+        _push_client = redis.Redis.from_url(
+            os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/15"),
+            client_name="delayq-bench-task",
+        )
+    _push_client.rpush(pushed_key(), f"{n} {started:.6f}")
+
+
+ROWS = 100  # rows of BenchItem, seeded by benchmarks/migrations/0001_initial.py
+
+
+@task
+def orm_query(n: int) -> None:
+    """One simple ORM query: a row of the benchmark app's table by primary key."""
+    from benchmarks.models import BenchItem
+
+    BenchItem.objects.filter(pk=n % ROWS + 1).first()
+
+
+@task
+def sleep_io(n: int) -> None:
+    """Waits 10 ms as a task blocked on I/O would (the GIL is released)."""
+    time.sleep(0.01)

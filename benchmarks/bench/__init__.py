@@ -1,0 +1,1 @@
+"""The benchmark workloads; ``benchmarks/run.py`` is the entry point."""
