@@ -314,7 +314,8 @@ def _decode_legacy(raw: bytes) -> Fields:
 
 
 def parse_state(raw: bytes | str | None) -> tuple[int, str | None]:
-    """``"<attempts>|<token>"`` -> (attempts, token or None); garbage reads as (0, None)."""
+    """``"<attempts>|<token>"`` (or ``|~<token>`` once the attempt is settled) ->
+    (attempts, token or None); garbage reads as (0, None)."""
     if not raw:
         return 0, None
     if isinstance(raw, bytes):
@@ -322,7 +323,7 @@ def parse_state(raw: bytes | str | None) -> tuple[int, str | None]:
     count, bar, token = raw.partition("|")
     if not bar or not count.isdigit() or len(count) > 9:
         return 0, None
-    return int(count), token or None
+    return int(count), token.removeprefix("~") or None
 
 
 def parse_errors(raw: bytes | str | None) -> list[dict]:

@@ -46,8 +46,10 @@ def _text(value: Any) -> str:
 
 
 def _float(value: Any) -> float | None:
+    """A score read from Redis (integer epoch milliseconds) as epoch seconds; garbage (a
+    score written by someone else) stays a number or None, never an exception."""
     try:
-        return None if value in (None, False, b"", "") else float(value)
+        return None if value in (None, False, b"", "") else float(value) / 1000
     except (TypeError, ValueError):
         return None
 
@@ -146,7 +148,7 @@ class Reads:
         sizes = self._all(
             [
                 cmd(b"ZCARD", pending, route=pending),
-                cmd(b"ZCOUNT", pending, b"-inf", repr(float(now)), route=pending),
+                cmd(b"ZCOUNT", pending, b"-inf", round(now * 1000), route=pending),
                 cmd(b"ZCARD", running, route=running),
                 cmd(b"ZCOUNT", running, b"-inf", b"(0", route=running),
                 cmd(b"ZCARD", dead, route=dead),

@@ -1,10 +1,13 @@
 """The Lua scripts: one file per state transition in ``lua/``, each sent with only the
-helpers of ``lua/_lib.lua`` it uses.
+helpers of ``lua/_lib.lua`` it uses and only the keys it declares.
 
-Lua creates every ``local function`` of a script's text on each call, so a script carries
-only the helpers it names (all nineteen cost a schedule() about 6 us of Redis time). The
-header of each file documents its KEYS, ARGV, reply and errors; ``tests/test_scripts.py``
-checks every file is listed here and has its header.
+A script's call costs Redis for every key it is sent (about 1,000 instructions each) and
+every ``local function`` of its text (about 450: Lua creates them on each call), so a script
+carries only the helpers it names, and its header line ``-- KEYS: pending jobs ...`` says
+which of a queue's keys it receives, in that order; the preamble binding them to the names
+the helpers use (``P``, ``J``...) is generated here. The header of each file also documents
+its ARGV, reply and errors; tests/test_store.py checks every file is listed here and has its
+header.
 """
 
 from __future__ import annotations
@@ -31,7 +34,22 @@ SCRIPTS = (
     "fetch",
 )
 
+# The keys of a queue (store.KEY_KINDS) and the Lua names scripts know them by.
+KEY_NAMES = {
+    "pending": "P",
+    "running": "R",
+    "dead": "D",
+    "jobs": "J",
+    "state": "S",
+    "keys": "U",
+    "wake": "W",
+    "stats": "T",
+    "errors": "E",
+    "done": "F",
+    "claims": "C",
+}
 _LUA_FUNCTION = re.compile(r"^local function (\w+)\(")
+_KEYS_LINE = re.compile(r"^-- KEYS: ([a-z ]+)$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -39,6 +57,7 @@ class Script:
     name: str
     source: str
     sha: str  # SHA1 of the source, what EVALSHA sends
+    keys: tuple[str, ...]  # the kinds of key it receives, in order
 
     @property
     def sha_bytes(self) -> bytes:
@@ -80,12 +99,33 @@ def _lua_dir() -> resources.abc.Traversable:
     return resources.files("django_delayq") / "lua"
 
 
+def script_keys(name: str) -> tuple[str, ...]:
+    """The kinds of key a script declares in its header, in the order it receives them."""
+    body = (_lua_dir() / f"{name}.lua").read_text()
+    match = _KEYS_LINE.search(body)
+    if match is None:
+        raise LookupError(f"{name}.lua has no '-- KEYS: ...' header line")
+    kinds = tuple(match.group(1).split())
+    unknown = [k for k in kinds if k not in KEY_NAMES]
+    if unknown:
+        raise LookupError(f"{name}.lua declares unknown keys {unknown}")
+    return kinds
+
+
+def _code(text: str) -> str:
+    """Lua text without comments and string literals (to see which names it uses)."""
+    text = re.sub(r"--[^\n]*", "", text)
+    return re.sub(r"'(?:[^'\\]|\\.)*'", "''", text)
+
+
 @cache
 def script_source(name: str) -> str:
-    """The text sent to Redis: the helpers of _lib.lua the script uses, then the script."""
+    """The text sent to Redis: the keys it declares as locals, the helpers of _lib.lua the
+    script uses, then the script. Refuses a script whose text uses a key it did not declare."""
     if name not in SCRIPTS:
         raise ValueError(f"no django-delayq script named {name!r}")
     body = (_lua_dir() / f"{name}.lua").read_text()
+    kinds = script_keys(name)
     preamble, parts = _lib_parts((_lua_dir() / "_lib.lua").read_text())
     needed: set[str] = set()
     text = body
@@ -95,13 +135,23 @@ def script_source(name: str) -> str:
             break
         needed |= more
         text = body + "".join(t for h, t in parts if h in needed)
-    return preamble + "".join(t for h, t in parts if h in needed) + "\n" + body
+    names = [KEY_NAMES[k] for k in kinds]
+    used = set(re.findall(r"\b([A-Z])\b", _code(text))) & set(KEY_NAMES.values())
+    if used - set(names):
+        raise LookupError(
+            f"{name}.lua (with its helpers) uses keys {sorted(used - set(names))} that its "
+            "'-- KEYS:' line does not declare"
+        )
+    locals_ = ", ".join(names)
+    keys = ", ".join(f"KEYS[{i}]" for i in range(1, len(names) + 1))
+    declare = f"local {locals_} = {keys}\n"
+    return preamble + declare + "".join(t for h, t in parts if h in needed) + "\n" + body
 
 
 @cache
 def script(name: str) -> Script:
     source = script_source(name)
-    return Script(name, source, hashlib.sha1(source.encode()).hexdigest())
+    return Script(name, source, hashlib.sha1(source.encode()).hexdigest(), script_keys(name))
 
 
 def lib_constant(name: str) -> float:

@@ -14,6 +14,7 @@ django.tasks backend are in :mod:`.reads`.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -44,9 +45,9 @@ PURGE_CHUNK = 500
 # worker's calls use WORKER_BUDGET and keep their results for the next round trip after it.
 API_BUDGET = 2.0
 WORKER_BUDGET = 1.0
-# How long a finished job's tombstone is kept (lua/_lib.lua): a schedule() re-sent within it
-# never stores a finished job again. It must exceed API_BUDGET by far.
-DONE_TTL = lib_constant("DONE_TTL")
+# How long (seconds) a finished job's tombstone is kept (lua/_lib.lua, in milliseconds): a
+# schedule() re-sent within it never stores a finished job again. It must exceed API_BUDGET.
+DONE_TTL = lib_constant("DONE_TTL") / 1000
 assert DONE_TTL > 10 * API_BUDGET
 
 
@@ -61,14 +62,27 @@ def _text(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
-def _num(value: Any) -> float | None:
+# The store speaks epoch seconds (floats); scripts and sorted-set scores use integer epoch
+# milliseconds (lua/_lib.lua says why). These two convert.
+
+
+def _ms(seconds: float) -> int:
+    """Seconds as whole milliseconds (what scripts take). What no time can be (inf, nan)
+    becomes a number beyond every script's range, which they refuse (DELAYQ_BAD_DUE)."""
+    if not math.isfinite(seconds):
+        return -(10**16) if seconds < 0 else 10**16
+    return round(seconds * 1000)
+
+
+def _seconds(value: Any) -> float | None:
+    """Milliseconds from a reply ('' or None: none) as seconds."""
     if value in (None, b"", "", False):
         return None
-    return float(value)
+    return int(value) / 1000
 
 
-def _now_arg(now: float | None) -> str:
-    return "" if now is None else repr(float(now))
+def _now_arg(now: float | None) -> str | int:
+    return "" if now is None else _ms(now)
 
 
 @dataclass(frozen=True)
@@ -106,27 +120,27 @@ class Recovered:
 
 def _parse_schedule(reply: list) -> Scheduled:
     outcome, job_id, due, record = reply
-    return Scheduled(_text(outcome), _text(job_id), _num(due), record or None)
+    return Scheduled(_text(outcome), _text(job_id), _seconds(due), record or None)
 
 
-def _parse_many(reply: list, plan: list[tuple[str, str, float]]) -> list[Scheduled]:
-    now = float(reply[0])
-    stored = {int(reply[i]) - 1: _num(reply[i + 1]) for i in range(1, len(reply), 2)}
+def _parse_many(reply: list, plan: list[tuple[str, str, int]]) -> list[Scheduled]:
+    now = int(reply[0])
+    stored = {int(reply[i]) - 1: _seconds(reply[i + 1]) for i in range(1, len(reply), 2)}
     results = []
     for i, (job_id, mode, value) in enumerate(plan):
         if i in stored:
             due = stored[i]
             results.append(Scheduled("created" if due is not None else "done", job_id, due, None))
-        else:
-            due = now + max(value, 0.0) if mode == "delay" else max(value, now)
-            results.append(Scheduled("created", job_id, due, None))
+        else:  # what schedule_many.lua computed from its `now`
+            due_ms = now + max(value, 0) if mode == "delay" else max(value, now)
+            results.append(Scheduled("created", job_id, due_ms / 1000, None))
     return results
 
 
 def _parse_claim(reply: list) -> Claim:
     now, next_due, acked, flat = reply
     jobs = [Claimed(_text(flat[i]), flat[i + 1], int(flat[i + 2])) for i in range(0, len(flat), 3)]
-    return Claim(float(now), _num(next_due), jobs, [int(f) for f in acked])
+    return Claim(int(now) / 1000, _seconds(next_due), jobs, [int(f) for f in acked])
 
 
 def _parse_ints(reply: list) -> list[int]:
@@ -138,7 +152,7 @@ def _parse_flags(reply: list) -> list[bool]:
 
 
 def _parse_outcome(reply: list) -> tuple[str, float | None]:
-    return _text(reply[0]), _num(reply[1])
+    return _text(reply[0]), _seconds(reply[1])
 
 
 def _parse_recovered(reply: list) -> list[Recovered]:
@@ -178,8 +192,8 @@ class Store(Reads):
         self.transport = Transport(client)
         self.cluster = self.transport.cluster
         self._keys: dict[str, list[str]] = {}
-        # The same, encoded once (str keys cost redis-py's encoder more than the rest).
-        self._script_keys: dict[str, tuple[bytes, ...]] = {}
+        # EVALSHA, SHA and keys of a (script, queue), encoded once.
+        self._heads: dict[tuple[str, str], tuple[bytes, ...]] = {}
 
     # -- keys -----------------------------------------------------------------
 
@@ -196,13 +210,16 @@ class Store(Reads):
     def key(self, queue: str, kind: str) -> str:
         return self.keys(queue)[KEY_KINDS.index(kind)]
 
-    def _evalsha_head(self, queue: str) -> tuple[bytes, ...]:
-        keys = self._script_keys.get(queue)
-        if keys is None:
-            keys = (b"%d" % len(KEY_KINDS), *(k.encode() for k in self.keys(queue)))
-            if len(self._script_keys) < 1000:
-                self._script_keys[queue] = keys
-        return keys
+    def _head(self, name: str, queue: str) -> tuple[bytes, ...]:
+        """``EVALSHA <sha> <n> <keys...>`` of script ``name`` on ``queue``: the keys it declares."""
+        head = self._heads.get((name, queue))
+        if head is None:
+            lua = script(name)
+            keys = [self.key(queue, kind).encode() for kind in lua.keys]
+            head = (b"EVALSHA", lua.sha_bytes, b"%d" % len(keys), *keys)
+            if len(self._heads) < 10_000:
+                self._heads[name, queue] = head
+        return head
 
     @property
     def queues_key(self) -> str:
@@ -223,9 +240,9 @@ class Store(Reads):
         policy: Policy = Policy.RESEND,
         resend_argv: Sequence[Any] | None = None,
     ) -> Op:
-        """An EVALSHA of script ``name`` on ``queue``'s keys."""
+        """An EVALSHA of script ``name`` on the keys of ``queue`` it declares."""
         lua = script(name)
-        head = (b"EVALSHA", lua.sha_bytes, *self._evalsha_head(queue))
+        head = self._head(name, queue)
         return Op(
             (*head, *argv),
             parse,
@@ -265,7 +282,7 @@ class Store(Reads):
         now: float | None = None,
     ) -> Op:
         mode, value = ("delay", delay or 0.0) if at is None else ("at", at)
-        argv = (job_id, record, mode, repr(float(value)), key or "", on_conflict, _now_arg(now))
+        argv = (job_id, record, mode, _ms(value), key or "", on_conflict, _now_arg(now))
         return self.op("schedule", queue, (*argv, ""), _parse_schedule, Policy.RESEND, (*argv, "1"))
 
     def remember_queue_op(self, queue: str) -> Op:
@@ -323,14 +340,14 @@ class Store(Reads):
         ``when`` being ``{"delay": seconds}`` or ``{"at": epoch}``. Parses to one
         Scheduled per job, in order."""
         argv: list[Any] = []
-        plan: list[tuple[str, str, float]] = []
+        plan: list[tuple[str, str, int]] = []
         encoded: dict[tuple[str, float], tuple[bytes, bytes]] = {}  # jobs share a `when`
         for job_id, record, when in jobs:
-            mode, value = ("at", float(when["at"])) if "at" in when else ("delay", when["delay"])
-            value = float(value or 0.0)
+            mode, seconds = ("at", when["at"]) if "at" in when else ("delay", when["delay"])
+            value = _ms(float(seconds or 0.0))
             when_args = encoded.get((mode, value))
             if when_args is None:
-                when_args = encoded[mode, value] = (mode.encode(), repr(value).encode())
+                when_args = encoded[mode, value] = (mode.encode(), b"%d" % value)
             argv += (job_id.encode(), record, *when_args)
             plan.append((job_id, mode, value))
         now_arg = _now_arg(now)
@@ -361,7 +378,7 @@ class Store(Reads):
     ) -> Op:
         """``acks``: (id, token, info) of finished jobs, acknowledged in the same call before
         claiming; their flags come back in ``Claim.acked``."""
-        argv: list[Any] = [_now_arg(now), int(limit), repr(float(lease)), token, instance]
+        argv: list[Any] = [_now_arg(now), int(limit), _ms(lease), token, instance]
         for entry in acks:
             argv += entry
         return self.op("claim", queue, argv, _parse_claim)
@@ -399,9 +416,9 @@ class Store(Reads):
             job_id,
             token,
             json.dumps(error, ensure_ascii=False, default=str),
-            repr(float(delay)),
+            _ms(delay) if delay >= 0 else -1,
             int(default_max_retries),
-            repr(float(dead_max_age)),
+            _ms(dead_max_age),
             int(dead_max_count),
             int(max_errors),
         )
@@ -415,7 +432,7 @@ class Store(Reads):
         it changes only a not-started score of a job still leased, never a later lease."""
         running = self.key(queue, "running")
         return self.command(
-            b"ZADD", running, b"XX", b"GT", repr(lease_until), job_id, route=running
+            b"ZADD", running, b"XX", b"GT", _ms(lease_until), job_id, route=running
         )
 
     def extend(
@@ -425,7 +442,7 @@ class Store(Reads):
         lease: float,
         now: float | None = None,
     ) -> list[bool]:
-        argv: list[Any] = [_now_arg(now), repr(float(lease))]
+        argv: list[Any] = [_now_arg(now), _ms(lease)]
         for job_id, token in entries:
             argv += [job_id, token]
         return self.call(self.op("extend", queue, argv, _parse_flags), WORKER_BUDGET)
@@ -449,7 +466,7 @@ class Store(Reads):
             token,
             instance,
             int(default_max_retries),
-            repr(float(dead_max_age)),
+            _ms(dead_max_age),
             int(dead_max_count),
             int(max_errors),
         )
@@ -513,7 +530,7 @@ class Store(Reads):
             if died_before is None:
                 read = self.command(b"ZRANGE", dead, 0, PURGE_CHUNK - 1, route=dead)
             else:
-                high = repr(float(died_before))
+                high = _ms(died_before)
                 read = self.command(
                     b"ZRANGEBYSCORE", dead, b"-inf", high, b"LIMIT", 0, PURGE_CHUNK, route=dead
                 )

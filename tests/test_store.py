@@ -63,6 +63,13 @@ def recover(store: Store, now: float, token: str = "r#1", **kw):
     )
 
 
+def score(store: Store, kind: str, job_id: str) -> float | None:
+    """A job's score in one of the queue's sorted sets, in epoch seconds (Redis holds
+    milliseconds)."""
+    value = store.client.zscore(store.key(Q, kind), job_id)
+    return None if value is None else value / 1000
+
+
 def members(store: Store, kind: str) -> set[str]:
     return {m.decode() for m in store.client.zrange(store.key(Q, kind), 0, -1)}
 
@@ -126,7 +133,7 @@ def test_schedule_then_claim_only_when_due(store):
     assert decode_record(got.jobs[0].record).args == [1, 2]
     assert members(store, "pending") == set() and members(store, "running") == {job_id}
     # Claimed but not started: the lease runs, the score says "not started".
-    lease = store.client.zscore(store.key(Q, "running"), job_id)
+    lease = score(store, "running", job_id)
     assert lease == pytest.approx(T0 + 60 + 30 - RESERVED)
     assert state(store, job_id) == (0, "w#1")  # no attempt counted yet
 
@@ -144,7 +151,7 @@ def test_claim_takes_due_jobs_in_due_order_up_to_limit(store):
 
 def test_at_in_the_past_means_now(store):
     job_id = store.schedule(Q, new_job_id(), record(), at=T0 - 500, now=T0).id
-    assert store.client.zscore(store.key(Q, "pending"), job_id) == T0
+    assert score(store, "pending", job_id) == T0
 
 
 def test_due_times_beyond_the_range_are_refused_before_anything_is_stored(store):
@@ -218,12 +225,11 @@ def test_extend_pushes_the_lease_only_for_the_owner_and_keeps_not_started_jobs_s
     claim(store, token="w#1", lease=10)
     assert store.extend(Q, [(job_id, "b#1")], 100, now=T0 + 5) == [False]
     assert store.extend(Q, [(job_id, "w#1")], 100, now=T0 + 5) == [True]
-    running = store.key(Q, "running")
-    assert store.client.zscore(running, job_id) == pytest.approx(T0 + 105 - RESERVED)
+    assert score(store, "running", job_id) == pytest.approx(T0 + 105 - RESERVED)
     start(store, job_id, now=T0 + 6)
-    assert store.client.zscore(running, job_id) == pytest.approx(T0 + 36)
+    assert score(store, "running", job_id) == pytest.approx(T0 + 36)
     assert store.extend(Q, [(job_id, "w#1")], 100, now=T0 + 7) == [True]
-    assert store.client.zscore(running, job_id) == pytest.approx(T0 + 107)
+    assert score(store, "running", job_id) == pytest.approx(T0 + 107)
 
 
 def test_a_start_mark_never_shortens_a_lease_nor_revives_a_settled_job(store):
@@ -231,7 +237,7 @@ def test_a_start_mark_never_shortens_a_lease_nor_revives_a_settled_job(store):
     claim(store, lease=10)
     start(store, job_id, now=T0, lease=100)
     start(store, job_id, now=T0, lease=5)  # GT: a later lease is kept
-    assert store.client.zscore(store.key(Q, "running"), job_id) == pytest.approx(T0 + 100)
+    assert score(store, "running", job_id) == pytest.approx(T0 + 100)
     assert store.ack(Q, [(job_id, "w#1", "")], now=T0) == [1]
     start(store, job_id)  # XX: a mark that arrives after the ack creates nothing
     assert members(store, "running") == set()
@@ -314,7 +320,7 @@ def test_unique_key_replace_keep_and_takeover(store):
         Q, new_job_id(), record("order:1", args=[2]), delay=120, key="order:1", now=T0
     )
     assert (replaced.outcome, replaced.id) == ("replaced", first)
-    assert store.client.zscore(store.key(Q, "pending"), first) == T0 + 120
+    assert score(store, "pending", first) == T0 + 120
     kept = store.schedule(
         Q,
         new_job_id(),
@@ -440,7 +446,7 @@ def test_requeue_run_now_delete_and_purge(store):
     assert claim(store, now=T0 + 1, token="x#1").jobs[0].attempt == 1  # attempts reset
     later = put(store, delay=1000)
     assert store.run_now(Q, [later, "missing"], now=T0 + 2) == [True, False]
-    assert store.client.zscore(store.key(Q, "pending"), later) == T0 + 2
+    assert score(store, "pending", later) == T0 + 2
     assert store.delete_dead(Q, [b, later]) == [True, False]
     assert store.fetch(Q, b) is None
     for i in range(3):
@@ -451,7 +457,7 @@ def test_requeue_run_now_delete_and_purge(store):
 
 
 def test_requeue_keeps_a_job_without_record_dead(store):
-    store.client.zadd(store.key(Q, "dead"), {"01ORPHAN": T0})
+    store.client.zadd(store.key(Q, "dead"), {"01ORPHAN": T0 * 1000})
     assert store.requeue(Q, ["01ORPHAN"], now=T0) == [3]
 
 
@@ -475,7 +481,7 @@ def test_dead_set_is_trimmed_by_age_and_count(store):
 
 
 def test_claim_dead_letters_an_id_without_record(store):
-    store.client.zadd(store.key(Q, "pending"), {"01ORPHAN": T0})
+    store.client.zadd(store.key(Q, "pending"), {"01ORPHAN": T0 * 1000})
     good = put(store)
     got = claim(store)
     assert [j.id for j in got.jobs] == [good]
@@ -650,3 +656,20 @@ def test_fetch_reads_one_job_whole(store):
     assert (raw.status, raw.score, raw.record) == ("pending", T0, record(max_retries=3))
     assert store.fetch(Q, "nope") is None
     assert json.loads(json.dumps(raw.id)) == job_id
+
+
+def test_a_script_using_a_key_it_does_not_declare_is_refused(tmp_path, monkeypatch):
+    from django_delayq import scripts
+
+    lib = (resources.files("django_delayq") / "lua" / "_lib.lua").read_text()
+    (tmp_path / "_lib.lua").write_text(lib)
+    (tmp_path / "schedule.lua").write_text(
+        "-- schedule.lua: x\n-- KEYS: pending jobs\nwake()\nreturn redis.call('HGET', J, 'x')\n"
+    )
+    monkeypatch.setattr(scripts, "_lua_dir", lambda: tmp_path)
+    scripts.script_source.cache_clear()
+    try:
+        with pytest.raises(LookupError, match=r"uses keys \['W'\]"):  # wake() pushes to W
+            scripts.script_source("schedule")
+    finally:
+        scripts.script_source.cache_clear()

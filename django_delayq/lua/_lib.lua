@@ -1,44 +1,47 @@
--- _lib.lua: helpers prepended to every script by scripts.py (not a script itself); a script
--- carries only the helpers it names.
+-- _lib.lua: helpers prepended to the scripts by scripts.py (not a script itself). A script
+-- carries only the helpers it names, and receives only the keys its header declares
+-- ("-- KEYS: pending jobs ..."): scripts.py turns that line into locals with these names.
 --
--- Every script receives the same KEYS, all in one queue's hash-tag slot:
---   KEYS[1]  pending  sorted set  job id -> due_at (epoch seconds)
---   KEYS[2]  running  sorted set  job id -> lease_until for a job a runner has started;
---                                 lease_until - RESERVED (a negative score) for a job a worker
---                                 claimed but has not started yet (prefetched). A runner marks
---                                 the start with a plain ZADD XX GT of the started score.
---   KEYS[3]  dead     sorted set  job id -> died_at
---   KEYS[4]  jobs     hash        job id -> record: header "\n" body (job.py); scripts read only
---                                 the header: <max_retries><flags>[=<key length>:<key>]
---   KEYS[5]  state    hash        job id -> "<n>|<token>": attempts counted so far, and the lease
---                                 token of the current or last attempt (absent until claimed)
---   KEYS[6]  keys     hash        unique key -> job id (of at most one pending job)
---   KEYS[7]  wake     list        tokens that wake a sleeping worker (at most 8 kept)
---   KEYS[8]  stats    hash        "d:<minute % 60>" / "f:<minute % 60>" -> "<minute>:<count>"
---   KEYS[9]  errors   hash        job id -> errors, each framed "<byte length>\n<JSON object>"
---   KEYS[10] done     sorted set  job id -> time it finished or was cancelled, kept DONE_TTL
---                                 seconds for jobs whose header has flag 'i', so a schedule
---                                 re-sent after a lost reply does not store a finished job again
---   KEYS[11] claims   hash        worker instance -> "<token>\n<id> <id> ..." (its last claim) and
---                                 "<instance>/r" -> "<token>\n<id>:<outcome> ..." (its last
---                                 recovery), so a call re-sent with the same token answers the same
--- Scripts touch no other key and check the types of the keys they write before the first
--- write, so an error never leaves a job half moved. Times are Redis's TIME unless a test
--- passes "now". Record flags: 'i' keep a tombstone when finished, 'k' has keyword arguments.
-local P, R, D, J, S, U, W, T, E, F, C =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
-local RESERVED = 10000000000
-local DONE_TTL = 120
+-- The keys of a queue, all in its hash-tag slot:
+--   P pending  sorted set  job id -> due_at
+--   R running  sorted set  job id -> lease_until for a job a runner has started;
+--                          lease_until - RESERVED (negative) for a job a worker claimed but has
+--                          not started yet (prefetched). A runner marks the start with a plain
+--                          ZADD XX GT of the started score (store.mark_op).
+--   D dead     sorted set  job id -> died_at
+--   J jobs     hash        job id -> record: header "\n" body (job.py); scripts read only the
+--                          header: <max_retries><flags>[=<key length>:<key>]
+--   S state    hash        job id -> "<n>|<token>" while an attempt holds a lease (the job is in
+--                          running), "<n>|~<token>" once it is settled (failed or handed back:
+--                          the last attempt's token, so a re-sent call answers the same), "<n>|"
+--                          after a recovery or requeue; n counts the attempts made so far
+--                          (absent until the job is first claimed)
+--   U keys     hash        unique key -> job id (of at most one pending job)
+--   W wake     list        tokens that wake a sleeping worker (at most 8 kept)
+--   T stats    hash        "d:<minute % 60>" / "f:<minute % 60>" -> "<minute>:<count>"
+--   E errors   hash        job id -> errors, each framed "<byte length>\n<JSON object>"
+--   F done     sorted set  job id -> time it finished or was cancelled, kept DONE_TTL for jobs
+--                          whose header has flag 'i', so a schedule re-sent after a lost reply
+--                          does not store a finished job again
+--   C claims   hash        worker instance -> "<token>\n<id> <id> ..." (its last claim) and
+--                          "<instance>/r" -> "<token>\n<id> <outcome> ..." (its last recovery),
+--                          so a call re-sent with the same token answers the same
+-- Times (scores, ARGV, replies) are integer epoch milliseconds: small sorted sets keep integer
+-- scores as integers, where a decimal score would be parsed on every comparison. "now" is
+-- Redis's TIME unless a test passes one. Scripts touch no other key and check the types of
+-- the keys they write before their first write, so an error never leaves a job half moved.
+-- Record flags: 'i' keep a tombstone when finished, 'k' has keyword arguments.
+local RESERVED = 10000000000000
+local DONE_TTL = 120000
 
 local function clock(arg)
   if arg and arg ~= '' then return tonumber(arg) end
   local t = redis.call('TIME')
-  return tonumber(t[1]) + tonumber(t[2]) / 1000000
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
-local function fmt(x) return string.format('%.6f', x) end
--- Full precision, for score ranges: fmt() could round below a stored score.
-local function exact(x) return string.format('%.17g', x) end
+-- An integer as redis.call gets it (a Lua number would be written with %.14g: slower).
+local function int(n) return string.format('%d', n) end
 
 -- Fail with WRONGTYPE before any write when a key holds the wrong type: O(1) reads.
 local function zsets(...) for _, k in ipairs({...}) do redis.call('ZCARD', k) end end
@@ -46,7 +49,7 @@ local function hashes(...) for _, k in ipairs({...}) do redis.call('HLEN', k) en
 local function lists(...) for _, k in ipairs({...}) do redis.call('LLEN', k) end end
 
 -- redis.call(cmd, key, <items>...) in chunks Lua's unpack can take (it stops near 8,000
--- values); the replies of the chunks, concatenated (for HMGET, ZMSCORE).
+-- values); the replies of the chunks, concatenated (for HMGET).
 local function batched(cmd, key, items)
   local out = {}
   for first = 1, #items, 1000 do
@@ -60,12 +63,6 @@ end
 
 local function wake()
   if redis.call('RPUSH', W, '1') > 8 then redis.call('LTRIM', W, -8, -1) end
-end
-
--- Wake a worker when `id` is now the earliest pending job (its sleep may be too long).
-local function wake_if_head(id)
-  local head = redis.call('ZRANGE', P, 0, 0)
-  if head[1] == id then wake() end
 end
 
 -- The header of a record: max_retries (number), flags (string), unique key (string, '' for
@@ -85,25 +82,28 @@ end
 
 local function has(flags, flag) return string.find(flags, flag, 1, true) ~= nil end
 
--- "<n>|<token>" -> n (0 when absent or garbage), token (nil when none).
+-- The state "<n>|<token>" -> n (0 when absent or garbage), token (nil when none), whether it
+-- holds a lease (a token without the '~' of a settled attempt).
 local function parse_state(raw)
-  if not raw then return 0, nil end
-  local n, token = string.match(raw, '^(%d+)|(.*)$')
-  if not n then return 0, nil end
-  return tonumber(n), token
+  if not raw then return 0, nil, false end
+  local n, settled, token = string.match(raw, '^(%d+)|(~?)(.*)$')
+  if not n then return 0, nil, false end
+  if token == '' then token = nil end
+  return tonumber(n), token, settled == '' and token ~= nil
 end
 
 local function state_of(id) return parse_state(redis.call('HGET', S, id)) end
 
-local function set_state(id, n, token) redis.call('HSET', S, id, n .. '|' .. (token or '')) end
+-- The state of a settled attempt (`token` kept behind '~'), or with no token (nil).
+local function set_state(id, n, token)
+  redis.call('HSET', S, id, int(n) .. (token and ('|~' .. token) or '|'))
+end
 
--- Attempts counted and the running score of `id` if it runs under lease `token`, else nil.
+-- Attempts counted if `id` runs under lease `token` (one HGET: the state says it), else nil.
 local function owned(id, token)
-  local score = redis.call('ZSCORE', R, id)
-  if not score then return nil end
-  local n, t = state_of(id)
-  if t ~= token then return nil end
-  return n, tonumber(score)
+  local n, t, running = state_of(id)
+  if running and t == token then return n end
+  return nil
 end
 
 local function release_key(ukey, id)
@@ -122,9 +122,14 @@ local function take_key(ukey, id)
   return true
 end
 
+-- An error as a JSON object (its "at" in epoch seconds, like the worker's).
+local function error_json(kind, message, now, attempt)
+  return cjson.encode({type = 'django_delayq.exceptions.' .. kind, message = message,
+    at = now / 1000, attempt = attempt})
+end
+
 local function superseded(ukey, now)
-  return cjson.encode({type = 'django_delayq.exceptions.Superseded', at = now,
-    message = 'not retried: another pending job holds its unique key ' .. ukey})
+  return error_json('Superseded', 'not retried: another pending job holds its unique key ' .. ukey, now)
 end
 
 -- Append one error (JSON text) to the job's framed list, keeping the last `max_kept`.
@@ -146,31 +151,31 @@ end
 
 local function bump(kind, count, now)
   if count <= 0 then return end
-  local minute = math.floor(now / 60)
-  local slot = kind .. ':' .. (minute % 60)
+  local minute = math.floor(now / 60000)
+  local slot = kind .. ':' .. int(minute % 60)
   local cur = redis.call('HGET', T, slot)
   local total = count
   if cur then
     local m, c = string.match(cur, '^(%d+):(%d+)$')
     if tonumber(m) == minute then total = tonumber(c) + count end
   end
-  redis.call('HSET', T, slot, string.format('%d:%d', minute, total))
+  redis.call('HSET', T, slot, int(minute) .. ':' .. int(total))
 end
 
 local function forget(id) redis.call('HDEL', J, id) redis.call('HDEL', S, id) redis.call('HDEL', E, id) end
 
--- Remember for DONE_TTL seconds that `id` finished (flag 'i'), and drop older tombstones.
+-- Remember for DONE_TTL that `ids` finished (flag 'i'), and drop older tombstones.
 local function tombstone(ids, now)
   if #ids == 0 then return end
-  local args = {}
-  for _, id in ipairs(ids) do table.insert(args, now) table.insert(args, id) end
+  local args, at = {}, int(now)
+  for _, id in ipairs(ids) do table.insert(args, at) table.insert(args, id) end
   batched('ZADD', F, args)
-  redis.call('ZREMRANGEBYSCORE', F, '-inf', '(' .. exact(now - DONE_TTL))
+  redis.call('ZREMRANGEBYSCORE', F, '-inf', '(' .. int(now - DONE_TTL))
 end
 
 -- Bounded trim of the dead set: by age, then by count, at most 100 of each per call.
 local function trim_dead(now, max_age, max_count)
-  local old = redis.call('ZRANGEBYSCORE', D, '-inf', '(' .. exact(now - max_age), 'LIMIT', 0, 100)
+  local old = redis.call('ZRANGEBYSCORE', D, '-inf', '(' .. int(now - max_age), 'LIMIT', 0, 100)
   for _, id in ipairs(old) do redis.call('ZREM', D, id) forget(id) end
   local excess = redis.call('ZCARD', D) - max_count
   if excess > 0 then
@@ -186,20 +191,27 @@ end
 -- Appends one flag per triple to `out`: 1 acknowledged; 0 gone (already acknowledged,
 -- e.g. by this very call sent before, or cancelled); -1 held by another lease or no longer
 -- running (recovered, claimed again): nothing changed. Counts the acknowledged ones.
+-- Checks the types of the keys it writes unread before its first write.
 local function ack_from(first, now, out)
-  local ids, triples = {}, {}
-  for i = first, #ARGV, 3 do
-    table.insert(ids, ARGV[i])
-    table.insert(triples, i)
-  end
+  local ids = {}
+  for i = first, #ARGV, 3 do table.insert(ids, ARGV[i]) end
   if #ids == 0 then return end
   local states = batched('HMGET', S, ids)
-  local scores = batched('ZMSCORE', R, ids)
+  zsets(R) hashes(J, E, T)
+  local keyed, flagged = false, false
+  for i = first, #ARGV, 3 do
+    local info = ARGV[i + 2]
+    keyed = keyed or string.find(info, '=', 1, true) ~= nil
+    flagged = flagged or has(string.match(info, '^[^=]*'), 'i')
+  end
+  if keyed then hashes(U) end
+  if flagged then zsets(F) end
   local done, finished = {}, {}
-  for j, i in ipairs(triples) do
-    local id, token, info = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-    local _, t = parse_state(states[j])
-    if t == token and scores[j] then
+  for j, id in ipairs(ids) do
+    local i = first + (j - 1) * 3
+    local token, info = ARGV[i + 1], ARGV[i + 2]
+    local _, t, running = parse_state(states[j])
+    if running and t == token then
       local eq = string.find(info, '=', 1, true)
       local flags = eq and string.sub(info, 1, eq - 1) or info
       release_key(eq and string.sub(info, eq + 1) or '', id)

@@ -1,14 +1,13 @@
 -- ack.lua: a batch of jobs finished successfully: delete them.
--- KEYS: the queue's eleven keys (see _lib.lua).
--- ARGV[1] now (epoch seconds) or '' for Redis TIME (for the throughput counter and tombstones)
+-- KEYS: running jobs state keys stats errors done
+-- ARGV[1] now (epoch milliseconds) or '' for Redis TIME (for the stats and tombstones)
 -- ARGV[2..] triples: job id, lease token, info (the record's flags, then '=' and the unique key
 --           if it has one: 'i', 'i=order:42', '=order:42' or '')
 -- Returns one integer per job: 1 acknowledged; 0 gone (nothing to do: already acknowledged,
 -- e.g. by this very call sent before, or cancelled); -1 no longer running under that token
 -- (recovered, claimed again, or dead): nothing changed. Idempotent.
 -- A finished job's unique key is released if it still names the job; a job with flag 'i'
--- leaves a tombstone in `done` for DONE_TTL seconds (see schedule.lua).
-zsets(R, F) hashes(T, E, U)
+-- leaves a tombstone in `done` for DONE_TTL (see schedule.lua).
 local out = {}
 ack_from(2, clock(ARGV[1]), out)
 return out

@@ -1,8 +1,8 @@
 -- cancel.lua: delete a pending job, found by id or by unique key.
--- KEYS: the queue's eleven keys (see _lib.lua).
+-- KEYS: pending jobs state keys errors done
 -- ARGV[1] job id, or '' to look it up by ARGV[2]
 -- ARGV[2] unique key, or ''
--- ARGV[3] now (epoch seconds) or '' for Redis TIME (for the tombstone)
+-- ARGV[3] now (epoch milliseconds) or '' for Redis TIME (for the tombstone)
 -- Returns {id, record} when a pending job was deleted, {} otherwise (unknown, running or dead).
 -- Reads only the record's header (its unique key and flags), whatever the record's size; a
 -- job with flag 'i' leaves a tombstone in `done` (see schedule.lua).

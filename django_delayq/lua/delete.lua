@@ -1,6 +1,6 @@
 -- delete.lua: delete dead-letter jobs for good.
--- KEYS: the queue's eleven keys (see _lib.lua).
--- ARGV[1] now (epoch seconds) or '' for Redis TIME (for tombstones)
+-- KEYS: dead jobs state errors done
+-- ARGV[1] now (epoch milliseconds) or '' for Redis TIME (for tombstones)
 -- ARGV[2..] job ids
 -- Returns one integer per id: 1 deleted, 0 not dead (gone or requeued meanwhile).
 -- A job with flag 'i' leaves a tombstone in `done` (see schedule.lua).

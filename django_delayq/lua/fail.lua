@@ -1,12 +1,12 @@
 -- fail.lua: an attempt failed: retry later, or dead-letter when attempts are used up.
--- KEYS: the queue's eleven keys (see _lib.lua).
--- ARGV[1] now (epoch seconds) or '' for Redis TIME
+-- KEYS: pending running dead jobs state keys wake stats errors
+-- ARGV[1] now (epoch milliseconds) or '' for Redis TIME
 -- ARGV[2] job id
 -- ARGV[3] lease token
 -- ARGV[4] error (JSON object: type, message, traceback, attempt, at, worker)
--- ARGV[5] retry delay in seconds (number); negative: never retry (dead-letter now)
+-- ARGV[5] retry delay (integer milliseconds); negative: never retry (dead-letter now)
 -- ARGV[6] max_retries for a record without a header (written by 0.1); the header's wins
--- ARGV[7] dead max age (seconds): older dead jobs are trimmed
+-- ARGV[7] dead max age (integer milliseconds): older dead jobs are trimmed
 -- ARGV[8] dead max count (integer): the oldest beyond it are trimmed
 -- ARGV[9] errors kept per job (integer >= 1)
 -- Returns {'retry', due_at} | {'dead', died_at} | {'lost', ''} (not running under that token:
@@ -20,12 +20,12 @@ local now = clock(ARGV[1])
 zsets(P, R, D) hashes(J, S, U, T, E) lists(W)
 local n = owned(id, token)
 if not n then
-  local _, t = state_of(id)
-  if t == token then
+  local _, t, running = state_of(id)
+  if t == token and not running then
     local due = redis.call('ZSCORE', P, id)
-    if due then return {'retry', fmt(tonumber(due))} end
+    if due then return {'retry', tonumber(due)} end
     local died = redis.call('ZSCORE', D, id)
-    if died then return {'dead', fmt(tonumber(died))} end
+    if died then return {'dead', tonumber(died)} end
   end
   return {'lost', ''}
 end
@@ -43,11 +43,12 @@ if retry and not take_key(ukey, id) then
 end
 if retry then
   local due = now + delay
-  redis.call('ZADD', P, due, id)
-  wake_if_head(id)
-  return {'retry', fmt(due)}
+  local earliest = #redis.call('ZRANGEBYSCORE', P, '-inf', '(' .. int(due), 'LIMIT', 0, 1) == 0
+  redis.call('ZADD', P, int(due), id)
+  if earliest then wake() end
+  return {'retry', due}
 end
 release_key(ukey, id)
-redis.call('ZADD', D, now, id)
+redis.call('ZADD', D, int(now), id)
 trim_dead(now, tonumber(ARGV[7]), tonumber(ARGV[8]))
-return {'dead', fmt(now)}
+return {'dead', now}

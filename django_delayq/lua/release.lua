@@ -1,7 +1,7 @@
 -- release.lua: a stopping worker hands back jobs it will not finish: running -> pending,
 -- due now, and the attempt is not counted (the job did not fail).
--- KEYS: the queue's eleven keys (see _lib.lua).
--- ARGV[1] now (epoch seconds) or '' for Redis TIME
+-- KEYS: pending running dead jobs state keys wake errors claims
+-- ARGV[1] now (epoch milliseconds) or '' for Redis TIME
 -- ARGV[2] worker instance whose `claims` entries to drop (it stops), or ''
 -- ARGV[3..] pairs: job id, lease token
 -- Returns one integer per job: 1 back in pending; 2 dead-lettered instead, with a 'Superseded'
@@ -15,20 +15,21 @@ for i = 3, #ARGV, 2 do
   local n = owned(id, token)
   if n then
     redis.call('ZREM', R, id)
+    set_state(id, n, token)  -- settled: the token stays, so a re-sent release answers the same
     local _, _, ukey = header(redis.call('HGET', J, id))
     if take_key(ukey, id) then
-      redis.call('ZADD', P, now, id)
+      redis.call('ZADD', P, int(now), id)
       table.insert(out, 1)
     else
       push_error(id, superseded(ukey, now), 10)
-      redis.call('ZADD', D, now, id)
+      redis.call('ZADD', D, int(now), id)
       table.insert(out, 2)
     end
   else
-    local _, t = state_of(id)
-    if t == token and redis.call('ZSCORE', P, id) then
+    local _, t, running = state_of(id)
+    if t == token and not running and redis.call('ZSCORE', P, id) then
       table.insert(out, 1)
-    elseif t == token and redis.call('ZSCORE', D, id) then
+    elseif t == token and not running and redis.call('ZSCORE', D, id) then
       table.insert(out, 2)
     else
       table.insert(out, 0)

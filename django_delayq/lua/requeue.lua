@@ -1,6 +1,6 @@
 -- requeue.lua: dead-letter -> pending, due now, with attempts reset to 0 (errors are kept).
--- KEYS: the queue's eleven keys (see _lib.lua).
--- ARGV[1] now (epoch seconds) or '' for Redis TIME
+-- KEYS: pending dead jobs state keys wake
+-- ARGV[1] now (epoch milliseconds) or '' for Redis TIME
 -- ARGV[2..] job ids
 -- Returns one integer per id: 1 requeued; 0 not dead (gone, or requeued meanwhile); 2 kept
 -- dead because another pending job holds its unique key (a key names at most one pending
@@ -21,8 +21,8 @@ for i = 2, #ARGV do
       table.insert(out, 2)
     else
       redis.call('ZREM', D, id)
-      set_state(id, 0, '')
-      redis.call('ZADD', P, now, id)
+      set_state(id, 0, nil)
+      redis.call('ZADD', P, int(now), id)
       moved = moved + 1
       table.insert(out, 1)
     end

@@ -1,6 +1,6 @@
 -- run_now.lua: make pending jobs due now (jobs already due keep their place).
--- KEYS: the queue's eleven keys (see _lib.lua).
--- ARGV[1] now (epoch seconds) or '' for Redis TIME
+-- KEYS: pending wake
+-- ARGV[1] now (epoch milliseconds) or '' for Redis TIME
 -- ARGV[2..] job ids
 -- Returns one integer per id: 1 pending (now due), 0 not pending (gone, running or dead).
 -- Idempotent.
@@ -10,7 +10,7 @@ local out, found = {}, 0
 for i = 2, #ARGV do
   local score = redis.call('ZSCORE', P, ARGV[i])
   if score then
-    if tonumber(score) > now then redis.call('ZADD', P, 'XX', now, ARGV[i]) end
+    if tonumber(score) > now then redis.call('ZADD', P, 'XX', int(now), ARGV[i]) end
     found = found + 1
     table.insert(out, 1)
   else

@@ -1,23 +1,22 @@
 -- schedule_many.lua: store a batch of new jobs without unique keys as pending, in one call
 -- (schedule_many() sends jobs with a unique key through schedule.lua).
--- KEYS: the queue's eleven keys (see _lib.lua).
--- ARGV[1] now (epoch seconds) or '' for Redis TIME
+-- KEYS: pending jobs wake done
+-- ARGV[1] now (epoch milliseconds) or '' for Redis TIME
 -- ARGV[2] '1' when this call is sent again because the reply to an earlier one was lost
--- ARGV[3..] quadruples: job id (string, ULID), job record (bytes), 'delay' or 'at',
---           number (seconds from now for 'delay', epoch seconds for 'at'; as schedule.lua)
--- Returns {now, i1, due_at1, i2, due_at2, ...}: `now` is formatted as '%.6f' and the script
--- computes with exactly that value, so every job not listed was created with
--- due_at = now + max(delay, 0) or max(at, now) (the caller computes it, saving the reply).
--- Listed are the jobs (1-based index in the batch) that this call did not create because an
--- earlier send of it did: due_at is the stored job's, or '' when it already finished (a
--- tombstone in `done`, checked only when ARGV[2] is '1'). One wake token is pushed when the
--- earliest pending job is from the batch.
+-- ARGV[3..] quadruples: job id (string, ULID), job record (bytes), 'delay' or 'at', integer
+--           (milliseconds from now for 'delay', an epoch in milliseconds for 'at')
+-- Returns {now, i1, due_at1, i2, due_at2, ...} (epoch milliseconds): every job not listed was
+-- created with due_at = now + max(delay, 0) or max(at, now) (the caller computes it, saving
+-- the reply). Listed are the jobs (1-based index in the batch) that this call did not create
+-- because an earlier send of it did: due_at is the stored job's, or '' when it already
+-- finished (a tombstone in `done`, checked only when ARGV[2] is '1'). One wake token is
+-- pushed when the earliest pending job is from the batch.
 -- Errors (before anything is written): 'DELAYQ_DUPLICATE_ID' if an id is taken by another
--- record (never happens with ULIDs); 'DELAYQ_BAD_DUE' for a due time that is not a finite
--- epoch before year 2286.
-local now = tonumber(fmt(clock(ARGV[1])))
+-- record (never happens with ULIDs); 'DELAYQ_BAD_DUE' for a due time that is not an epoch
+-- before year 2286.
+local now = clock(ARGV[1])
 local resend = ARGV[2] == '1'
-local out, mine, plan = {fmt(now)}, {}, {}
+local out, plan, earliest = {now}, {}, nil
 zsets(P) lists(W)
 for i = 3, #ARGV, 4 do
   local id, record, value = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 3])
@@ -28,7 +27,7 @@ for i = 3, #ARGV, 4 do
   local index = (i + 1) / 4
   if stored == record then  -- this very job, sent again
     table.insert(out, index)
-    table.insert(out, fmt(tonumber(redis.call('ZSCORE', P, id)) or due))
+    table.insert(out, tonumber(redis.call('ZSCORE', P, id)) or due)
   elseif stored then
     return redis.error_reply('DELAYQ_DUPLICATE_ID ' .. id)
   elseif resend and redis.call('ZSCORE', F, id) then
@@ -36,18 +35,18 @@ for i = 3, #ARGV, 4 do
     table.insert(out, '')
   else
     table.insert(plan, {id, record, due})
+    if not earliest or due < earliest then earliest = due end
   end
 end
 if #plan > 0 then
+  local wakes = #redis.call('ZRANGEBYSCORE', P, '-inf', '(' .. int(earliest), 'LIMIT', 0, 1) == 0
   local fields, scores = {}, {}
   for _, job in ipairs(plan) do
     table.insert(fields, job[1]) table.insert(fields, job[2])
-    table.insert(scores, job[3]) table.insert(scores, job[1])
-    mine[job[1]] = true
+    table.insert(scores, int(job[3])) table.insert(scores, job[1])
   end
   batched('HSET', J, fields)
   batched('ZADD', P, scores)
+  if wakes then wake() end
 end
-local head = redis.call('ZRANGE', P, 0, 0)
-if head[1] and mine[head[1]] then wake() end
 return out

@@ -381,7 +381,9 @@ class StoreMachine(RuleBasedStateMachine):
     def store_matches_model_and_invariants(self) -> None:
         client, key = self.store.client, self.store.key
         sets = {
-            status: {_text(m): s for m, s in client.zrange(key(Q, status), 0, -1, withscores=True)}
+            status: {
+                _text(m): s / 1000 for m, s in client.zrange(key(Q, status), 0, -1, withscores=True)
+            }  # scores are milliseconds
             for status in ("pending", "running", "dead")
         }
         records = {_text(k): v for k, v in client.hgetall(key(Q, "jobs")).items()}

@@ -116,7 +116,7 @@ def expire_a_lease(store: Store, tag: str) -> str:
     store.call(store.mark_op(Q, job.id, claim.now + 0.2))  # its runner had started it
     running = queue_key(store.prefix, Q, "running")
     wait_until(
-        lambda: store.server_time() > (store.client.zscore(running, job.id) or 0),
+        lambda: store.server_time() * 1000 > (store.client.zscore(running, job.id) or 0),
         10,
         "the lease to expire",
     )

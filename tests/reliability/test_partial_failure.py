@@ -127,10 +127,7 @@ def test_recovery_backlog_does_not_starve_a_live_workers_heartbeats(
         schedule_many(mark, [(f"{tag}:backlog", str(i)) for i in range(backlog)], max_retries=0)
         claim = store.claim("default", backlog, lease=0.5, token="lost~0#1", instance="lost~0")
         assert len(claim.jobs) == backlog
-        started = store.client.pipeline(transaction=False)
-        for claimed in claim.jobs:
-            started.zadd(store.key("default", "running"), {claimed.id: claim.now + 0.5}, xx=True)
-        started.execute()
+        store.run([store.mark_op("default", c.id, claim.now + 0.5) for c in claim.jobs], 10)
         claimed_at = time.monotonic()
         peer = workers.start(env, "-v", "0", name="peer")
         running = store.key("default", "running")
