@@ -141,14 +141,13 @@ class Executor:
                 )
             job = self.job(attempt)
             task = find_task(job.task)
-            log = logger.isEnabledFor(logging.INFO)
             started = time.perf_counter()
             try:
                 if task is None:
                     get_task(job.task)  # raises TaskNotFound with the explanation
                 signals.send(signals.job_started, task, job=job)
-                if log:
-                    logger.info("job %s %s started (attempt %d)", job.id, job.task, job.attempts)
+                if logger.isEnabledFor(logging.DEBUG):  # -v 2: one line more per job
+                    logger.debug("job %s %s started (attempt %d)", job.id, job.task, job.attempts)
                 running = _current_job.set(job)
                 try:
                     if task.is_async:
@@ -160,8 +159,14 @@ class Executor:
             except BaseException as exc:
                 return self._failed(attempt, job, task, exc, time.perf_counter() - started)
             duration = time.perf_counter() - started
-            if log:
-                logger.info("job %s %s succeeded in %.1f ms", job.id, job.task, duration * 1000)
+            if logger.isEnabledFor(logging.INFO):  # -v 1, the default: one line per attempt
+                logger.info(
+                    "job %s %s succeeded in %.1f ms (attempt %d)",
+                    job.id,
+                    job.task,
+                    duration * 1000,
+                    job.attempts,
+                )
             signals.send(signals.job_succeeded, task, job=job, result=result, duration=duration)
             return Outcome(attempt, ok=True, job=job)
         except BaseException as exc:  # never lose a runner or a job to a bug here

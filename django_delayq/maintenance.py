@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import signals
 from .exceptions import DelayQError, LeaseLost
+from .execution import FINISHED
 from .job import DEAD, PENDING, decode_fields, make_job, worker_of
 from .registry import sender
 from .store import RECOVER_LIMIT, Recovered, Store
@@ -104,7 +105,9 @@ class Heartbeat:
         for queue, leases in by_queue(attempts).items():
             flags = self.store.extend(queue, leases, self.lease, now=self.now())
             for attempt, ok in zip((a for a in attempts if a.queue == queue), flags, strict=True):
-                if not ok and not attempt.lease_lost:
+                # A finished attempt's ack may have landed since the snapshot: its lease is gone
+                # for a good reason, and a lost one is reported when its result is settled.
+                if not ok and not attempt.lease_lost and attempt.state != FINISHED:
                     attempt.lease_lost = True
                     logger.warning(
                         "job %s: lease lost while this worker holds it (it ran past the "

@@ -263,9 +263,9 @@ class Store(Reads):
     def call(self, op: Op, budget: float = API_BUDGET) -> Any:
         return self.transport.call(op, budget)
 
-    def marker(self) -> Marker:
-        """A connection for start marks (see mark_op); one per worker."""
-        return Marker(self.transport)
+    def marker(self) -> StartMarks:
+        """Start marks for one worker (a connection of their own; see mark_op)."""
+        return StartMarks(self)
 
     # -- operations (see lua/<name>.lua for each contract) --------------------
 
@@ -431,9 +431,7 @@ class Store(Reads):
         """Mark a claimed job started (its runner is about to run it): a plain ZADD XX GT, so
         it changes only a not-started score of a job still leased, never a later lease."""
         running = self.key(queue, "running")
-        return self.command(
-            b"ZADD", running, b"XX", b"GT", _ms(lease_until), job_id, route=running
-        )
+        return self.command(b"ZADD", running, b"XX", b"GT", _ms(lease_until), job_id, route=running)
 
     def extend(
         self,
@@ -557,3 +555,36 @@ class Store(Reads):
     def give_back_wake(self, queue: str) -> None:
         wake = self.key(queue, "wake")
         self.call(self.command(b"RPUSH", wake, b"1", route=wake), budget=0)
+
+
+class StartMarks:
+    """A runner's start marks (``mark_op``), written with no reply awaited (transport.Marker):
+    a job marked started counts its attempt if its worker dies. Per mark: one preformatted
+    write, no Op built (a runner pays this before every job)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.marker = Marker(store.transport)
+        self._heads: dict[str, tuple[bytes, bytes]] = {}  # queue -> (route, packed prefix)
+
+    def mark(self, queue: str, job_id: str, lease_until: float) -> bool:
+        head = self._heads.get(queue)
+        if head is None:
+            running = self.store.key(queue, "running").encode()
+            prefix = b"*7\r\n$4\r\nZADD\r\n$%d\r\n%s\r\n$2\r\nXX\r\n$2\r\nGT\r\n" % (
+                len(running),
+                running,
+            )
+            head = self._heads[queue] = (running, prefix)
+        score, member = b"%d" % _ms(lease_until), job_id.encode()
+        data = b"%s$%d\r\n%s\r\n$%d\r\n%s\r\n" % (
+            head[1],
+            len(score),
+            score,
+            len(member),
+            member,
+        )
+        return self.marker.write(head[0], data)
+
+    def close(self) -> None:
+        self.marker.close()

@@ -356,26 +356,25 @@ class Marker:
     even if the job then kills the process (os._exit, a segfault): bytes written to a socket
     are delivered when the kernel closes it, and with no replies coming back nothing unread
     makes it reset the connection instead. Nothing waits for Redis, so a mark costs one
-    write. Clients whose connections are not sockets (fakeredis) send marks synchronously.
+    write. Clients whose connections are not sockets (fakeredis) are written synchronously.
     """
 
     def __init__(self, transport: Transport) -> None:
         self.transport = transport
         self._conns: dict[Any, Any] = {}
+        self._fake: dict[Any, bool] = {}
         self._lock = threading.Lock()
 
-    def send(self, op: Op) -> bool:
-        """Write ``op``; False if it could not be written (the caller goes on regardless)."""
-        pool = self.transport.pool(op.route)
-        if "fakeredis" in type(pool).__module__ or "fakeredis" in str(
-            getattr(pool, "connection_class", "")
-        ):
-            try:
-                self.transport.call(op, budget=0.5)
-            except DelayQError:
-                return False
-            return True
-        data = pack(op.args)
+    def write(self, route: bytes, data: bytes) -> bool:
+        """Write one packed command to the node of ``route``; False if it could not be
+        written (the caller goes on regardless)."""
+        pool = self.transport.pool(route)
+        fake = self._fake.get(pool)
+        if fake is None:
+            kinds = f"{type(pool).__module__} {getattr(pool, 'connection_class', '')}"
+            fake = self._fake[pool] = "fakeredis" in kinds
+        if fake:
+            return self._write_and_read(pool, data)
         with self._lock:
             for _ in range(2):
                 conn = self._conns.get(pool)
@@ -393,6 +392,22 @@ class Marker:
                         conn.disconnect()
                     self._conns.pop(pool, None)
         return False
+
+    @staticmethod
+    def _write_and_read(pool: Any, data: bytes) -> bool:
+        try:
+            conn = pool.get_connection()
+        except redis.exceptions.RedisError:
+            return False
+        try:
+            conn.send_packed_command([data])
+            conn.read_response()
+            return True
+        except (*BROKEN, redis.exceptions.RedisError):
+            conn.disconnect()
+            return False
+        finally:
+            pool.release(conn)
 
     def close(self) -> None:
         with self._lock:

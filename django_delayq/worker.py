@@ -582,7 +582,7 @@ class Worker:
     def _mark_started(self, attempt: Attempt) -> None:
         """Tell Redis the attempt starts (it counts from now on) before running it."""
         lease_until = time.time() + self._clock_offset + self.lease
-        if not self.marker.send(self.store.mark_op(attempt.queue, attempt.id, lease_until)):
+        if not self.marker.mark(attempt.queue, attempt.id, lease_until):
             logger.debug("job %s: start mark not written", attempt.id)
 
     # -- the waker's view of the runners --------------------------------------------

@@ -64,11 +64,17 @@ def test_burst_command_in_process_honours_verbosity(real_store, tag, caplog):
     t.record.schedule(tag, "one")
     call_command("delayq_worker", "--burst", verbosity=1)
     assert runs(real_store.client, tag) == ["one"]
+    # -v 1 (the default): one line per attempt, when it ends
     assert "tests.testapp.tasks.record succeeded" in caplog.text
+    assert "(attempt 1)" in caplog.text and "record started" not in caplog.text
     caplog.clear()
     t.record.schedule(tag, "two")
+    call_command("delayq_worker", "--burst", verbosity=2)  # and a line when it starts
+    assert "tests.testapp.tasks.record started (attempt 1)" in caplog.text
+    caplog.clear()
+    t.record.schedule(tag, "three")
     call_command("delayq_worker", "--burst", verbosity=0)
-    assert runs(real_store.client, tag) == ["one", "two"]
+    assert runs(real_store.client, tag) == ["one", "two", "three"]
     assert "succeeded" not in caplog.text
 
 
