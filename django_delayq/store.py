@@ -571,7 +571,7 @@ class StartMarks:
         head = self._heads.get(queue)
         if head is None:
             running = self.store.key(queue, "running").encode()
-            prefix = b"*7\r\n$4\r\nZADD\r\n$%d\r\n%s\r\n$2\r\nXX\r\n$2\r\nGT\r\n" % (
+            prefix = b"*6\r\n$4\r\nZADD\r\n$%d\r\n%s\r\n$2\r\nXX\r\n$2\r\nGT\r\n" % (
                 len(running),
                 running,
             )

@@ -387,3 +387,21 @@ def test_workers_sharing_a_name_never_share_a_lease_token(fake_store):
     first, second = Worker(["default"], name="web-1"), Worker(["default"], name="web-1")
     assert first.instance != second.instance
     assert first.instance.startswith("web-1~")
+
+
+def test_a_runner_marks_its_job_started_before_running_it(store):
+    """The lease of a running job has the started score (>= 0), written by the worker's
+    start mark, so a job that kills its worker is charged its attempt (and one that never
+    started is not)."""
+    seen = []
+
+    @task(name="tests.looks_at_its_lease")
+    def looks_at_its_lease():
+        seen.append(store.client.zscore(store.key("default", "running"), current_job().id))
+
+    from django_delayq.worker import current_job
+
+    looks_at_its_lease.schedule()
+    looks_at_its_lease.schedule()
+    run_burst()
+    assert len(seen) == 2 and all(score is not None and score >= 0 for score in seen), seen
