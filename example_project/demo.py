@@ -329,7 +329,7 @@ def stop_children(children: dict[str, subprocess.Popen], signals: Signals) -> in
             child.send_signal(signal.SIGTERM)
     worker = children.get("worker")
     if worker is not None and worker.poll() is None:
-        log("waiting for the worker's running jobs to finish (Ctrl-C again: stop them now)")
+        log("waiting for the worker to stop: it lets running jobs finish (Ctrl-C again: now)")
     deadline = time.monotonic() + 45
     while any(child.poll() is None for child in children.values()):
         if signals.count > seen:
