@@ -59,7 +59,7 @@ def main(wheel: str) -> int:
             f"{PACKAGE}/locale/{language}/LC_MESSAGES/django.mo"
         )
     problems = [
-        f"no {kind} ({pattern})"
+        f"missing {kind}: nothing matches {pattern}"
         for kind, pattern in kinds.items()
         if not fnmatch.filter(names, pattern)
     ]
@@ -69,7 +69,11 @@ def main(wheel: str) -> int:
         print(f"check_wheel: {wheel} lacks files of the package:", file=sys.stderr)
         for problem in problems:
             print(f"  {problem}", file=sys.stderr)
-        print("Add them to [tool.setuptools.package-data] in pyproject.toml.", file=sys.stderr)
+        print(
+            "List them in [tool.setuptools.package-data] (pyproject.toml); compile a "
+            "translation with `django-admin compilemessages` and commit its .mo.",
+            file=sys.stderr,
+        )
         return 1
     data = [name for name in sources if not name.endswith(".py")]
     print(
