@@ -349,6 +349,11 @@ def stop_children(children: dict[str, subprocess.Popen], signals: Signals) -> in
         child.wait()
     if worker is None:
         return None
+    if worker.returncode == -signal.SIGTERM:
+        # Killed by SIGTERM's default action: its handler, installed before it claims
+        # anything, was not there yet (Ctrl-C right after the start), so no job ran.
+        log("the worker was stopped before it had started; the web server stopped")
+        return 0
     log(f"the worker exited with {worker.returncode}; the web server stopped")
     return worker.returncode
 
