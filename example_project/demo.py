@@ -1,17 +1,32 @@
 """Run the demo shop: web server + worker + a few orders, until Ctrl-C.
 
-    python example_project/demo.py [--port 8000] [--autocancel 30] [--smoke]
+    python example_project/demo.py [--port 8000] [--autocancel 30] [--invoice-seconds 8]
+                                   [--embedded-redis] [--keep-data] [--smoke]
 
-Redis: $REDIS_URL if set (it must answer); else 127.0.0.1:6379 if a Redis answers there;
-else an embedded Redis-protocol server (fakeredis, with Lua) is started inside this
-process, and the output says so loudly. It holds jobs in memory only, for the demo.
---smoke: wait until the demo's unpaid order is auto-cancelled and the paid one is kept,
-then stop everything and exit 0 (1 if that did not happen in time). Used by the tests.
+Redis: with --embedded-redis, an embedded Redis-protocol server (fakeredis, with Lua)
+started inside this process. Else $REDIS_URL if it is set: it must answer, or the demo
+stops at once with an error (it never falls back when you named a Redis). Else the Redis
+on 127.0.0.1:6379 if one answers there; else the embedded server, and the output says so
+loudly. The embedded server holds jobs in memory only, for the demo.
+
+Data: each start deletes the demo's orders (numbering starts again at #1) and the Redis
+keys under its prefix ($DELAYQ_PREFIX, default "delayq-demo"); --keep-data keeps both.
+
+Stopping: the web server and the worker run in process groups of their own, so Ctrl-C
+(or SIGTERM, SIGHUP) reaches this process only, which sends each of them one SIGTERM: the
+worker lets running jobs finish and exits 0. A second Ctrl-C stops the worker at once
+(unfinished jobs go back to pending).
+
+--smoke: wait until the unpaid order is auto-cancelled, the paid one is kept, synced and
+invoiced, and its invoice job was listed under In progress in the admin while it ran;
+then stop everything and exit 0 (1 if any of that did not happen in time, or the worker
+did not stop cleanly). Used by the tests and CI.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import secrets
 import signal
@@ -20,14 +35,42 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 BANNER = "!" * 78
 
 
 def log(message: str) -> None:
-    print(f"demo: {message}", flush=True)
+    with contextlib.suppress(OSError):  # the terminal is gone (SIGHUP): go on stopping
+        print(f"demo: {message}", flush=True)
+
+
+class Stop(Exception):
+    """Ctrl-C, SIGTERM or SIGHUP: stop the demo."""
+
+
+class Signals:
+    """Handler of SIGINT, SIGTERM and SIGHUP: the first one raises Stop in the main thread;
+    later ones are only counted (stop_children turns a second one into a forced stop)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.stopping = False
+
+    def install(self) -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, self.handle)
+
+    def handle(self, signum: int, frame: Any) -> None:
+        self.count += 1
+        if not self.stopping:
+            self.stopping = True
+            name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+            raise Stop(name)
 
 
 def redis_answers(url: str) -> bool:
@@ -68,7 +111,11 @@ def choose_redis(force_embedded: bool = False) -> str:
     url = os.environ.get("REDIS_URL")
     if url:
         if not redis_answers(url):
-            sys.exit(f"demo: REDIS_URL={url} does not answer")
+            sys.exit(
+                f"demo: REDIS_URL={url} does not answer. Start that Redis, or unset REDIS_URL "
+                "(the demo then uses 127.0.0.1:6379 or its embedded server), or pass "
+                "--embedded-redis."
+            )
         log(f"using Redis at {url} (REDIS_URL)")
         return url
     local = "redis://127.0.0.1:6379/0"
@@ -87,9 +134,11 @@ def free_port(preferred: int) -> int:
         return sock.getsockname()[1]
 
 
-def manage(*args: str, env: dict, **kwargs) -> subprocess.Popen:
+def manage(*args: str, env: dict) -> subprocess.Popen:
+    # A process group of its own: the terminal's Ctrl-C goes to the foreground group, so
+    # only this process gets it and the child gets exactly one SIGTERM, from stop_children.
     return subprocess.Popen(
-        [sys.executable, str(HERE / "manage.py"), *args], cwd=HERE, env=env, **kwargs
+        [sys.executable, str(HERE / "manage.py"), *args], cwd=HERE, env=env, process_group=0
     )
 
 
@@ -101,7 +150,48 @@ def setup_django(env: dict) -> None:
     django.setup()
 
 
-def create_admin() -> tuple[str, str]:
+def describe_django_delayq() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    import django_delayq
+
+    try:
+        release = version("django-delayq")
+    except PackageNotFoundError:
+        release = "(not installed)"
+    return f"django-delayq {release} from {Path(django_delayq.__file__).parent}"
+
+
+def reset_demo_data(redis_url: str) -> None:
+    """Delete the demo's orders (restarting their ids at 1) and its Redis keys."""
+    import redis
+    from django.conf import settings
+    from django.core.management.color import no_style
+    from django.db import connection
+    from shop.models import Order
+
+    prefix = settings.DELAYQ["PREFIX"]
+    pattern = "".join("\\" + c if c in "*?[]\\" else c for c in prefix) + ":*"
+    client = redis.Redis.from_url(redis_url)
+    deleted = 0
+    try:
+        keys = list(client.scan_iter(match=pattern, count=1000))
+        for start in range(0, len(keys), 500):
+            deleted += client.delete(*keys[start : start + 500])
+    finally:
+        client.close()
+    orders = Order.objects.count()
+    table = Order._meta.db_table
+    connection.ops.execute_sql_flush(
+        connection.ops.sql_flush(no_style(), [table], reset_sequences=True)
+    )
+    log(
+        f"fresh start: deleted {orders} orders and {deleted} Redis keys under '{prefix}:' "
+        "(--keep-data keeps them)"
+    )
+
+
+def create_admin() -> tuple[Any, str]:
     from django.contrib.auth import get_user_model
 
     password = os.environ.get("DEMO_PASSWORD") or secrets.token_urlsafe(9)
@@ -111,7 +201,20 @@ def create_admin() -> tuple[str, str]:
     user.is_staff = user.is_superuser = True
     user.set_password(password)
     user.save()
-    return "demo", password
+    return user, password
+
+
+def wait_for_web(base: str, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(base + "/", timeout=5):
+                return True
+        except urllib.error.HTTPError:
+            return True  # it answers
+        except OSError:
+            time.sleep(0.2)
+    return False
 
 
 def place_demo_orders(autocancel: float) -> dict:
@@ -120,7 +223,12 @@ def place_demo_orders(autocancel: float) -> dict:
     from django.db import transaction
     from django.utils import timezone
     from shop.models import Order
-    from shop.tasks import cancel_unpaid_order, send_delivery_reminder, sync_to_warehouse
+    from shop.tasks import (
+        cancel_unpaid_order,
+        prepare_invoice,
+        send_delivery_reminder,
+        sync_to_warehouse,
+    )
 
     from django_delayq import cancel
 
@@ -139,39 +247,118 @@ def place_demo_orders(autocancel: float) -> dict:
     paid = place("Coffee beans (paid)")
     Order.objects.filter(pk=paid.pk).update(status=Order.Status.PAID, paid_at=timezone.now())
     cancel(key=paid.autocancel_key)
+    invoice = prepare_invoice.schedule(paid.pk, key=paid.invoice_key)  # slow: In progress
     delivered = place("Grinder (delivered)")
     cancel(key=delivered.autocancel_key)
+    now = timezone.now()
     Order.objects.filter(pk=delivered.pk).update(
-        status=Order.Status.DELIVERED, paid_at=timezone.now(), delivered_at=timezone.now()
+        status=Order.Status.DELIVERED, paid_at=now, delivered_at=now, invoiced_at=now
     )
     send_delivery_reminder.schedule(
         delivered.pk, delay=timedelta(days=7), key=f"order:{delivered.pk}:reminder"
     )
     sync_to_warehouse.schedule(paid.pk)  # fails twice, then succeeds: retries in the admin
     sync_to_warehouse.schedule(unpaid.pk, failures=99, max_retries=2)  # ends in dead-letter
-    return {"unpaid": unpaid.pk, "paid": paid.pk, "delivered": delivered.pk}
+    return {
+        "unpaid": unpaid.pk,
+        "paid": paid.pk,
+        "delivered": delivered.pk,
+        "invoice_job": invoice.id,
+    }
 
 
-def wait_for_outcome(orders: dict, timeout: float) -> bool:
+def in_progress_lists(base: str, user: Any, job_id: str) -> bool:
+    """Whether the admin's In progress page, fetched from the running web server as
+    ``user``, lists ``job_id``."""
+    from django.conf import settings
+    from django.test import Client
+    from django.urls import reverse
+
+    client = Client()
+    client.force_login(user)  # a real session row; its cookie works for the web server
+    cookie = client.cookies[settings.SESSION_COOKIE_NAME].value
+    request = urllib.request.Request(
+        base + reverse("admin:django_delayq_job_running"),
+        headers={"Cookie": f"{settings.SESSION_COOKIE_NAME}={cookie}"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return job_id in response.read().decode()
+    except OSError as exc:
+        log(f"could not read the In progress page: {exc}")
+        return False
+
+
+def wait_for_outcome(orders: dict, base: str, user: Any, timeout: float) -> bool:
     from shop.models import Order
 
+    from django_delayq import get_job
+
+    seen_in_progress = False
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        if not seen_in_progress:
+            job = get_job(orders["invoice_job"])
+            if job is not None and job.status == "running":
+                seen_in_progress = in_progress_lists(base, user, job.id)
+                if seen_in_progress:
+                    log(f"the admin lists invoice job {job.id} under In progress")
         unpaid = Order.objects.get(pk=orders["unpaid"])
         paid = Order.objects.get(pk=orders["paid"])
-        if unpaid.status == Order.Status.CANCELLED and paid.synced_at is not None:
-            ok = paid.status == Order.Status.PAID
+        if unpaid.status == Order.Status.CANCELLED and paid.synced_at and paid.invoiced_at:
             log(
                 f"order #{unpaid.pk} was auto-cancelled; paid order #{paid.pk} is "
-                f"{paid.status} (synced after {paid.sync_attempts} attempts)"
+                f"{paid.status}, synced after {paid.sync_attempts} attempts and invoiced; "
+                f"last job error noted by the shop: {paid.last_job_error or '(none)'}"
             )
-            return ok
+            if not seen_in_progress:
+                log("but its invoice job was never seen under In progress")
+            return paid.status == Order.Status.PAID and seen_in_progress
         time.sleep(0.2)
-    log("timed out waiting for the auto-cancel")
+    log("timed out waiting for the auto-cancel, the warehouse sync and the invoice")
     return False
 
 
-def main() -> int:
+def stop_children(children: dict[str, subprocess.Popen], signals: Signals) -> int | None:
+    """One SIGTERM to each child; a second Ctrl-C repeats it (the worker then stops at
+    once); SIGKILL after 45 s. Returns the worker's exit code (None if never started)."""
+    signals.stopping = True  # from now on, signals are only counted
+    seen = signals.count
+    for child in children.values():
+        if child.poll() is None:
+            child.send_signal(signal.SIGTERM)
+    worker = children.get("worker")
+    if worker is not None and worker.poll() is None:
+        log("waiting for the worker to stop: it lets running jobs finish (Ctrl-C again: now)")
+    deadline = time.monotonic() + 45
+    while any(child.poll() is None for child in children.values()):
+        if signals.count > seen:
+            seen = signals.count
+            log("stopping now: unfinished jobs go back to pending")
+            for child in children.values():
+                if child.poll() is None:
+                    child.send_signal(signal.SIGTERM)
+        if time.monotonic() > deadline:
+            for name, child in children.items():
+                if child.poll() is None:
+                    log(f"the {name} did not stop in 45 s: killing it")
+                    child.kill()
+            break
+        time.sleep(0.05)
+    for child in children.values():
+        child.wait()
+    if worker is None:
+        return None
+    if worker.returncode == -signal.SIGTERM:
+        # Killed by SIGTERM's default action: its handler, installed before it claims
+        # anything, was not there yet (Ctrl-C right after the start), so no job ran.
+        log("the worker was stopped before it had started; the web server stopped")
+        return 0
+    log(f"the worker exited with {worker.returncode}; the web server stopped")
+    return worker.returncode
+
+
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -183,21 +370,35 @@ def main() -> int:
         help="seconds an order may stay unpaid (default 30 for the demo)",
     )
     parser.add_argument(
+        "--invoice-seconds",
+        type=float,
+        default=float(os.environ.get("INVOICE_SECONDS", 8)),
+        help="seconds the slow invoice task runs (default 8)",
+    )
+    parser.add_argument(
         "--embedded-redis",
         action="store_true",
         help="use the embedded server even if a Redis answers",
     )
     parser.add_argument(
-        "--smoke", action="store_true", help="exit once the auto-cancel happened (for tests)"
+        "--keep-data",
+        action="store_true",
+        help="keep the orders and jobs of earlier runs (default: start afresh)",
     )
-    args = parser.parse_args()
+    parser.add_argument(
+        "--smoke", action="store_true", help="exit once the expected outcome happened (tests)"
+    )
+    return parser.parse_args()
 
+
+def run(args: argparse.Namespace, children: dict[str, subprocess.Popen]) -> int:
     redis_url = choose_redis(args.embedded_redis)
     env = {
         **os.environ,
         "REDIS_URL": redis_url,
         "DATABASE_URL": os.environ.get("DATABASE_URL", f"sqlite:///{HERE / 'db.sqlite3'}"),
         "ORDER_AUTOCANCEL_SECONDS": str(args.autocancel),
+        "INVOICE_SECONDS": str(args.invoice_seconds),
         "DJANGO_SETTINGS_MODULE": "demo_site.settings",
         "PYTHONUNBUFFERED": "1",
     }
@@ -209,49 +410,62 @@ def main() -> int:
         check=True,
     )
     setup_django(env)
-    username, password = create_admin()
+    log(describe_django_delayq())
+    if not args.keep_data:
+        reset_demo_data(redis_url)
+    user, password = create_admin()
     port = free_port(args.port)
-    children = [
-        manage("runserver", f"127.0.0.1:{port}", "--noreload", env=env),
-        manage("delayq_worker", "--queues", "default,emails", "--concurrency", "4", env=env),
-    ]
-
-    def stop(*_: object) -> None:
-        for child in children:
-            if child.poll() is None:
-                child.send_signal(signal.SIGTERM)
-        for child in children:
-            try:
-                child.wait(timeout=35)
-            except subprocess.TimeoutExpired:
-                child.kill()
-
-    try:
-        orders = place_demo_orders(args.autocancel)
-        base = f"http://127.0.0.1:{port}"
-        print(
-            f"\n  Shop:          {base}/\n"
-            f"  Delayed jobs:  {base}/admin/django_delayq/job/\n"
-            f"  Admin login:   {username} / {password}\n\n"
-            f"  Order #{orders['unpaid']} is unpaid: it is auto-cancelled in "
-            f"{args.autocancel:g} s.\n"
-            f"  Order #{orders['paid']} was paid: its auto-cancel job was cancelled.\n"
-            f"  A warehouse sync fails twice then succeeds; another ends in the dead-letter set.\n"
-            f"  Ctrl-C stops everything.\n",
-            flush=True,
-        )
-        if args.smoke:
-            return 0 if wait_for_outcome(orders, timeout=args.autocancel + 60) else 1
-        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-        while all(child.poll() is None for child in children):
-            time.sleep(0.5)
-        log("a process exited; stopping")
+    base = f"http://127.0.0.1:{port}"
+    children["web server"] = manage("runserver", f"127.0.0.1:{port}", "--noreload", env=env)
+    # -v 2: the demo shows each job as it starts, not only as it ends (-v 1, the default)
+    children["worker"] = manage(
+        "delayq_worker", "--queues", "default,emails", "--concurrency", "4", "-v", "2", env=env
+    )
+    if not wait_for_web(base, timeout=60):
+        log(f"the web server did not answer at {base} within 60 s")
         return 1
-    except KeyboardInterrupt:
-        log("Ctrl-C: stopping the web server and the worker")
-        return 0
-    finally:
-        stop()
+    orders = place_demo_orders(args.autocancel)
+    print(
+        f"\n  Shop:          {base}/\n"
+        f"  Delayed jobs:  {base}/admin/django_delayq/job/\n"
+        f"  Admin login:   {user.username} / {password}\n\n"
+        f"  Order #{orders['unpaid']} is unpaid: it is auto-cancelled in "
+        f"{args.autocancel:g} s.\n"
+        f"  Order #{orders['paid']} was paid: its auto-cancel job was cancelled, and its "
+        f"invoice job runs for {args.invoice_seconds:g} s\n"
+        f"  (listed under In progress meanwhile; paying an order in the shop starts "
+        f"another).\n"
+        f"  A warehouse sync fails twice then succeeds; another ends in the dead-letter set.\n"
+        f"  Ctrl-C stops everything.\n",
+        flush=True,
+    )
+    if args.smoke:
+        timeout = max(args.autocancel, args.invoice_seconds) + 60
+        return 0 if wait_for_outcome(orders, base, user, timeout) else 1
+    while all(child.poll() is None for child in children.values()):
+        time.sleep(0.5)
+    exited = next(name for name, child in children.items() if child.poll() is not None)
+    log(f"the {exited} exited; stopping")
+    return 1
+
+
+def main() -> int:
+    args = parse_args()
+    signals = Signals()
+    signals.install()
+    children: dict[str, subprocess.Popen] = {}
+    try:
+        code = run(args, children)
+    except Stop as stop:
+        log(f"{stop}: stopping the web server and the worker")
+        code = 0
+    except BaseException:
+        stop_children(children, signals)
+        raise
+    worker_code = stop_children(children, signals)
+    if worker_code not in (0, None):
+        code = code or 1
+    return code
 
 
 if __name__ == "__main__":

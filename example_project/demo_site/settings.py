@@ -8,6 +8,7 @@ Everything that differs between machines comes from the environment:
 - ``DATABASE_URL``: ``sqlite:///path`` (the default, ``db.sqlite3`` here) or
   ``postgres://user@host:port/name``.
 - ``ORDER_AUTOCANCEL_SECONDS``: how long an order may stay unpaid (default 1800).
+- ``INVOICE_SECONDS``: how long the (pretend) invoice rendering task takes (default 8).
 - ``DEMO_SECRET_KEY``, ``DEMO_DEBUG``.
 """
 
@@ -95,6 +96,7 @@ DELAYQ = {
     "RETRY_BACKOFF": 2,
 }
 ORDER_AUTOCANCEL_SECONDS = float(os.environ.get("ORDER_AUTOCANCEL_SECONDS", 1800))
+INVOICE_SECONDS = float(os.environ.get("INVOICE_SECONDS", 8))
 DELIVERY_REMINDER_DAYS = 7
 
 EMAIL_BACKEND = "django.core.mail.backends.console.EmailBackend"

@@ -18,6 +18,9 @@ class Order(models.Model):
     reminder_sent_at = models.DateTimeField(null=True, blank=True)
     sync_attempts = models.PositiveIntegerField(default=0)
     synced_at = models.DateTimeField(null=True, blank=True)
+    invoiced_at = models.DateTimeField(null=True, blank=True)
+    # Written by the job_failed / job_dead receivers (shop/receivers.py), shown on the page.
+    last_job_error = models.CharField(max_length=300, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
@@ -28,3 +31,7 @@ class Order(models.Model):
     @property
     def autocancel_key(self) -> str:
         return f"order:{self.pk}:autocancel"
+
+    @property
+    def invoice_key(self) -> str:
+        return f"order:{self.pk}:invoice"

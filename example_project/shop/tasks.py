@@ -2,6 +2,7 @@
 (at-least-once delivery), so it re-reads the order and does nothing twice."""
 
 import logging
+import time
 
 from django.conf import settings
 from django.core.mail import send_mail
@@ -62,6 +63,19 @@ def sync_to_warehouse(order_id: int, failures: int = 2) -> None:
     order.sync_attempts += 1
     order.save(update_fields=["sync_attempts"])
     if order.sync_attempts <= failures:
-        raise WarehouseUnavailable(f"warehouse API timed out (attempt {order.sync_attempts})")
+        raise WarehouseUnavailable(
+            f"warehouse API timed out for order #{order_id} (attempt {order.sync_attempts})"
+        )
     order.synced_at = timezone.now()
     order.save(update_fields=["synced_at"])
+
+
+@task(max_retries=3)
+def prepare_invoice(order_id: int) -> None:
+    """Render the invoice of a paid order, once. Slow on purpose (INVOICE_SECONDS, 8 by
+    default): while it runs it is listed under In progress in the admin."""
+    order = Order.objects.filter(pk=order_id, paid_at__isnull=False).first()
+    if order is None or order.invoiced_at is not None:
+        return
+    time.sleep(settings.INVOICE_SECONDS)  # stands in for rendering and storing a PDF
+    Order.objects.filter(pk=order_id, invoiced_at=None).update(invoiced_at=timezone.now())

@@ -11,7 +11,12 @@ from django.views.decorators.http import require_POST
 from django_delayq import cancel
 
 from .models import Order
-from .tasks import cancel_unpaid_order, send_delivery_reminder, sync_to_warehouse
+from .tasks import (
+    cancel_unpaid_order,
+    prepare_invoice,
+    send_delivery_reminder,
+    sync_to_warehouse,
+)
 
 
 class OrderForm(forms.ModelForm):
@@ -58,12 +63,15 @@ def pay_order(request, pk):
         order.status = Order.Status.PAID
         order.paid_at = timezone.now()
         order.save(update_fields=["status", "paid_at"])
+        prepare_invoice.schedule(order.pk, key=order.invoice_key, on_commit=True)
     # The task is idempotent anyway; cancelling just keeps the queue tidy.
     cancelled = cancel(key=order.autocancel_key)
     messages.success(
         request,
         f"Order #{order.pk} paid. Auto-cancel job "
-        f"{'cancelled' if cancelled else 'was already gone'}.",
+        f"{'cancelled' if cancelled else 'was already gone'}. Its invoice takes "
+        f"{settings.INVOICE_SECONDS:g} s to prepare: the admin lists the job under In progress "
+        "meanwhile.",
     )
     return redirect("order", order.pk)
 
