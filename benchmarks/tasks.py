@@ -8,6 +8,7 @@ import threading
 import time
 from typing import Any
 
+from benchmarks.peers.recorder import record as push_record
 from django_delayq import task
 
 _stamps: Any = None
@@ -30,3 +31,10 @@ def stamp(n: int) -> None:
             path = os.path.join(os.environ["DELAYQ_BENCH_STAMPS"], f"{os.getpid()}.txt")
             _stamps = open(path, "a", buffering=1)  # noqa: SIM115 (kept open for the process)
         _stamps.write(f"{n} {started:.6f}\n")
+
+
+@task
+def record(tag: str) -> None:
+    """``benchmarks/compare.py``'s task, the same body as the peers' (one RPUSH on the
+    process's own client): see ``benchmarks/peers/recorder.py``."""
+    push_record(tag)
