@@ -79,6 +79,7 @@ def render(results: dict[str, Any], env: dict[str, Any], size: dict, quick: bool
         f"{env['date']}, {env['cpus']} cores, Python {env['python']}, Redis "
         f"{env['redis_server']}, django-delayq at {env['commit'] or '?'}; "
         f"{env['seconds']:g} s ({env['setup_seconds']:g} s of it installing)"
+        + (f"; medians of {env['rounds']} rounds" if env["rounds"] > 1 else "")
         + (" --quick" if quick else "")
     )
     out.append("")
@@ -101,7 +102,7 @@ def render(results: dict[str, Any], env: dict[str, Any], size: dict, quick: bool
         if figures.get("drain_done", size["drain"]) < size["drain"]:
             mark(
                 f"{label}, drain: measured over the first {size['drain_cap']:g} s, "
-                f"{figures['drain_done']:,} of {size['drain']:,} jobs."
+                f"{int(figures['drain_done']):,} of {size['drain']:,} jobs."
             )
     if notes:
         out.append("")
