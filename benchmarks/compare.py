@@ -45,6 +45,7 @@ import argparse
 import contextlib
 import hashlib
 import json
+import math
 import os
 import platform
 import shutil
@@ -334,9 +335,9 @@ def wait_done(
 
 
 def percentile(values: list[float], q: float) -> float:
+    """The nearest-rank percentile: the smallest value with at least q% of all at or below."""
     ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, round(q / 100 * len(ordered) + 0.5) - 1))
-    return ordered[index]
+    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
 
 
 def bench_rate(system: System, redis: Resp, size: dict) -> dict[str, Any]:
