@@ -3,9 +3,10 @@ one run, one Redis.
 
 Usage (from the repository root, any Python 3.11+; nothing else needs installing)::
 
-    python benchmarks/compare.py                # every system, about 7 minutes
-    python benchmarks/compare.py --quick        # tiny sizes: a smoke test
-    python benchmarks/compare.py --systems django-delayq,huey --refresh
+    python benchmarks/compare.py                # every system, about 6 minutes on 2 cores
+    python benchmarks/compare.py --rounds 3     # all of it 3 times, medians: about 16
+    python benchmarks/compare.py --quick        # tiny sizes: a smoke test, about 2
+    python benchmarks/compare.py --systems django-delayq,huey --only drain --refresh
 
 What it does:
 

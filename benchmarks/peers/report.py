@@ -71,8 +71,11 @@ def render(results: dict[str, Any], env: dict[str, Any], size: dict, quick: bool
 
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     line = "  ".join("=" * w for w in widths)
-    out = [line, "  ".join(c.ljust(w) for c, w in zip(header, widths, strict=True)), line]
-    out += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows[1:]]
+    out = [line, "  ".join(c.ljust(w) for c, w in zip(header, widths, strict=True)).rstrip()]
+    out.append(line)
+    out += [
+        "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows[1:]
+    ]
     out.append(line)
     out.append("")
     out.append(
