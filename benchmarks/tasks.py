@@ -8,6 +8,7 @@ import threading
 import time
 from typing import Any
 
+from benchmarks.peers.recorder import record as push_record
 from django_delayq import task
 
 _stamps: Any = None
@@ -74,3 +75,10 @@ def orm_query(n: int) -> None:
 def sleep_io(n: int) -> None:
     """Waits 10 ms as a task blocked on I/O would (the GIL is released)."""
     time.sleep(0.01)
+
+
+@task
+def record(tag: str) -> None:
+    """``benchmarks/compare.py``'s task, the same body as the peers' (one RPUSH on the
+    process's own client): see ``benchmarks/peers/recorder.py``."""
+    push_record(tag)
