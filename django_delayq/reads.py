@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from .transport import Op, Policy
 
 STATUS_KINDS = ("pending", "running", "dead")
+TOTALS = ("done", "failed", "retried", "dead", "recovered")
 
 
 @dataclass(frozen=True)
@@ -182,6 +183,19 @@ class Reads:
             if kind in series and 0 <= age < minutes and 0 <= count < 2**53:
                 series[kind][minutes - 1 - age] = count
         return series
+
+    def totals(self, queue: str) -> dict[str, int]:
+        """Counts since the queue began (the metrics' counters): jobs done, attempts failed,
+        attempts retried, jobs dead-lettered, jobs recovered from lost workers."""
+        stats = self.key(queue, "stats")
+        raw = dict(_pairs(self.call(self.command(b"HGETALL", stats, route=stats))))
+        totals = {}
+        for name in TOTALS:
+            try:
+                totals[name] = int(raw.get(name.encode(), raw.get(name, 0)))
+            except (TypeError, ValueError):
+                totals[name] = 0  # garbage: counted from zero
+        return totals
 
     def server_time(self) -> float:
         seconds, micros = self.call(self.command(b"TIME"))

@@ -673,3 +673,20 @@ def test_a_script_using_a_key_it_does_not_declare_is_refused(tmp_path, monkeypat
             scripts.script_source("schedule")
     finally:
         scripts.script_source.cache_clear()
+
+
+def test_totals_count_every_outcome_since_the_queue_began(store):
+    done, failing, lost, corrupt = put(store), put(store, max_retries=1), put(store), put(store)
+    store.client.hdel(store.key(Q, "jobs"), corrupt)  # claimed without a record: dead
+    claim(store, lease=10)
+    for job_id in (failing, lost):
+        start(store, job_id, lease=10)
+    store.ack(Q, [(done, "w#1", "")], now=T0)
+    fail(store, failing)  # retried (1 of 2 attempts)
+    recover(store, now=T0 + 11)  # lost: recovered, retried
+    claim(store, now=T0 + 12, token="w#2")
+    start(store, failing, now=T0 + 12)
+    fail(store, failing, token="w#2", now=T0 + 12)  # dead (2 of 2)
+    assert store.totals(Q) == {"done": 1, "failed": 2, "retried": 2, "dead": 2, "recovered": 1}
+    store.client.hset(store.key(Q, "stats"), "done", "garbage")
+    assert store.totals(Q)["done"] == 0

@@ -18,7 +18,9 @@
 --                          (absent until the job is first claimed)
 --   U keys     hash        unique key -> job id (of at most one pending job)
 --   W wake     list        tokens that wake a sleeping worker (at most 8 kept)
---   T stats    hash        "d:<minute % 60>" / "f:<minute % 60>" -> "<minute>:<count>"
+--   T stats    hash        "d:<minute % 60>" / "f:<minute % 60>" -> "<minute>:<count>" (jobs done
+--                          and attempts failed per minute, the last hour), and totals since the
+--                          queue began: done, failed, retried, dead, recovered (HINCRBY)
 --   E errors   hash        job id -> errors, each framed "<byte length>\n<JSON object>"
 --   F done     sorted set  job id -> time it finished or was cancelled, kept DONE_TTL for jobs
 --                          whose header has flag 'i', so a schedule re-sent after a lost reply
@@ -162,6 +164,11 @@ local function bump(kind, count, now)
   redis.call('HSET', T, slot, int(minute) .. ':' .. int(total))
 end
 
+-- A total of the queue's stats (done, failed, retried, dead, recovered): never reset.
+local function tally(field, count)
+  if count > 0 then redis.call('HINCRBY', T, field, count) end
+end
+
 local function forget(id) redis.call('HDEL', J, id) redis.call('HDEL', S, id) redis.call('HDEL', E, id) end
 
 -- Remember for DONE_TTL that `ids` finished (flag 'i'), and drop older tombstones.
@@ -231,5 +238,6 @@ local function ack_from(first, now, out)
     batched('HDEL', E, done)
     tombstone(finished, now)
     bump('d', #done, now)
+    tally('done', #done)
   end
 end

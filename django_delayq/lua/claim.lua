@@ -37,7 +37,7 @@ if #ids > 0 then
   states = batched('HMGET', S, ids)
   zsets(R)
   for i = 1, #ids do
-    if not records[i] then zsets(D) hashes(E) break end  -- dead-lettered below
+    if not records[i] then zsets(D) hashes(E, T) break end  -- dead-lettered below
   end
 end
 local wakes = limit > 0 and next_due and next_due <= now
@@ -69,6 +69,7 @@ elseif #ids > 0 then
     else
       push_error(id, error_json('CorruptJob', 'job record missing from Redis', now), 10)
       redis.call('ZADD', D, int(now), id)
+      tally('dead', 1)
     end
   end
   if #leased > 0 then

@@ -36,6 +36,7 @@ push_error(id, err, tonumber(ARGV[9]))
 redis.call('ZREM', R, id)
 set_state(id, n, token)
 bump('f', 1, now)
+tally('failed', 1)
 local retry = delay >= 0 and n <= max_retries
 if retry and not take_key(ukey, id) then
   push_error(id, superseded(ukey, now), tonumber(ARGV[9]))
@@ -46,9 +47,11 @@ if retry then
   local earliest = #redis.call('ZRANGEBYSCORE', P, '-inf', '(' .. int(due), 'LIMIT', 0, 1) == 0
   redis.call('ZADD', P, int(due), id)
   if earliest then wake() end
+  tally('retried', 1)
   return {'retry', due}
 end
 release_key(ukey, id)
 redis.call('ZADD', D, int(now), id)
+tally('dead', 1)
 trim_dead(now, tonumber(ARGV[7]), tonumber(ARGV[8]))
 return {'dead', now}

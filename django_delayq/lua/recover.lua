@@ -1,6 +1,6 @@
 -- recover.lua: jobs whose lease expired (their worker died or was cut off) go back to pending,
 -- due now, or to the dead-letter set when they have used all their attempts.
--- KEYS: pending running dead jobs state keys wake errors claims
+-- KEYS: pending running dead jobs state keys wake stats errors claims
 -- ARGV[1] now (epoch milliseconds) or '' for Redis TIME
 -- ARGV[2] limit (integer): at most this many jobs per call
 -- ARGV[3] token of this recovery (string, unique per call)
@@ -18,11 +18,12 @@
 -- take_key in _lib.lua); attempts as counted now; record '' when missing; lost_token the
 -- lease that expired; error the JSON of the last error recorded by this call ('' for a
 -- refund). Idempotent: sent again with the same token, it moves nothing and returns the same
--- jobs (lost_token and error '').
+-- jobs (lost_token and error ''). Counts every job it moves in the stats' totals (recovered,
+-- and retried or dead).
 local now = clock(ARGV[1])
 local limit, token, instance, default_max = tonumber(ARGV[2]), ARGV[3], ARGV[4], tonumber(ARGV[5])
 local max_kept = tonumber(ARGV[8])
-zsets(P, R, D) hashes(J, S, U, E, C) lists(W)
+zsets(P, R, D) hashes(J, S, U, E, C, T) lists(W)
 local out = {}
 local last = redis.call('HGET', C, instance .. '/r')
 if last and string.match(last, '^([^\n]*)\n') == token then
@@ -47,9 +48,12 @@ local function move(id, outcome, n, lost, record, ukey, err)
   if outcome == 'dead' then
     release_key(ukey, id)
     redis.call('ZADD', D, int(now), id)
+    tally('dead', 1)
   else
     redis.call('ZADD', P, int(now), id)
+    if outcome == 'retry' then tally('retried', 1) end
   end
+  tally('recovered', 1)
   table.insert(out, id) table.insert(out, outcome) table.insert(out, n)
   table.insert(out, record or '') table.insert(out, lost or '') table.insert(out, err or '')
 end

@@ -1,6 +1,6 @@
 -- release.lua: a stopping worker hands back jobs it will not finish: running -> pending,
 -- due now, and the attempt is not counted (the job did not fail).
--- KEYS: pending running dead jobs state keys wake errors claims
+-- KEYS: pending running dead jobs state keys wake stats errors claims
 -- ARGV[1] now (epoch milliseconds) or '' for Redis TIME
 -- ARGV[2] worker instance whose `claims` entries to drop (it stops), or ''
 -- ARGV[3..] pairs: job id, lease token
@@ -8,7 +8,7 @@
 -- error, because another pending job holds its unique key; 0 not running under that token
 -- (nothing changed). Idempotent: sent again after a lost reply, it answers 1 or 2 again.
 local now = clock(ARGV[1])
-zsets(P, R, D) hashes(J, S, U, E, C) lists(W)
+zsets(P, R, D) hashes(J, S, U, E, C, T) lists(W)
 local out = {}
 for i = 3, #ARGV, 2 do
   local id, token = ARGV[i], ARGV[i + 1]
@@ -23,6 +23,7 @@ for i = 3, #ARGV, 2 do
     else
       push_error(id, superseded(ukey, now), 10)
       redis.call('ZADD', D, int(now), id)
+      tally('dead', 1)
       table.insert(out, 2)
     end
   else
