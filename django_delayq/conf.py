@@ -9,6 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings as django_settings
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 
 DAY = 24 * 60 * 60
 
@@ -44,16 +46,41 @@ DEFAULTS: dict[str, Any] = {
 
 
 class DelayQSettings:
-    """Attribute access to ``settings.DELAYQ`` merged over :data:`DEFAULTS`."""
+    """Attribute access to ``settings.DELAYQ`` merged over :data:`DEFAULTS`.
+
+    Read on first use, never at import, and read again after Django's ``setting_changed``
+    (``override_settings`` sends it): schedule() reads seven settings a call, and Django's
+    lazy settings object costs a few microseconds an attribute."""
+
+    def __init__(self) -> None:
+        self._merged: dict[str, Any] | None = None
 
     def user_settings(self) -> dict[str, Any]:
         value = getattr(django_settings, "DELAYQ", None)
         return value if isinstance(value, dict) else {}
 
     def __getattr__(self, name: str) -> Any:
-        if name not in DEFAULTS:
-            raise AttributeError(f"django-delayq has no setting named {name!r}")
-        return self.user_settings().get(name, DEFAULTS[name])
+        merged = self.__dict__.get("_merged")
+        if merged is None:
+            merged = self.__dict__["_merged"] = {**DEFAULTS, **self.user_settings()}
+        try:
+            return merged[name] if name in DEFAULTS else self._unknown(name)
+        except KeyError:  # pragma: no cover - DEFAULTS has every name
+            return DEFAULTS[name]
+
+    @staticmethod
+    def _unknown(name: str) -> Any:
+        raise AttributeError(f"django-delayq has no setting named {name!r}")
+
+    def reload(self) -> None:
+        """Read ``settings.DELAYQ`` again on the next access."""
+        self._merged = None
 
 
 delayq_settings = DelayQSettings()
+
+
+@receiver(setting_changed)
+def _on_setting_changed(setting: str, **kwargs: Any) -> None:
+    if setting == "DELAYQ":
+        delayq_settings.reload()

@@ -23,7 +23,7 @@ from typing import Any
 from .exceptions import ConnectionError as DelayQConnectionError
 from .reads import Reads
 from .scripts import lib_constant, script
-from .transport import Marker, Op, Policy, Transport
+from .transport import Marker, Op, Policy, Transport, pack
 
 KEY_KINDS = (
     "pending",
@@ -192,8 +192,9 @@ class Store(Reads):
         self.transport = Transport(client)
         self.cluster = self.transport.cluster
         self._keys: dict[str, list[str]] = {}
-        # EVALSHA, SHA and keys of a (script, queue), encoded once.
-        self._heads: dict[tuple[str, str], tuple[bytes, ...]] = {}
+        # EVALSHA, SHA and keys of a (script, queue), encoded and packed once.
+        self._heads: dict[tuple[str, str], tuple[tuple[bytes, ...], bytes]] = {}
+        self._registrations: dict[str, Op] = {}
 
     # -- keys -----------------------------------------------------------------
 
@@ -210,13 +211,15 @@ class Store(Reads):
     def key(self, queue: str, kind: str) -> str:
         return self.keys(queue)[KEY_KINDS.index(kind)]
 
-    def _head(self, name: str, queue: str) -> tuple[bytes, ...]:
-        """``EVALSHA <sha> <n> <keys...>`` of script ``name`` on ``queue``: the keys it declares."""
+    def _head(self, name: str, queue: str) -> tuple[tuple[bytes, ...], bytes]:
+        """``EVALSHA <sha> <n> <keys...>`` of script ``name`` on ``queue`` (the keys it
+        declares), and the same packed."""
         head = self._heads.get((name, queue))
         if head is None:
             lua = script(name)
             keys = [self.key(queue, kind).encode() for kind in lua.keys]
-            head = (b"EVALSHA", lua.sha_bytes, b"%d" % len(keys), *keys)
+            args = (b"EVALSHA", lua.sha_bytes, b"%d" % len(keys), *keys)
+            head = (args, pack(args)[len(b"*%d\r\n" % len(args)) :])
             if len(self._heads) < 10_000:
                 self._heads[name, queue] = head
         return head
@@ -242,7 +245,7 @@ class Store(Reads):
     ) -> Op:
         """An EVALSHA of script ``name`` on the keys of ``queue`` it declares."""
         lua = script(name)
-        head = self._head(name, queue)
+        head, packed = self._head(name, queue)
         return Op(
             (*head, *argv),
             parse,
@@ -250,6 +253,8 @@ class Store(Reads):
             route=head[3],
             script=lua,
             resend_args=None if resend_argv is None else (*head, *resend_argv),
+            packed_head=packed,
+            head_len=len(head),
         )
 
     def command(self, *args: Any, route: str | None = None, policy: Policy = Policy.RESEND) -> Op:
@@ -361,9 +366,9 @@ class Store(Reads):
         )
 
     def stream(self, chunks: Iterable[Sequence[Op]], budget: float = API_BUDGET) -> Iterator[list]:
-        """:meth:`run` for each chunk of re-sendable ops, in order (schedule_many)."""
-        for ops in chunks:
-            yield self.run(ops, budget)
+        """:meth:`run` for each chunk of re-sendable ops, in order, the next chunk sent before
+        this one's replies are read (schedule_many; see Transport.stream)."""
+        return self.transport.stream(chunks, budget)
 
     def claim_op(
         self,

@@ -30,7 +30,8 @@ import enum
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,6 +82,10 @@ class Op:
     route: bytes | None = None
     script: Script | None = None
     resend_args: tuple | None = None
+    # The first args packed already (EVALSHA, sha, key count, keys: the same for every call
+    # of a script on a queue), and how many args that is.
+    packed_head: bytes = b""
+    head_len: int = 0
 
     @property
     def name(self) -> str:
@@ -90,10 +95,11 @@ class Op:
         return first.decode() if isinstance(first, bytes) else str(first)
 
 
-def pack(args: Sequence[Any]) -> bytes:
-    """A command in the Redis protocol (an array of bulk strings)."""
-    out = [b"*%d\r\n" % len(args)]
-    for arg in args:
+def pack(args: Sequence[Any], packed_head: bytes = b"", head_len: int = 0) -> bytes:
+    """A command in the Redis protocol (an array of bulk strings); the first ``head_len``
+    args may come packed already (``packed_head``)."""
+    out = [b"*%d\r\n" % len(args), packed_head]
+    for arg in args[head_len:] if head_len else args:
         kind = type(arg)
         if kind is bytes:
             data = arg
@@ -201,21 +207,23 @@ class Transport:
             raise result
         return result
 
-    def run(self, ops: Sequence[Op], budget: float) -> list[Any]:
+    def run(self, ops: Sequence[Op], budget: float, resent: bool = False) -> list[Any]:
         """Each op's parsed reply, or its error as a django-delayq exception.
 
         One round trip per node, then re-sends as each op's policy allows until ``budget``
         seconds have passed (pausing 50 ms, doubling, at most 1 s, between rounds).
+        ``resent``: the ops were sent before and their replies lost (they go with their
+        resend args from the start).
         """
         results: list[Any] = [None] * len(ops)
         if not ops:
             return results
         deadline = time.monotonic() + budget
         todo = list(range(len(ops)))
-        resent: set[int] = set()
+        resent_ops: set[int] = set(todo) if resent else set()
         pause = FIRST_PAUSE
         while True:
-            failures = self._round(ops, todo, resent, results)
+            failures = self._round(ops, todo, resent_ops, results)
             todo = []
             for i, failure in failures.items():
                 exc = failure.exc
@@ -233,7 +241,7 @@ class Transport:
                             f"({exc}): Redis may or may not have run it"
                         )
                         continue
-                    resent.add(i)
+                    resent_ops.add(i)
                 todo.append(i)
             if not todo:
                 return results
@@ -287,7 +295,7 @@ class Transport:
             for i in indexes:
                 op = ops[i]
                 args = op.resend_args if i in resent and op.resend_args is not None else op.args
-                payload.append(pack(args))
+                payload.append(pack(args, op.packed_head, op.head_len))
             try:
                 conn.send_packed_command([b"".join(payload)])
             except BROKEN as exc:
@@ -321,6 +329,100 @@ class Transport:
                 conn.disconnect()
             pool.release(conn)
         return failures
+
+    def stream(self, chunks: Iterable[Sequence[Op]], budget: float) -> Iterator[list[Any]]:
+        """:meth:`run` for each chunk of re-sendable ops, in order, one round trip each, with
+        the next chunk sent before the replies of this one are read (building the next chunk
+        overlaps Redis running this one). A chunk whose replies were lost with a broken
+        connection is sent again (with its resend args); ops Redis answered without running
+        them (NOSCRIPT, BUSY...) are sent again through :meth:`run`. On a cluster, chunk
+        after chunk."""
+        if self.cluster:
+            for ops in chunks:
+                yield self.run(ops, budget)
+            return
+        pool = self.client.connection_pool
+        in_flight: deque[Sequence[Op]] = deque()  # sent, replies not read yet, in order
+        conn: Any = None
+        broken = False
+
+        def read_until(left: int) -> Iterator[list[Any]]:
+            while len(in_flight) > left:
+                replies = self._chunk_replies(conn, pool, in_flight[0], budget)  # may raise
+                in_flight.popleft()  # only once its replies are read
+                yield replies
+
+        try:
+            for ops in chunks:
+                if broken:
+                    yield self.run(ops, budget)
+                    continue
+                queued = False
+                try:
+                    if conn is None:
+                        conn = pool.get_connection()
+                    if self._missing_scripts(pool, ops):
+                        yield from read_until(0)  # SCRIPT LOAD's replies must not meet theirs
+                        self._ensure_scripts(pool, conn, ops)
+                    in_flight.append(ops)
+                    queued = True
+                    conn.send_packed_command(
+                        [b"".join(pack(op.args, op.packed_head, op.head_len) for op in ops)]
+                    )
+                    yield from read_until(1)
+                except (*BROKEN, redis.exceptions.RedisError):
+                    broken = True
+                    if conn is not None:
+                        conn.disconnect()
+                    while in_flight:  # may have run: sent again, idempotently, in order
+                        yield self.run(in_flight.popleft(), budget, resent=True)
+                    if not queued:  # nothing of it was sent
+                        yield self.run(ops, budget)
+            if not broken:
+                try:
+                    yield from read_until(0)
+                except (*BROKEN, redis.exceptions.RedisError):
+                    conn.disconnect()
+                    while in_flight:
+                        yield self.run(in_flight.popleft(), budget, resent=True)
+        finally:
+            if conn is not None:
+                if in_flight:  # abandoned with replies unread
+                    conn.disconnect()
+                pool.release(conn)
+
+    def _chunk_replies(self, conn: Any, pool: Any, ops: Sequence[Op], budget: float) -> list[Any]:
+        """Read one sent chunk's replies. A broken connection raises (the caller re-sends);
+        ops Redis did not run are sent again through run()."""
+        results: list[Any] = [None] * len(ops)
+        again: list[int] = []
+        for i, op in enumerate(ops):
+            try:
+                reply = conn.read_response()
+            except redis.exceptions.BusyLoadingError:
+                again.append(i)
+                continue
+            except redis.exceptions.ResponseError as exc:
+                if _code(exc) in NOT_RUN:
+                    again.append(i)
+                    if _code(exc) == "NOSCRIPT":
+                        self._forget_scripts(pool)
+                else:
+                    results[i] = translate(exc)
+                continue
+            try:
+                results[i] = op.parse(reply) if op.parse is not None else reply
+            except Exception as exc:
+                results[i] = DelayQError(f"unreadable reply to {op.name}: {exc!r}")
+        if again:
+            for i, result in zip(again, self.run([ops[i] for i in again], budget), strict=True):
+                results[i] = result
+        return results
+
+    def _missing_scripts(self, pool: Any, ops: Sequence[Op]) -> bool:
+        with self._lock:
+            known = self._loaded.get(pool, set())
+            return any(op.script is not None and op.script.sha not in known for op in ops)
 
     # -- scripts ----------------------------------------------------------------------
 
