@@ -26,8 +26,10 @@ its queue's slot. This is the only retry layer: redis-py's own ``Retry`` never r
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
+import socket
 import threading
 import time
 from collections import deque
@@ -485,6 +487,7 @@ class Marker:
                         conn = pool.make_connection()
                         conn.connect()
                         conn.send_packed_command([pack((b"CLIENT", b"REPLY", b"OFF"))])
+                        _coalesce(conn)
                         self._conns[pool] = conn
                     conn.send_packed_command([data], check_health=False)
                     return True
@@ -516,3 +519,14 @@ class Marker:
             for conn in self._conns.values():
                 conn.disconnect()
             self._conns.clear()
+
+
+def _coalesce(conn: Any) -> None:
+    """Let the kernel coalesce this connection's small writes (Nagle's algorithm, which
+    redis-py turns off): a mark is then a copy into the socket's buffer instead of a trip
+    through the TCP stack per job, and it still reaches Redis within a round trip, or when
+    the process dies (the kernel sends what is buffered when it closes the socket)."""
+    sock = getattr(conn, "_sock", None)
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 0)
