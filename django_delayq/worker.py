@@ -58,8 +58,8 @@ from .store import Claim, Store, check_queue_name
 
 logger = logging.getLogger("django_delayq.worker")
 
-PREFETCH_MAX = 32  # claimed jobs waiting for a runner, at most
-PREFETCH_WAIT = 0.01  # seconds a prefetched job should wait for a runner, on average
+PREFETCH_MAX = 64  # claimed jobs waiting for a runner, at most
+PREFETCH_WAIT = 0.02  # seconds a prefetched job should wait for a runner, on average
 PREFETCH_STALL = 0.25  # seconds every runner may be busy before waiting jobs are handed back
 BURST_OUTAGE = 10.0  # seconds of unreachable Redis after which --burst gives up (exit 2)
 FORCED_FLUSH = 5.0  # seconds a forced stop spends delivering results and handing jobs back
@@ -141,6 +141,7 @@ class Worker:
         self.processed = 0
         self.failed = 0
         self.exchanges = 0  # round trips of the dispatcher (tests count them)
+        self.loops = 0  # turns of the dispatcher's loop (a spinning loop shows here)
         self.wakers: list[Waker] = []
 
     # -- control --------------------------------------------------------------
@@ -225,6 +226,7 @@ class Worker:
         stop_at: float | None = None
         recovered_at_start = not self.burst
         while True:
+            self.loops += 1
             self._wake.clear()
             try:
                 if not recovered_at_start:  # --burst: leave no expired lease behind

@@ -8,8 +8,8 @@ from unittest import mock
 
 import pytest
 
-from django_delayq import get_job, signals, task
-from django_delayq.worker import Worker, backoff_delay
+from django_delayq import get_job, schedule_many, signals, task
+from django_delayq.worker import PREFETCH_MAX, PREFETCH_WAIT, Worker, backoff_delay
 from tests.testapp import tasks as t
 
 
@@ -327,7 +327,9 @@ def test_no_prefetch_for_jobs_slower_than_the_prefetch_wait(store):
     worker._job_time = 0.5
     assert worker._prefetch_size() == 0
     worker._job_time = 0.0001
-    assert worker._prefetch_size() == 32
+    assert worker._prefetch_size() == PREFETCH_MAX
+    worker._job_time = PREFETCH_WAIT / 4  # four such jobs fit in the wait
+    assert worker._prefetch_size() == 4
 
 
 def _blocked_worker_with_waiting_jobs(store):
@@ -415,3 +417,31 @@ def test_a_runner_marks_its_job_started(store):
     finally:
         release.set()
         runner.join(10)
+
+
+def test_no_loop_spins_while_prefetched_jobs_wait(real_store):
+    """A drain of short jobs by a normal worker (its waker thread on): prefetched jobs
+    wait behind the runner the whole time, and no thread may loop per finished job. The
+    old waker woke on an event every finished job set, then found no idle runner and
+    looped again: thousands of turns for a few hundred jobs. Counted, not timed."""
+    jobs = 600
+    schedule_many(t.remember, [(i,) for i in range(jobs)])
+    worker = Worker(["default"], concurrency=1)
+    runner = threading.Thread(target=worker.run)
+    runner.start()
+    try:
+        deadline = time.monotonic() + 60
+        while len(t.CALLS) < jobs and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        worker.request_stop()
+        runner.join(10)
+    assert len(t.CALLS) == jobs
+    (waker,) = worker.wakers
+    # BLPOPs only while the runner is idle: between batches (about jobs / PREFETCH_MAX
+    # of them, more if a slow machine shrinks the prefetch) and at the end; a loop per
+    # job would send at least `jobs`.
+    assert waker.waits < jobs / 4, waker.waits
+    # One turn per batch of prefetched jobs and a few more (idle waits, the stop), never
+    # one per job.
+    assert worker.loops < jobs / 4, (worker.loops, worker.exchanges)
