@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -81,7 +82,13 @@ def load(path: Path) -> list[dict]:
         if line.strip():
             row = json.loads(line)
             latest[row["scenario"]] = row  # the last run of each scenario wins
-    return sorted(latest.values(), key=lambda row: row["scenario"])
+    return sorted(latest.values(), key=lambda row: order(row["scenario"]))
+
+
+def order(scenario: str) -> tuple[int, str]:
+    """Scenarios in the order of their numbers ("2." before "10."), then by name."""
+    number = re.match(r"\d+", scenario)
+    return (int(number.group()) if number else 10**6, scenario)
 
 
 def notes(row: dict) -> str:

@@ -300,6 +300,8 @@ def test_a_claim_sent_again_returns_what_the_first_send_leased(store):
     ack = [(a, "w#5", "")]
     assert store.claim(Q, 0, lease=30, token="w#6", instance="w", acks=ack, now=T0).acked == [1]
     assert store.claim(Q, 0, lease=30, token="w#6", instance="w", acks=ack, now=T0).acked == [0]
+    # Sent again once more, it returns only what its token still holds.
+    assert [j.id for j in claim(store, limit=2, token="w#5").jobs] == [b]
     # A new token claims anew.
     assert [j.id for j in claim(store, token="w#7").jobs] == [c]
 

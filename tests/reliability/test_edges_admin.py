@@ -186,7 +186,7 @@ def test_garbage_in_job_hashes_and_stats_keeps_the_admin_up(store, admin_client,
                 client.hset(key, job_id, value)
         failures += [f"jobs, {label}: {problem}" for problem in broken_pages(admin_client, ids)]
     report(
-        scenario="11. garbage in job hashes and stats: admin and get_job",
+        scenario="20. garbage in job hashes and stats: admin and get_job",
         jobs=len(ids),
         variants=len(GARBAGE) + len(stats_garbage()),
         hashes=sorted({k.decode().rsplit(":", 1)[-1] for keys in hashes.values() for k in keys}),

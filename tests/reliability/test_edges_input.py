@@ -151,7 +151,7 @@ def test_cancel_by_key_of_deepest_accepted_arguments_frees_the_key(store, report
         cancelled = cancel(key="deep")
     left = leftovers(client, prefix, job.id)
     again = schedule(t.remember, 1, key="deep")
-    report(scenario="9a. cancel by key of the deepest accepted args", jobs=1, depth=depth)
+    report(scenario="18a. cancel by key of the deepest accepted args", jobs=1, depth=depth)
     assert cancelled is True
     assert left == [], f"cancel(key=...) of a job nested {depth} deep left {left}"
     assert again.outcome == "created", again
@@ -172,7 +172,7 @@ def test_cancel_by_key_of_a_20_mb_job_frees_the_key(data, store, report):
     left = leftovers(client, prefix, job.id)
     again = schedule(t.remember, 1, key="big")
     report(
-        scenario="9b. cancel by key of a 20 MB job",
+        scenario="18b. cancel by key of a 20 MB job",
         jobs=1,
         cancel_redis_ms=round(spent / 1000, 1),
         slowest_ms=round(slowest / 1000, 1),

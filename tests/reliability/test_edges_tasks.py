@@ -121,7 +121,7 @@ def test_task_handed_back_to_pending_reads_ready(
         holding = sets_holding(store.client, prefix, result.id)
         status = status_of(result.id)
     report(
-        scenario=f"14. django.tasks result after {how}",
+        scenario=f"22. django.tasks result after {how}",
         jobs=1,
         kills=1 if how.startswith("SIGKILL") else 0,
         exit_code=code,
@@ -160,7 +160,7 @@ def test_results_and_jobs_survive_a_lost_queues_set(servers, runs_server, prefix
         fresh = {"result": status_of(result.id), "job": getattr(get_job(job.id), "status", None)}
     elsewhere = {"result": lookup(env, "result", result.id), "job": lookup(env, "job", job.id)}
     report(
-        scenario=f"15. results after the queues set is lost ({loss})",
+        scenario=f"23. results after the queues set is lost ({loss})",
         jobs=2,
         lost=sum(1 for v in elsewhere.values() if not v["found"]),
         here=here,

@@ -81,7 +81,7 @@ def test_failure_path_error_leaves_the_job_in_exactly_one_set(
     client, key = store.client, queue_key(store.prefix, Q, kind)
     job, holding, code = fail_with_a_broken_key(store, tag, kind, max_retries)
     report(
-        scenario=f"10. failure while the {kind} key has the wrong type",
+        scenario=f"19. failure while the {kind} key has the wrong type",
         jobs=1,
         lost=0 if len(holding) == 1 else 1,
         held_by=holding,
@@ -149,7 +149,7 @@ def test_burst_worker_runs_a_job_whose_lease_expired_before_exiting(
     code = proc.wait(60)
     done = sorted(runs(runs_client, tag))
     report(
-        scenario=f"12a. --burst, a lease expired {when}",
+        scenario=f"21a. --burst, a lease expired {when}",
         jobs=len(expected),
         lost=len(set(expected) - set(done)),
         exit_code=code,
@@ -173,7 +173,7 @@ def test_burst_worker_gives_up_when_redis_cannot_be_reached(runs_server, workers
     except subprocess.TimeoutExpired:
         code = None
     report(
-        scenario="12b. --burst with Redis unreachable",
+        scenario="21b. --burst with Redis unreachable",
         jobs=0,
         exit_code=code,
         seconds=time.monotonic() - began,

@@ -75,7 +75,7 @@ def test_lost_claim_reply_job_runs_once_and_is_not_dead_lettered(
         code = worker.wait(30)
     done = runs(runs_client, tag)
     report(
-        scenario="lost reply: claim",
+        scenario="11. lost reply: claim",
         jobs=1,
         lost=int(not done),
         duplicates=max(len(done) - 1, 0),
@@ -117,13 +117,48 @@ def test_lost_schedule_reply_job_runs_once(
     code = worker.wait(30)
     done = runs(runs_client, tag)
     report(
-        scenario="lost reply: schedule" + (" (unique key)" if key else ""),
+        scenario="10. lost reply: schedule" + (" (unique key)" if key else ""),
         jobs=1,
         lost=int(not done),
         duplicates=max(len(done) - 1, 0),
     )
     assert job.outcome == "created"
     assert done == ["once"], f"the job ran {len(done)} times: the re-sent schedule stored it again"
+    assert sizes(store) == EMPTY
+    assert code == 0, worker.output()
+
+
+@pytest.mark.parametrize("drops", [1, 3])
+def test_lost_ack_reply_jobs_run_once_and_settle(
+    drops, servers, runs_server, runs_client, workers, prefix, tag, report
+):
+    """Redis runs the round trip that acknowledges finished jobs (and, in the same
+    claim.lua call, claims the next ones), and its reply is lost with the connection,
+    ``drops`` times in a row. Wanted: the worker sends the same acks and the same claim
+    token again; the acks are no-ops the second time, the claim returns the jobs it had
+    already leased, and every max_retries=0 job runs once and is acknowledged."""
+    jobs = 40
+    data = servers.redis("data")
+    store = Store(data.client(), prefix)
+    with FaultProxy(data.port) as proxy, installed(store):
+        for i in range(jobs):
+            schedule(mark, tag, str(i), max_retries=0)
+        lost = proxy.add_rule(carries_acks, drop_reply(), times=drops)
+        env = worker_env(proxy.url, runs_server.url, prefix, VISIBILITY_TIMEOUT=2)
+        worker = workers.start(env, name="acker")
+        wait_until(lambda: lost.applied == drops, 30, f"{drops} lost acknowledging replies")
+        wait_until(lambda: settled(store), 30, "the queue to drain")
+        worker.signal(signal.SIGTERM)
+        code = worker.wait(30)
+    done = [int(value) for value in runs(runs_client, tag)]
+    report(
+        scenario=f"12. lost reply: ack ({drops} in a row)",
+        jobs=jobs,
+        lost=len(set(range(jobs)) - set(done)),
+        duplicates=len(done) - len(set(done)),
+        dead=sizes(store)["dead"],
+    )
+    assert sorted(done) == list(range(jobs)), f"runs: {sorted(done)}"
     assert sizes(store) == EMPTY
     assert code == 0, worker.output()
 
@@ -186,7 +221,7 @@ def test_redis_error_in_the_ack_round_trip_keeps_the_result(
         final = get_job(job.id)
     done = runs(runs_client, tag)
     report(
-        scenario=f"Redis error in the ack round trip: {source}",
+        scenario=f"13. Redis error in the ack round trip: {source}",
         jobs=1,
         lost=int(not done),
         duplicates=max(len(done) - 1, 0),

@@ -85,7 +85,7 @@ def test_forced_stop_acknowledges_finished_jobs_and_exits_1(
     done = Counter(runs(runs_client, tag))
     again = {value: n for value, n in done.items() if n > 1}
     report(
-        scenario="forced stop (second SIGTERM)",
+        scenario="14. forced stop (second SIGTERM)",
         jobs=len(calls),
         lost=len(calls) - len(done),
         duplicates=sum(n - 1 for n in done.values()),
@@ -153,7 +153,7 @@ def test_recovery_backlog_does_not_starve_a_live_workers_heartbeats(
     state = sizes(store)
     recovery = recovered_at - claimed_at
     report(
-        scenario=f"recovery backlog ({backlog:,} expired leases)",
+        scenario=f"15. recovery backlog ({backlog:,} expired leases)",
         jobs=1,
         duplicates=len(started) - 1,
         recovery_seconds=round(recovery, 1),
@@ -226,7 +226,7 @@ def test_sigkill_with_prefetch_dead_letters_no_job_that_never_ran(
     cut_short = {i for i in started_at_kill if value_of[i] not in ran}  # killed as they began
     dead_unrun = [value_of[i] for i in dead_ids if value_of[i] not in ran and i not in cut_short]
     report(
-        scenario="SIGKILL with prefetch",
+        scenario="16. SIGKILL with prefetch",
         jobs=count,
         kills=kills,
         lost=count - len(ran),
@@ -312,7 +312,7 @@ def test_max_retries_get_job_reports_is_the_one_applied(
         final = {"raises": get_job(raising.id), "dies": get_job(dying.id)}
     ran = {"raises": len(runs(runs_client, f"{tag}:failed")), "dies": len(runs(runs_client, tag))}
     report(
-        scenario="max_retries of a job scheduled by name (exceptions, worker deaths)",
+        scenario="17. max_retries of a job scheduled by name (exceptions, worker deaths)",
         jobs=2,
         kills=ran["dies"],
         runs_until_dead=ran,
