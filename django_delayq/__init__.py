@@ -13,6 +13,7 @@ from .exceptions import (
     DelayQError,
     JobNotFound,
     LeaseLost,
+    OutcomeUnknown,
     SerializationError,
     TaskNotFound,
 )
@@ -29,6 +30,7 @@ __all__ = [
     "Job",
     "JobNotFound",
     "LeaseLost",
+    "OutcomeUnknown",
     "SerializationError",
     "Task",
     "TaskNotFound",

@@ -22,6 +22,7 @@ from django.utils import timezone
 from . import signals
 from .conf import delayq_settings
 from .connection import get_store
+from .exceptions import OutcomeUnknown
 from .job import (
     DEFERRED,
     FLAG_TOMBSTONE,
@@ -198,7 +199,12 @@ class _Prepared:
 
     def store(self) -> Job:
         plan = self.plan
-        result = get_store().schedule(plan.queue, self.id, self.record, **plan.options)
+        try:
+            result = get_store().schedule(plan.queue, self.id, self.record, **plan.options)
+        except OutcomeUnknown as exc:
+            raise OutcomeUnknown(
+                f"{exc}; the job may have been stored: get_job({self.id!r}) tells"
+            ) from exc
         job = self.job(result)
         signals.send(signals.job_scheduled, plan.task or plan.name, job=job)
         return job

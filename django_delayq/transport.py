@@ -13,7 +13,8 @@ re-sent, until a deadline:
 - The connection broke after the command was written, so Redis may have run it (a lost
   reply): only ops with :attr:`Policy.RESEND` are sent again; they are idempotent by
   construction (each script's header says how). An op with :attr:`Policy.ONCE` answers
-  :class:`~django_delayq.exceptions.OutcomeUnknown` instead.
+  :class:`~django_delayq.exceptions.OutcomeUnknown` instead, and so does a re-sent op whose
+  budget ran out before Redis answered it.
 - Any other error reply (``WRONGTYPE``, ``OOM``, a script's own ``DELAYQ_...`` code) is
   that op's final answer, as a django-delayq exception; the scripts check before they write,
   so such an op changed nothing.
@@ -249,7 +250,15 @@ class Transport:
                 return results
             if time.monotonic() + pause > deadline:
                 for i in todo:
-                    results[i] = translate(failures[i].exc)
+                    results[i] = (
+                        OutcomeUnknown(
+                            f"{ops[i].name} was sent, its reply was lost, and Redis could not "
+                            f"be reached again ({failures[i].exc}): Redis may or may not have "
+                            "run it"
+                        )
+                        if i in resent_ops
+                        else translate(failures[i].exc)
+                    )
                 return results
             retryable = {_code(failures[i].exc) for i in todo}
             if retryable != {"NOSCRIPT"}:  # a script load needs no pause
