@@ -28,7 +28,9 @@ class Command(BaseCommand):
             "--concurrency", type=int, default=1, help="Jobs run at once, in threads (default 1)."
         )
         parser.add_argument(
-            "--burst", action="store_true", help="Run until nothing is due, then exit 0."
+            "--burst",
+            action="store_true",
+            help="Run until nothing is due, then exit 0 (2 if Redis stays unreachable for 10 s).",
         )
         parser.add_argument(
             "--shutdown-timeout",
