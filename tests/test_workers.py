@@ -265,7 +265,7 @@ def test_status_refuses_bad_options(store):
 def test_status_exits_2_when_redis_cannot_be_read(store):
     with more_settings(store, REDIS_URL="redis://127.0.0.1:1/0"):
         code, out, err = status()
-        assert code == 2 and err.startswith("UNKNOWN: cannot read the queues from Redis: ")
+        assert code == 2 and err.startswith("ERROR: cannot read the queues from Redis: ")
         # redis-py retries a refused connection for seconds: --timeout cuts that short
         code, out, _ = status("--json", "--timeout", "0.3")
         assert code == 2 and json.loads(out) == {

@@ -113,7 +113,7 @@ def test_status_exit_codes_with_and_without_live_workers_and_with_redis_stopped(
     data.stop()
     began = time.monotonic()
     code, out, err = status(env)
-    assert code == 2 and err.startswith("UNKNOWN: "), out + err
+    assert code == 2 and err.startswith("ERROR: "), out + err
     took = time.monotonic() - began
     code, out, err = status(env, "--json")
     assert code == 2, out + err

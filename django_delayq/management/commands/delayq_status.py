@@ -96,7 +96,7 @@ class Command(BaseCommand):
             if options["json"]:
                 self.stdout.write(json.dumps({"healthy": False, "error": error}))
             else:
-                self.stderr.write(f"UNKNOWN: {error}")
+                self.stderr.write(f"ERROR: {error}")
             sys.exit(UNREACHABLE)
         if options["json"]:
             self.stdout.write(json.dumps(as_json(result), indent=2))
