@@ -52,6 +52,12 @@ class Presence:
         self.started = time.monotonic()
         self.beats = 0
         self.ok = False  # the last beat reached Redis
+        self.thread: threading.Thread | None = None
+
+    def new_thread(self) -> threading.Thread:
+        """The thread that runs :meth:`loop` (not started), one per Worker.run()."""
+        self.thread = threading.Thread(target=self.loop, name="delayq-presence", daemon=True)
+        return self.thread
 
     def describe(self) -> bytes:
         from . import __version__
@@ -102,12 +108,20 @@ class Presence:
             except DelayQError as exc:
                 pause = min(outage.failed(exc), self.every)
 
-    def remove(self) -> None:
-        """Take the worker off the roster (at stop). Not tried when the last beat did not
-        reach Redis (a connection attempt can take seconds): the description expires."""
-        store = self.worker.store
+    def close(self) -> None:
+        """At stop (``stopped`` is set): wait for a beat under way, so that none lands after
+        the removal, and take the worker off the roster. Neither is tried when the last beat
+        did not reach Redis (a connection attempt can take seconds): the description then
+        expires by itself."""
         if not self.ok:
             return
+        if self.thread is not None and self.thread.is_alive():
+            self.thread.join(timeout=1.0)
+        self.remove()
+
+    def remove(self) -> None:
+        """Take the worker off the roster."""
+        store = self.worker.store
         try:
             for result in store.run(store.worker_gone_ops(self.worker.instance), budget=0.5):
                 if isinstance(result, Exception):

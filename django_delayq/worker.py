@@ -191,8 +191,7 @@ class Worker:
             for i in range(self.concurrency)
         ]
         threads.append(threading.Thread(target=self.heartbeat.loop, name="delayq-heartbeat"))
-        presence = threading.Thread(target=self.presence.loop, name="delayq-presence")
-        threads.append(presence)
+        threads.append(self.presence.new_thread())
         if not self.burst:
             every = min(max(self.lease / 2, 0.25), 30.0)
             threads.append(
@@ -215,9 +214,7 @@ class Worker:
                 self._work.notify_all()
                 self._idle_runner.notify_all()
             self.marker.close()
-            if self.presence.ok:  # Redis answers: so no beat lands after the removal
-                presence.join(timeout=1.0)
-            self.presence.remove()
+            self.presence.close()  # off the roster
         logger.info(
             "worker %s stopped: %d jobs done, %d failed attempts",
             self.name,
