@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from .conf import delayq_settings
+from .registry import registered
 from .roster import LiveWorker
 from .store import Store, check_queue_name
 
@@ -71,20 +73,21 @@ def problems(due: int, lag: float, workers: int, max_lag: float | None) -> tuple
 
 
 def known_queues(store: Store, workers: Iterable[LiveWorker] = ()) -> list[str]:
-    """The configured queues, those of registered tasks, every queue Redis remembers (what
-    the admin lists), then the queues live workers serve."""
-    from .api import search_queues
-
-    names = list(search_queues())
-    for worker in workers:
-        for queue in worker.queues:
-            try:
-                check_queue_name(queue)
-            except ValueError:
-                continue  # garbage in a description
-            if queue not in names:
-                names.append(queue)
-    return names
+    """The configured queues, those of registered tasks, every queue ``store`` remembers
+    (what the admin lists), then the queues live workers serve; invalid names skipped."""
+    configured = delayq_settings.QUEUES
+    names = [delayq_settings.DEFAULT_QUEUE]
+    names += list(configured) if isinstance(configured, (list, tuple)) else []
+    names += [t.queue for t in registered().values() if t.queue]
+    names += store.queues()
+    names += [q for worker in workers for q in worker.queues]
+    known = []
+    for name in dict.fromkeys(n for n in names if isinstance(n, str)):
+        try:
+            known.append(check_queue_name(name))
+        except ValueError:
+            continue  # a bad setting (delayq.E005) or garbage in a description
+    return known
 
 
 def report(
