@@ -255,10 +255,11 @@ def test_status_exit_codes_and_output(store):
 def test_status_refuses_bad_options(store):
     from django.core.management.base import CommandError
 
-    with pytest.raises(CommandError, match="invalid queue name 'a b'"):
+    with pytest.raises(CommandError, match="invalid queue name 'a b'") as raised:
         call_command("delayq_status", "--queues", "a b")
+    assert raised.value.returncode == 2  # not the 1 of "unhealthy"
     for bad in ("-1", "nan", "soon"):
-        with pytest.raises(CommandError, match=r"argument --max-lag: invalid"):
+        with pytest.raises(CommandError, match=r"argument --max-lag: invalid seconds value"):
             call_command("delayq_status", "--max-lag", bad)
 
 

@@ -25,22 +25,26 @@ long the oldest due job has waited) and the live workers serving it.
 
 A queue is healthy unless its lag exceeds --max-lag (when given), or it has due jobs and no
 live worker serves it. Exit status: 0 when every queue shown is healthy, 1 when one is not,
-2 when Redis cannot be read (unreachable, or no answer within --timeout seconds). Usable as a
-Kubernetes probe, a cron alert or a Nagios check."""
+2 when Redis cannot be read (unreachable, or no answer within --timeout seconds) or the
+options are wrong. Usable as a Kubernetes probe, a cron alert or a Nagios check."""
 
 
-def _seconds(value: str) -> float:
+def seconds(value: str) -> float:
+    """A number of seconds >= 0 (argparse names this function in its error)."""
     try:
-        seconds = float(value)
+        number = float(value)
     except ValueError:
-        seconds = math.nan
-    if not math.isfinite(seconds) or seconds < 0:
+        number = math.nan
+    if not math.isfinite(number) or number < 0:
         raise ValueError(value)
-    return seconds
+    return number
 
 
 class Command(BaseCommand):
     help = HELP
+    # The exit status says only what HELP says: a configuration problem is a 2 (Redis
+    # cannot be read), never the 1 of a failed system check; and a probe starts faster.
+    requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument(
@@ -51,7 +55,7 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--max-lag",
-            type=_seconds,
+            type=seconds,
             default=None,
             metavar="SECONDS",
             help="Unhealthy when a queue's oldest due job has waited longer than this "
@@ -60,7 +64,7 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true", help="Print the report as JSON.")
         parser.add_argument(
             "--timeout",
-            type=_seconds,
+            type=seconds,
             default=10.0,
             metavar="SECONDS",
             help="Give up (exit 2) when Redis has not answered within this (default 10).",
@@ -71,8 +75,8 @@ class Command(BaseCommand):
         if options["queues"]:
             try:
                 queues = [check_queue_name(q.strip()) for q in options["queues"].split(",")]
-            except ValueError as exc:
-                raise CommandError(f"--queues: {exc}") from exc
+            except ValueError as exc:  # exit 2, as argparse does for bad options
+                raise CommandError(f"--queues: {exc}", returncode=UNREACHABLE) from exc
         found: list[Any] = []
 
         def read() -> None:
