@@ -135,7 +135,7 @@ def decode_description(instance: str, raw: bytes, pttl: int, now: float) -> Live
     remaining time to live. Garbage shows as a worker without details, never an exception."""
     try:
         data = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # garbage: not JSON, not UTF-8, nested too deep
         data = None
     if not isinstance(data, dict):
         data = {}

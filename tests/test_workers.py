@@ -104,10 +104,13 @@ def test_members_older_than_a_day_are_forgotten_unread(store):
 def test_garbage_descriptions_show_as_workers_without_details(store):
     store.client.set(store.worker_key("odd~1"), b"\xff not json", px=10_000)
     store.client.set(store.worker_key("odd~2"), b'{"pid": "x", "queues": 7, "running": [1]}')
-    store.client.zadd(store.workers_key, {"odd~1": time.time() * 1000, "odd~2": time.time() * 1000})
-    odd1, odd2 = store.live_workers(store.server_time())
+    store.client.set(store.worker_key("odd~3"), b"[" * 100_000, px=10_000)
+    now = time.time() * 1000
+    store.client.zadd(store.workers_key, {"odd~1": now, "odd~2": now, "odd~3": now})
+    odd1, odd2, odd3 = store.live_workers(store.server_time())
     assert (odd1.name, odd1.queues, odd1.pid, odd1.running) == ("odd", (), None, ())
     assert (odd2.name, odd2.queues, odd2.pid, odd2.running) == ("odd", (), None, ())
+    assert (odd3.name, odd3.queues, odd3.pid, odd3.running) == ("odd", (), None, ())
 
 
 def test_the_age_of_a_beat_comes_from_the_keys_time_to_live():
