@@ -10,6 +10,7 @@ pending / running / dead lists, the job pages, the actions and the purge page:
     <admin>/django_delayq/job/find/?q=...            find by id or unique key
     <admin>/django_delayq/job/action/                the actions (POST)
     <admin>/django_delayq/job/purge/?queue=q         purge a queue's dead jobs
+    <admin>/django_delayq/job/workers/               the live workers and their jobs
 
 Every path but a job page's has one segment, so no queue name can shadow another page.
 Every view runs through ``admin_site.admin_view`` (active staff only, CSRF, never
@@ -37,7 +38,7 @@ from django.http import (
     HttpResponseRedirect,
 )
 from django.template.response import TemplateResponse
-from django.urls import path, reverse
+from django.urls import NoReverseMatch, path, reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext
 from django.views.decorators.http import require_POST
@@ -45,7 +46,9 @@ from django.views.decorators.http import require_POST
 from . import admin_texts as texts
 from . import admin_views as views
 from .admin_texts import STATUS_TITLES, Count
+from .admin_workers import worker_rows
 from .connection import get_store
+from .health import workers_per_queue
 from .job import DEAD, PENDING, STATUSES, to_datetime
 from .models import Job
 from .registry import registered
@@ -100,6 +103,7 @@ class JobAdmin(admin.ModelAdmin):
             path("find/", view(self.find_view), name=f"{URL_PREFIX}_find"),
             path("action/", view(self.action_view), name=f"{URL_PREFIX}_action"),
             path("purge/", view(self.purge_view), name=f"{URL_PREFIX}_purge"),
+            path("workers/", view(self.workers_view), name=f"{URL_PREFIX}_workers"),
             *(
                 path(
                     f"{status}/",
@@ -132,6 +136,7 @@ class JobAdmin(admin.ModelAdmin):
             "dashboard_url": self._url("changelist"),
             "find_url": self._url("find"),
             "list_urls": [(s, STATUS_TITLES[s], self._url(s)) for s in STATUSES],
+            "workers_url": self._url("workers"),
             # Django 6.1's admin has <ol class="breadcrumbs">; earlier ones a <div>.
             "ol_breadcrumbs": django.VERSION >= (6, 1),
             **extra,
@@ -163,22 +168,58 @@ class JobAdmin(admin.ModelAdmin):
         self._require(request, "view_job")
         store = get_store()
         now = store.server_time()
+        served = workers_per_queue(store.live_workers(now))
         summaries = []
         for queue in views.admin_queues(store):
             summary = views.queue_summary(store, queue, now)
             summary["urls"] = {s: self._url(s, queue=queue) for s in STATUSES}
             summary["purge_url"] = self._url("purge", queue=queue)
+            summary["workers"] = served.get(queue, 0)  # live workers serving it
+            summary["unserved"] = bool(summary["due"]) and not summary["workers"]
             summaries.append(summary)
         context = self._context(
             request,
             gettext("Delayed jobs"),
             crumbs=[(gettext("Dashboard"), "")],
             queues=summaries,
+            unserved=[s["name"] for s in summaries if s["unserved"]],
             chart_minutes=views.CHART_MINUTES,
             can_purge=self._perm(request, "delete_job"),
             now=to_datetime(now),
         )
         return self._render(request, "dashboard.html", context)
+
+    # -- workers ---------------------------------------------------------------
+
+    def workers_view(self, request: HttpRequest) -> HttpResponse:
+        """The live workers (the roster, roster.py), each with the jobs it is running."""
+        self._require(request, "view_job")
+        store = get_store()
+        now = store.server_time()
+
+        def job_url(queue: str, job_id: str) -> str:
+            try:
+                return self._url("detail", queue, job_id)
+            except NoReverseMatch:  # an id no URL can carry (garbage in a description)
+                return ""
+
+        rows = worker_rows(
+            store,
+            store.live_workers(now),
+            now,
+            job_url,
+            lambda queue: self._url(PENDING, queue=queue),
+        )
+        context = self._context(
+            request,
+            gettext("Workers"),
+            crumbs=[(gettext("Dashboard"), self._url("changelist")), (gettext("Workers"), "")],
+            workers_page=True,
+            rows=rows,
+            busy=sum(len(r.running) for r in rows),
+            now=to_datetime(now),
+        )
+        return self._render(request, "workers.html", context)
 
     # -- lists -----------------------------------------------------------------
 

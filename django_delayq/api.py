@@ -8,6 +8,7 @@ store, sends signals.
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 import time
@@ -35,7 +36,7 @@ from .job import (
     make_job,
     new_job_id,
 )
-from .registry import Task, find_task, registered, sender
+from .registry import Task, discovered, find_task, registered, sender, unknown_task
 from .store import DONE_TTL, Op, Scheduled, Store, check_queue_name
 
 TASK_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_<>][\w<>]*)+")
@@ -60,7 +61,9 @@ def _resolve_task(task: Task | str | Callable[..., Any]) -> tuple[str, Task | No
             return task, found
         if not TASK_NAME.fullmatch(task):
             raise ValueError(f"{task!r} is not a dotted task name like 'shop.tasks.cancel_order'")
-        return task, None  # registered in the worker's process, not this one
+        if discovered() and delayq_settings.CHECK_NAMES:
+            raise unknown_task(task)
+        return task, None  # CHECK_NAMES is off: a task of another code base's workers
     if callable(task):
         raise TypeError(
             f"{getattr(task, '__qualname__', task)!r} is not a task: decorate it with "
@@ -111,6 +114,30 @@ def _when(delay: Any, at: Any) -> dict[str, float]:
     return {"delay": max(seconds, 0.0)}
 
 
+def _check_queue(queue: str) -> str:
+    """``queue`` if workers of this code base serve it: in QUEUES (when the settings give
+    it), the DEFAULT_QUEUE or a registered task's queue; else ValueError naming the known
+    ones (CHECK_NAMES=False skips this)."""
+    configured = delayq_settings.QUEUES
+    if queue in configured or queue == delayq_settings.DEFAULT_QUEUE:
+        return queue
+    if not delayq_settings.is_set("QUEUES") or not delayq_settings.CHECK_NAMES:
+        return queue
+    known = [*configured, delayq_settings.DEFAULT_QUEUE]
+    known += [t.queue for t in registered().values() if t.queue]
+    if queue in known:
+        return queue
+    known = list(dict.fromkeys(str(k) for k in known))
+    close = difflib.get_close_matches(queue, known, n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    raise ValueError(
+        f"queue {queue!r} is not one this code base's workers serve (known: "
+        f"{', '.join(known)}: DELAYQ['QUEUES'], DEFAULT_QUEUE and the queues of registered "
+        f"tasks): {hint}Fix the name or add it to DELAYQ['QUEUES'], or set "
+        "DELAYQ['CHECK_NAMES'] = False to schedule to queues of another code base's workers"
+    )
+
+
 def _soon(when: dict[str, float]) -> bool:
     if "at" in when:
         return when["at"] - time.time() < _SOON + _SKEW
@@ -145,8 +172,12 @@ class _Plan:
         self.name, self.task = _resolve_task(task)
         key, on_conflict = options.get("key"), options.get("on_conflict", "replace")
         _check_key(key, on_conflict)
-        queue = options.get("queue") or (self.task and self.task.queue)
-        self.queue = check_queue_name(queue or delayq_settings.DEFAULT_QUEUE)
+        queue = options.get("queue")
+        if queue:
+            self.queue = _check_queue(check_queue_name(queue))
+        else:
+            default = self.task.queue if self.task is not None else None
+            self.queue = check_queue_name(default or delayq_settings.DEFAULT_QUEUE)
         max_retries = options.get("max_retries")
         if max_retries is None and self.task is not None:
             max_retries = self.task.max_retries

@@ -9,3 +9,7 @@ class DelayQConfig(AppConfig):
 
     def ready(self) -> None:
         from . import checks, connection  # noqa: F401  (register checks and receivers)
+        from .registry import autodiscover
+
+        # Every process knows every task, as workers do: schedule() refuses unknown names.
+        autodiscover()

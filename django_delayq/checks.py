@@ -4,9 +4,10 @@ delayq.E001  the Redis connection cannot be built from CACHE (missing alias, or 
 delayq.E002  REDIS_URL is not a redis://, rediss:// or unix:// URL
 delayq.E003  PREFIX is not a non-empty string without braces
 delayq.E004  a number setting has the wrong type or range (numbers must be finite and below
-             10**9); CLUSTER is not a bool
+             10**9); CLUSTER or CHECK_NAMES is not a bool
 delayq.E005  QUEUES / DEFAULT_QUEUE are not valid queue names
 delayq.E006  DELAYQ is not a dict
+delayq.E007  METRICS_TOKEN is neither None nor a string of at least 16 characters
 delayq.W001  DELAYQ has a key django-delayq does not know (a typo?)
 delayq.W002  (deploy) Redis does not answer, or is older than 6.2
 """
@@ -23,6 +24,7 @@ from .conf import DEFAULTS, delayq_settings
 from .exceptions import ConfigurationError
 
 MAXIMUM = 10**9
+MIN_TOKEN = 16  # characters of a METRICS_TOKEN, at least
 NUMBERS = {
     # name: (types, minimum, must be above the minimum)
     "VISIBILITY_TIMEOUT": ((int, float), 0, True),
@@ -75,11 +77,21 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list:
                     id="delayq.E004",
                 )
             )
-    if not isinstance(delayq_settings.CLUSTER, bool):
+    for name in ("CLUSTER", "CHECK_NAMES"):
+        value = getattr(delayq_settings, name)
+        if not isinstance(value, bool):
+            errors.append(
+                Error(f"DELAYQ[{name!r}] must be True or False, got {value!r}.", id="delayq.E004")
+            )
+    token = delayq_settings.METRICS_TOKEN
+    if token is not None and (not isinstance(token, str) or len(token) < MIN_TOKEN):
+        shown = f"a {type(token).__name__}" if not isinstance(token, str) else "too short"
         errors.append(
             Error(
-                f"DELAYQ['CLUSTER'] must be True or False, got {delayq_settings.CLUSTER!r}.",
-                id="delayq.E004",
+                f"DELAYQ['METRICS_TOKEN'] must be None or a string of at least {MIN_TOKEN} "
+                f"characters, got {shown}.",
+                hint="Make one with: python -c 'import secrets; print(secrets.token_urlsafe())'",
+                id="delayq.E007",
             )
         )
     errors += _check_queues()

@@ -42,6 +42,12 @@ DEFAULTS: dict[str, Any] = {
     "MAX_SLEEP": 5.0,
     # Seconds running jobs get to finish after SIGTERM/SIGINT.
     "SHUTDOWN_TIMEOUT": 30,
+    # schedule() refuses task names no @task registered in this process, and queues outside
+    # QUEUES when QUEUES is set; False for producers of tasks another code base defines.
+    "CHECK_NAMES": True,
+    # A bearer token that may read the metrics endpoint (django_delayq.urls) besides users
+    # with the view_job permission; None: users only.
+    "METRICS_TOKEN": None,
 }
 
 
@@ -58,6 +64,10 @@ class DelayQSettings:
     def user_settings(self) -> dict[str, Any]:
         value = getattr(django_settings, "DELAYQ", None)
         return value if isinstance(value, dict) else {}
+
+    def is_set(self, name: str) -> bool:
+        """Whether ``settings.DELAYQ`` gives ``name`` (rather than the default)."""
+        return name in self.user_settings()
 
     def __getattr__(self, name: str) -> Any:
         merged = self.__dict__.get("_merged")

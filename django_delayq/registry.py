@@ -7,6 +7,7 @@ imported from a name found in Redis.
 from __future__ import annotations
 
 import asyncio
+import difflib
 import functools
 import inspect
 import math
@@ -28,6 +29,7 @@ SCHEDULE_OPTIONS = frozenset(
 
 _registry: dict[str, Task] = {}
 _lock = threading.Lock()
+_discovered = False  # autodiscover() ran: the registry holds every task of this code base
 
 
 class Task:
@@ -167,6 +169,39 @@ def sender(name: str) -> Task | str:
 
 def registered() -> dict[str, Task]:
     return dict(_registry)
+
+
+def autodiscover() -> None:
+    """Import every installed app's ``tasks`` module, as workers do at start.
+
+    DelayQConfig.ready() calls it in every process, so that from then on the registry holds
+    every task this code base defines, and schedule() can refuse a name that is not there.
+    """
+    global _discovered
+    from django.utils.module_loading import autodiscover_modules
+
+    autodiscover_modules("tasks")
+    _discovered = True
+
+
+def discovered() -> bool:
+    """True once :func:`autodiscover` ran in this process."""
+    return _discovered
+
+
+def unknown_task(name: str) -> TaskNotFound:
+    """The error for scheduling a name no @task registered, naming the closest ones."""
+    close = difflib.get_close_matches(name, list(_registry), n=3, cutoff=0.6)
+    if close:
+        hint = "closest registered names: " + ", ".join(repr(c) for c in close)
+    else:
+        hint = f"none of the {len(_registry)} registered tasks has a similar name"
+    return TaskNotFound(
+        f"task {name!r} is not registered in this process ({hint}); a job of it would be "
+        "retried and dead-lettered by every worker of this code base. Register it with "
+        "@django_delayq.task in an app's tasks.py, or, to schedule tasks that workers of "
+        "another code base run, set DELAYQ['CHECK_NAMES'] = False"
+    )
 
 
 def unregister(name: str) -> None:

@@ -22,6 +22,7 @@ from typing import Any
 
 from .exceptions import ConnectionError as DelayQConnectionError
 from .reads import Reads
+from .roster import Roster
 from .scripts import lib_constant, script
 from .transport import Marker, Op, Policy, Transport, pack
 
@@ -183,7 +184,7 @@ def _parse_cancel(reply: list) -> tuple[str, bytes] | None:
     return (_text(reply[0]), reply[1]) if reply else None
 
 
-class Store(Reads):
+class Store(Reads, Roster):
     """Byte-level access to one Redis (or Redis Cluster) for one key prefix."""
 
     def __init__(self, client: Any, prefix: str = "delayq") -> None:
@@ -231,6 +232,15 @@ class Store(Reads):
     def result_key(self, result_id: str) -> str:
         """``{prefix}:result:<id>``: a django.tasks result, found by id alone."""
         return f"{self.prefix}:result:{result_id}"
+
+    @property
+    def workers_key(self) -> str:
+        """``{prefix}:workers``: the instances of live workers (roster.py)."""
+        return f"{self.prefix}:workers"
+
+    def worker_key(self, instance: str) -> str:
+        """``{prefix}:worker:<instance>``: one live worker's description (roster.py)."""
+        return f"{self.prefix}:worker:{instance}"
 
     # -- building and running ops -----------------------------------------------
 

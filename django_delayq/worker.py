@@ -53,6 +53,7 @@ from .execution import backoff_delay as backoff_delay  # re-exported
 from .execution import current_job as current_job  # re-exported
 from .job import PENDING, decode_fields
 from .maintenance import Backoff, Heartbeat, Recovery, Waker, by_queue
+from .presence import Presence
 from .registry import sender
 from .store import Claim, Store, check_queue_name
 
@@ -138,6 +139,7 @@ class Worker:
             self._stopped,
             self._now,
         )
+        self.presence = Presence(self, self._stopped)  # on the roster of live workers
         self.processed = 0
         self.failed = 0
         self.exchanges = 0  # round trips of the dispatcher (tests count them)
@@ -190,6 +192,7 @@ class Worker:
             for i in range(self.concurrency)
         ]
         threads.append(threading.Thread(target=self.heartbeat.loop, name="delayq-heartbeat"))
+        threads.append(self.presence.new_thread())
         if not self.burst:
             every = min(max(self.lease / 2, 0.25), 30.0)
             threads.append(
@@ -212,6 +215,7 @@ class Worker:
                 self._work.notify_all()
                 self._idle_runner.notify_all()
             self.marker.close()
+            self.presence.close()  # off the roster
         logger.info(
             "worker %s stopped: %d jobs done, %d failed attempts",
             self.name,

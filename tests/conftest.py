@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import uuid
 
 import fakeredis
@@ -76,3 +77,20 @@ def _installed(client):
         finally:
             _cleanup(store)
             connection.reset()
+
+
+@contextlib.contextmanager
+def more_settings(store: Store, **delayq):
+    """``delayq`` on top of the ``store`` fixture's DELAYQ settings, ``store`` still the one
+    the API and worker use; the fixture's settings and store again afterwards."""
+    key = (None, False, "default", store.prefix)
+    with override_settings(DELAYQ={**settings.DELAYQ, **delayq}):
+        connection._stores[key] = store
+        yield
+    connection._stores[key] = store
+
+
+def names_unchecked(store: Store):
+    """DELAYQ["CHECK_NAMES"] = False: the opt-out of producers that schedule tasks another
+    code base defines."""
+    return more_settings(store, CHECK_NAMES=False)

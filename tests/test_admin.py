@@ -163,6 +163,7 @@ PAGES = [
     ("dead", ()),
     ("detail", (Q, "01JXXXXXXXXXXXXXXXXXXXXXXX")),
     ("purge", ()),
+    ("workers", ()),
 ]
 
 

@@ -4,8 +4,9 @@ Needs ``playwright`` (the test extra) and ``/usr/bin/chromium`` (``apt-get insta
 chromium``; Playwright's own browser download is never used). In CI (``CI`` set) a missing
 browser fails the test; elsewhere it skips.
 
-The dashboard screenshot goes to the test's tmp dir; with ``DELAYQ_SCREENSHOT=1`` it also
-refreshes ``docs/admin-dashboard.png`` (the README's picture). The layout test leaves its
+The dashboard and Workers tab screenshots go to the tests' tmp dirs; with
+``DELAYQ_SCREENSHOT=1`` they also refresh ``docs/admin-dashboard.png`` and
+``docs/admin-workers.png`` (the README's pictures). The layout test leaves its
 screenshots (1280 x 800 and 420 x 800) in its tmp dir too, for a look.
 """
 
@@ -13,20 +14,27 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 import time
+import uuid
 from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import Permission, User
 
-from django_delayq import get_job, schedule
+from django_delayq import get_job, schedule, task
+from django_delayq.execution import STARTED
 from django_delayq.job import encode_record, new_job_id
+from django_delayq.registry import unregister
 from django_delayq.store import Store
+from django_delayq.worker import Worker
+from tests.test_admin_workers import beat
 from tests.testapp import tasks as testtasks
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 DOCS_PNG = Path(__file__).resolve().parent.parent / "docs" / "admin-dashboard.png"
+WORKERS_PNG = DOCS_PNG.with_name("admin-workers.png")
 Q = "default"
 
 
@@ -365,3 +373,110 @@ def test_lists_fit_and_destructive_actions_ask_first(real_store, live_server, se
             _fits(page)
         finally:
             browser.close()
+
+
+def _login(page, base: str, username: str, password: str, then: str) -> None:
+    page.goto(f"{base}/admin/login/?next={then}")
+    page.fill("#id_username", username)
+    page.fill("#id_password", password)
+    page.click("input[type=submit], button[type=submit]")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_workers_tab_in_a_browser(real_store, live_server, settings, tmp_path):
+    """A real worker in this process runs two jobs that wait for the test; the Workers tab
+    shows it (and another machine's idle worker, written as its presence thread would)
+    with its running jobs linked to their pages, and drops it once it stops; the dashboard
+    counts live workers per queue and flags a queue with due jobs and no worker."""
+    sync_playwright = _browser_or_skip()
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    User.objects.create_superuser("root", "root@example.com", "s3cret-pass")
+    gate = testtasks.gate(f"g-{uuid.uuid4().hex[:8]}")
+
+    def wait(*args) -> None:
+        gate.wait(60)
+
+    names = ["shop.tasks.prepare_invoice", "shop.tasks.sync_to_warehouse"]
+    invoice, sync = (task(name=name, retry_backoff=0)(wait) for name in names)
+    worker = Worker([Q, "emails"], concurrency=4, name="web-1")
+    thread = threading.Thread(target=worker.run, daemon=True)
+    try:
+        first = invoice.schedule(1042, "EUR")
+        second = sync.schedule(1042)
+        for i in range(25):
+            testtasks.add.schedule(i, i)
+        for i in range(3):  # a queue nobody serves, with due jobs
+            schedule(testtasks.add, i, i, queue="reports")
+        beat(real_store, "web-2~5117", host="web-2.internal", pid=5117, queues=["emails"])
+        thread.start()
+
+        def started() -> bool:
+            return sum(a.state == STARTED and a.fields is not None for a in worker.holding()) == 2
+
+        deadline = time.monotonic() + 30
+        while not (started() and worker.processed == 25) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert started() and worker.processed == 25, worker.holding()
+        worker.presence.beat()  # beats come every 5 s by default: write one now
+        base = live_server.url
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+            try:
+                page = browser.new_page(viewport={"width": 1360, "height": 560})
+                page.set_default_timeout(10_000)
+                _login(page, base, "root", "s3cret-pass", "/admin/django_delayq/job/")
+                page.wait_for_selector("#dq-dashboard")
+                unserved = page.locator("#dq-unserved").inner_text()
+                assert "Queue reports has due jobs and no live worker serves it" in unserved
+                cell = page.locator('#dq-dashboard tr[data-queue="reports"] td.dq-served')
+                assert cell.inner_text() == "none"
+                served = page.locator('#dq-dashboard tr[data-queue="emails"] td.dq-served')
+                assert served.inner_text() == "2"
+
+                page.click('.dq-tabs a:has-text("Workers")')
+                page.wait_for_selector("#dq-workers")
+                row = page.locator(f'#dq-workers tr[data-worker="{worker.instance}"]')
+                assert str(os.getpid()) in row.inner_text()  # this process runs it
+                assert row.locator("td").nth(1).inner_text() == "2 of 4"
+                assert row.locator("td").nth(3).inner_text() == "25 / 0"
+                links = row.locator(".dq-running-job a.dq-task")
+                assert links.count() == 2
+                assert "shop.tasks.prepare_invoice" in row.inner_text().replace("\u200b", "")
+                other = page.locator('#dq-workers tr[data-worker="web-2~5117"]')
+                assert "idle" in other.inner_text() and "web-2.internal" in other.inner_text()
+                shot = tmp_path / "admin-workers.png"
+                page.screenshot(path=str(shot), full_page=True)
+                assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+                if os.environ.get("DELAYQ_SCREENSHOT"):
+                    shutil.copyfile(shot, WORKERS_PNG)
+                _fits(page)
+
+                # A running job's link opens its page.
+                row.locator(f'.dq-running-job[data-job-id="{first.id}"] a').click()
+                page.wait_for_url(f"{base}/admin/django_delayq/job/{Q}/{first.id}/")
+                assert "prepare_invoice" in page.locator("#content").inner_text()
+
+                # 420 px: one card per worker, nothing scrolls sideways.
+                narrow = browser.new_page(viewport={"width": 420, "height": 800})
+                _login(narrow, base, "root", "s3cret-pass", "/admin/django_delayq/job/workers/")
+                narrow.wait_for_selector("#dq-workers")
+                _fits(narrow)
+                narrow.screenshot(path=str(tmp_path / "workers-420.png"), full_page=True)
+
+                # Once it stops, the worker leaves the tab.
+                gate.set()
+                worker.request_stop()
+                thread.join(20)
+                assert not thread.is_alive()
+                assert real_store.fetch(Q, second.id) is None  # both jobs ran to the end
+                page.goto(f"{base}/admin/django_delayq/job/workers/")
+                page.wait_for_selector("#dq-workers")
+                assert page.locator(f'tr[data-worker="{worker.instance}"]').count() == 0
+                assert page.locator('tr[data-worker="web-2~5117"]').count() == 1
+            finally:
+                browser.close()
+    finally:
+        gate.set()
+        worker.request_stop(force=True)
+        for name in names:
+            unregister(name)

@@ -30,6 +30,7 @@ from django.test import Client
 
 from django_delayq import schedule
 from tests.test_admin import confirm, make_dead, make_running, schedule_overdue, url
+from tests.test_admin_workers import beat
 from tests.testapp import tasks as testtasks
 
 pytestmark = pytest.mark.django_db
@@ -229,6 +230,10 @@ def test_every_text_of_the_admin_is_translated(real_store, admin_client, pseudo,
         'File "tasks.py"',
         "w-dead",
         "w-1",
+        "w-2",
+        "~1",
+        "~2",
+        "web-1.internal",
         "UTC",
         "null",
         "---------",
@@ -241,7 +246,12 @@ def test_every_text_of_the_admin_is_translated(real_store, admin_client, pseudo,
         pages[name] = response.content.decode()
 
     client: Client = admin_client
-    seen("dashboard", client.get(url("changelist")))
+    seen("dashboard", client.get(url("changelist")))  # default: due jobs, no worker
+    seen("no workers", client.get(url("workers")))
+    beat(store, "w-1~1", running=[[Q, running, "tests.testapp.tasks.add", 75.0]], stopping=True)
+    beat(store, "w-2~2", queues=[Q, "emails"], burst=True)
+    seen("workers", client.get(url("workers")))
+    seen("dashboard with workers", client.get(url("changelist")))
     seen("pending", client.get(url("pending")))
     seen("pending page 2", client.get(url("pending", per_page="1", p="2")))
     seen("task filter", client.get(url("pending", task="tests.testapp.tasks.add", per_page="1")))

@@ -15,14 +15,17 @@ from django.utils import timezone
 from django_delayq import (
     ConnectionError,
     SerializationError,
+    TaskNotFound,
     cancel,
     get_job,
+    registry,
     schedule,
     schedule_many,
     signals,
     task,
 )
 from django_delayq.registry import unregister
+from tests.conftest import more_settings, names_unchecked
 from tests.testapp import tasks as t
 
 
@@ -45,7 +48,8 @@ def test_schedule_by_name_at_and_in_the_past(store):
     assert abs(job.due_at - at) < timedelta(milliseconds=1) and job.kwargs == {"b": 2}
     past = schedule(t.add, 1, 2, at=timezone.now() - timedelta(days=1))
     assert abs(past.due_at - timezone.now()) < timedelta(seconds=5)
-    unknown = schedule("other_service.tasks.run", 1)  # registered in the worker, not here
+    with names_unchecked(store):  # registered in another code base's workers, not here
+        unknown = schedule("other_service.tasks.run", 1)
     assert unknown.task == "other_service.tasks.run"
 
 
@@ -54,6 +58,52 @@ def test_queue_from_task_and_option(store):
     job = t.add.schedule(1, 2, queue="fast")
     assert job.queue == "fast" and get_job(job.id).queue == "fast"
     assert get_job(job.id, queue="default") is None
+
+
+def test_an_unknown_task_name_is_refused_with_the_closest_names(store):
+    """Tasks modules are autodiscovered at startup (DelayQConfig.ready), so a name the
+    registry lacks is a mistake here: it would be retried and dead-lettered by workers."""
+    assert registry.discovered()
+    t.add.schedule(1, 2)
+    with pytest.raises(
+        TaskNotFound, match=r"closest registered names: 'tests\.testapp\.tasks\.add'"
+    ):
+        schedule("tests.testapp.tasks.ad", 1, 2)
+    with pytest.raises(LookupError, match=r"'shop\.tasks\.nope' is not registered.*CHECK_NAMES"):
+        schedule("shop.tasks.nope", 1)
+    with pytest.raises(TaskNotFound, match=r"shop\.tasks\.nope"):
+        schedule_many("shop.tasks.nope", [(1,), (2,)])
+    with pytest.raises(TaskNotFound):  # at the call, not when the transaction commits
+        schedule("shop.tasks.nope", 1, on_commit=True)
+    assert store.size("default", "pending") == 1  # the one t.add job only
+    with names_unchecked(store):
+        assert schedule("shop.tasks.nope", 1).task == "shop.tasks.nope"
+        assert len(schedule_many("shop.tasks.nope", [(1,), (2,)])) == 2
+
+
+def test_names_are_not_checked_before_the_registry_is_loaded(store, monkeypatch):
+    """Before apps are ready (a script that never called django.setup()) the registry may
+    lack tasks defined elsewhere: names are let through, as before."""
+    monkeypatch.setattr(registry, "_discovered", False)
+    assert schedule("shop.tasks.nope", 1).task == "shop.tasks.nope"
+
+
+def test_a_queue_outside_the_configured_ones_is_refused(store):
+    # QUEUES not set: every valid name is allowed (test_queue_from_task_and_option)
+    with more_settings(store, QUEUES=["default", "reports"]):
+        with pytest.raises(ValueError, match=r"queue 'defualt' .*did you mean 'default'\?"):
+            t.add.schedule(1, 2, queue="defualt")
+        with pytest.raises(ValueError, match=r"known: default, reports, emails"):
+            schedule_many(t.add, [(1, 2)], queue="fast")
+        with pytest.raises(ValueError, match="CHECK_NAMES"):
+            t.add.schedule(1, 2, queue="fast", on_commit=True)
+        assert store.size("fast", "pending") == store.size("defualt", "pending") == 0
+        assert t.add.schedule(1, 2, queue="reports").queue == "reports"
+        # a task's own queue is declared on purpose, and may be named at the call too
+        assert t.send_mail.schedule("a@b.c").queue == "emails"
+        assert t.add.schedule(1, 2, queue="emails").queue == "emails"
+    with more_settings(store, QUEUES=["default"], CHECK_NAMES=False):
+        assert t.add.schedule(1, 2, queue="fast").queue == "fast"
 
 
 @pytest.mark.parametrize("queue", ["bad name", ["emails"], 7, "x" * 65])

@@ -595,15 +595,15 @@ def test_internal_task_outside_a_worker(fake_store):
         run_django_task("tests.testapp.django_tasks.add", [1, 2], {}, _spec())
 
 
-def test_a_worker_process_registers_the_internal_task():
-    """Workers autodiscover django_delayq.tasks, which registers run_django_task even when
-    no module of the project has imported the backend."""
+def test_every_process_registers_the_internal_task():
+    """django.setup() autodiscovers tasks modules (as workers do), among them
+    django_delayq.tasks, which registers run_django_task even when no module of the project
+    has imported the backend."""
     code = (
-        "import django; django.setup()\n"
-        "from django.utils.module_loading import autodiscover_modules\n"
+        "import sys, django\n"
         "from django_delayq.registry import _registry\n"
-        f"before = {INTERNAL_TASK!r} in _registry\n"
-        "autodiscover_modules('tasks')\n"
+        f"before = {INTERNAL_TASK!r} in _registry or 'django_delayq.backends' in sys.modules\n"
+        "django.setup()\n"
         f"print(before, {INTERNAL_TASK!r} in _registry)\n"
     )
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

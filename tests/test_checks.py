@@ -59,6 +59,7 @@ def test_e003_prefix():
         ("MAX_SLEEP", 0),
         ("SHUTDOWN_TIMEOUT", None),
         ("CLUSTER", "yes"),
+        ("CHECK_NAMES", 0),
     ],
 )
 def test_e004_numbers(name, value):
@@ -80,6 +81,15 @@ def test_e005_queues():
 def test_e006_not_a_dict():
     with override_settings(DELAYQ=["PREFIX"]):
         assert [e.id for e in check_settings()] == ["delayq.E006"]
+
+
+@pytest.mark.parametrize("token", ["s3cr3t", 12345678901234567890, b"0123456789abcdefgh"])
+def test_e007_metrics_token(token):
+    with override_settings(DELAYQ={"METRICS_TOKEN": token}):
+        (error,) = check_settings()
+    assert error.id == "delayq.E007" and "METRICS_TOKEN" in error.msg
+    assert str(token) not in error.msg  # a secret is never printed, even a bad one
+    assert ids(METRICS_TOKEN=None) == ids(METRICS_TOKEN="0123456789abcdef") == []
 
 
 def test_w001_unknown_key():

@@ -281,7 +281,8 @@ def test_max_retries_get_job_reports_is_the_one_applied(
     env = worker_env(
         data.url, runs_server.url, prefix, VISIBILITY_TIMEOUT=visibility, MAX_RETRIES=setting
     )
-    with installed(store, MAX_RETRIES=setting):
+    # CHECK_NAMES=False: scheduled by name, as a web process of another code base would.
+    with installed(store, MAX_RETRIES=setting, CHECK_NAMES=False):
         with unregistered(explode, die):
             raising = schedule(explode.name, tag, "raises", queue="raises")
             dying = schedule(die.name, tag, "dies", queue="dies")

@@ -4,6 +4,7 @@ tests that run workers in subprocesses can count executions."""
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 import redis
@@ -69,3 +70,16 @@ async def _coro(x):
 async def async_double(x):
     CALLS.append(("async_double", x))
     return await _coro(x)
+
+
+GATES: dict[str, threading.Event] = {}
+
+
+def gate(name: str) -> threading.Event:
+    return GATES.setdefault(name, threading.Event())
+
+
+@task(retry_backoff=0)
+def wait_for_gate(name, seconds=30):
+    """Run until the test opens gate(name) (in-process workers only), at most ``seconds``."""
+    gate(name).wait(seconds)

@@ -1,0 +1,124 @@
+"""The health of the queues: what ``delayq_status``, the metrics endpoint and the admin's
+dashboard say about each queue, computed once here.
+
+A queue is healthy unless
+
+- ``lag``: its oldest due job has waited longer than ``max_lag`` seconds (when one is
+  given), or
+- ``no_worker``: it has due jobs and no live worker serves it (the roster, roster.py).
+
+Reads only: per queue one round trip for its counts (and one for its totals, for the
+metrics), plus two for the roster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from .conf import delayq_settings
+from .registry import registered
+from .roster import LiveWorker
+from .store import Store, check_queue_name
+
+LAG = "lag"
+NO_WORKER = "no_worker"
+
+
+@dataclass(frozen=True)
+class QueueHealth:
+    queue: str
+    pending: int  # in the pending set, due or not
+    due: int  # pending and due now (the backlog)
+    running: int  # claimed by a worker (in progress)
+    dead: int
+    lag: float  # seconds the oldest due job has waited; 0 when none is due
+    workers: int  # live workers serving the queue
+    problems: tuple[str, ...] = ()
+    totals: dict[str, int] = field(default_factory=dict)  # reads.totals, when asked for
+
+    @property
+    def healthy(self) -> bool:
+        return not self.problems
+
+
+@dataclass(frozen=True)
+class Report:
+    now: float  # Redis's time
+    max_lag: float | None
+    queues: list[QueueHealth]
+    workers: list[LiveWorker]
+
+    @property
+    def healthy(self) -> bool:
+        return all(q.healthy for q in self.queues)
+
+
+def workers_per_queue(workers: Iterable[LiveWorker]) -> dict[str, int]:
+    """How many live workers serve each queue."""
+    served: dict[str, int] = {}
+    for worker in workers:
+        for queue in dict.fromkeys(worker.queues):
+            served[queue] = served.get(queue, 0) + 1
+    return served
+
+
+def problems(due: int, lag: float, workers: int, max_lag: float | None) -> tuple[str, ...]:
+    found = []
+    if max_lag is not None and lag > max_lag:
+        found.append(LAG)
+    if due and not workers:
+        found.append(NO_WORKER)
+    return tuple(found)
+
+
+def known_queues(store: Store, workers: Iterable[LiveWorker] = ()) -> list[str]:
+    """The configured queues, those of registered tasks, every queue ``store`` remembers
+    (what the admin lists), then the queues live workers serve; invalid names skipped."""
+    configured = delayq_settings.QUEUES
+    names = [delayq_settings.DEFAULT_QUEUE]
+    names += list(configured) if isinstance(configured, (list, tuple)) else []
+    names += [t.queue for t in registered().values() if t.queue]
+    names += store.queues()
+    names += [q for worker in workers for q in worker.queues]
+    known = []
+    for name in dict.fromkeys(n for n in names if isinstance(n, str)):
+        try:
+            known.append(check_queue_name(name))
+        except ValueError:
+            continue  # a bad setting (delayq.E005) or garbage in a description
+    return known
+
+
+def report(
+    store: Store,
+    queues: Sequence[str] | None = None,
+    *,
+    max_lag: float | None = None,
+    totals: bool = False,
+) -> Report:
+    """The health of ``queues`` (default: :func:`known_queues`). Raises DelayQError when
+    Redis cannot be read."""
+    now = store.server_time()
+    workers = store.live_workers(now)
+    served = workers_per_queue(workers)
+    names = list(queues) if queues is not None else known_queues(store, workers)
+    results = []
+    for queue in names:
+        counts = store.counts(queue, now)
+        oldest = counts["oldest_due_at"]
+        lag = max(now - oldest, 0.0) if oldest is not None and oldest <= now else 0.0
+        results.append(
+            QueueHealth(
+                queue=queue,
+                pending=counts["pending"],
+                due=counts["due"],
+                running=counts["running"],
+                dead=counts["dead"],
+                lag=lag,
+                workers=served.get(queue, 0),
+                problems=problems(counts["due"], lag, served.get(queue, 0), max_lag),
+                totals=store.totals(queue) if totals else {},
+            )
+        )
+    return Report(now, max_lag, results, workers)

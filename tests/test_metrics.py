@@ -1,0 +1,144 @@
+"""The Prometheus endpoint (django_delayq.urls, at /delayq/metrics in tests/urls.py): its
+output read back with prometheus_client's own parsers, and who may read it."""
+
+from __future__ import annotations
+
+import time
+
+import prometheus_client
+import pytest
+from django.contrib.auth.models import Permission, User
+from prometheus_client.openmetrics.parser import (
+    text_string_to_metric_families as openmetrics_families,
+)
+from prometheus_client.parser import text_string_to_metric_families
+
+from django_delayq.job import encode_record, new_job_id
+from django_delayq.roster import encode_description
+from django_delayq.worker import Worker
+from tests.conftest import more_settings
+from tests.testapp import tasks as t
+
+pytestmark = pytest.mark.django_db
+
+URL = "/delayq/metrics"
+TOKEN = "0123456789abcdef-metrics-token"
+GAUGES = {
+    "delayq_pending_jobs",
+    "delayq_due_jobs",
+    "delayq_running_jobs",
+    "delayq_dead_jobs",
+    "delayq_lag_seconds",
+    "delayq_live_workers",
+}
+COUNTERS = {
+    "delayq_jobs_done",
+    "delayq_attempts_failed",
+    "delayq_attempts_retried",
+    "delayq_jobs_dead_lettered",
+    "delayq_jobs_recovered",
+}
+
+
+def values(families) -> tuple[dict[str, str], dict[tuple[str, str], float]]:
+    """(type per family, value per (sample name, queue))."""
+    types, samples = {}, {}
+    for family in families:
+        types[family.name] = family.type
+        for sample in family.samples:
+            samples[sample.name, sample.labels["queue"]] = sample.value
+    return types, samples
+
+
+def live_worker(store, queues: list[str]) -> None:
+    description = encode_description(
+        name="web-1",
+        host="h",
+        pid=1,
+        queues=queues,
+        concurrency=1,
+        version="0",
+        uptime=1,
+        every=5,
+        ttl=15,
+        running=[],
+        done=0,
+        failed=0,
+        stopping=False,
+        burst=False,
+    )
+    store.run(store.worker_beat_ops("web-1~1", description, 15, time.time()))
+
+
+def test_per_queue_gauges_and_counters_parsed_by_prometheus_client(store, client):
+    t.add.schedule(1, 2)
+    t.add.schedule(3, 4)
+    t.always_fails.schedule("declined")  # max_retries=2: three failed attempts, then dead
+    assert Worker(["default"], burst=True).run() == 0
+    record = encode_record(t.add.name, [5, 6], {})
+    store.schedule("default", new_job_id(), record, now=time.time() - 120)  # 2 min overdue
+    t.send_mail.schedule("a@b.c", delay=3600)
+    live_worker(store, ["emails"])
+    with more_settings(store, METRICS_TOKEN=TOKEN):
+        response = client.get(URL, HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
+    assert response.status_code == 200
+    assert response["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
+    assert "no-cache" in response["Cache-Control"]
+    types, samples = values(text_string_to_metric_families(response.content.decode()))
+    assert types == {**dict.fromkeys(GAUGES, "gauge"), **dict.fromkeys(COUNTERS, "counter")}
+    assert samples["delayq_jobs_done_total", "default"] == 2
+    assert samples["delayq_attempts_failed_total", "default"] == 3
+    assert samples["delayq_attempts_retried_total", "default"] == 2
+    assert samples["delayq_jobs_dead_lettered_total", "default"] == 1
+    assert samples["delayq_jobs_recovered_total", "default"] == 0
+    assert samples["delayq_dead_jobs", "default"] == 1
+    assert samples["delayq_pending_jobs", "default"] == samples["delayq_due_jobs", "default"] == 1
+    assert samples["delayq_running_jobs", "default"] == 0
+    assert 119 <= samples["delayq_lag_seconds", "default"] < 180
+    assert samples["delayq_live_workers", "default"] == 0
+    assert (
+        samples["delayq_pending_jobs", "emails"] == 1 and samples["delayq_due_jobs", "emails"] == 0
+    )
+    assert samples["delayq_live_workers", "emails"] == 1
+    assert samples["delayq_lag_seconds", "emails"] == 0
+    # a registry of its own per request: the process's global one stays clean
+    assert not any(n.startswith("delayq_") for n in prometheus_client.REGISTRY._names_to_collectors)
+
+
+def test_openmetrics_when_the_scraper_asks_for_it(store, client):
+    t.add.schedule(1, 2)
+    with more_settings(store, METRICS_TOKEN=TOKEN):
+        response = client.get(
+            URL,
+            HTTP_AUTHORIZATION=f"Bearer {TOKEN}",
+            HTTP_ACCEPT="application/openmetrics-text; version=1.0.0, text/plain;q=0.5",
+        )
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("application/openmetrics-text; version=1.0.0")
+    _, samples = values(openmetrics_families(response.content.decode()))
+    assert samples["delayq_pending_jobs", "default"] == 1
+
+
+def test_who_may_read_the_metrics(store, client):
+    anonymous = client.get(URL)
+    assert anonymous.status_code == 401 and anonymous["WWW-Authenticate"].startswith("Bearer")
+    assert client.get(URL, HTTP_AUTHORIZATION="Bearer anything").status_code == 401  # no token set
+    with more_settings(store, METRICS_TOKEN=TOKEN):
+        assert client.get(URL, HTTP_AUTHORIZATION=f"Bearer {TOKEN}x").status_code == 401
+        assert client.get(URL, HTTP_AUTHORIZATION=f"Basic {TOKEN}").status_code == 401
+        assert client.get(URL, HTTP_AUTHORIZATION=f"bearer {TOKEN}").status_code == 200
+        assert client.post(URL, HTTP_AUTHORIZATION=f"Bearer {TOKEN}").status_code == 405
+    user = User.objects.create_user("ops", password="x", is_staff=False)
+    client.force_login(user)
+    assert client.get(URL).status_code == 403
+    user.user_permissions.add(Permission.objects.get(codename="view_job"))
+    client.force_login(User.objects.get(pk=user.pk))  # a fresh permission cache
+    assert client.get(URL).status_code == 200
+    client.logout()
+    assert client.get(URL).status_code == 401
+
+
+def test_503_when_redis_cannot_be_read(store, client):
+    with more_settings(store, METRICS_TOKEN=TOKEN, REDIS_URL="redis://127.0.0.1:1/0"):
+        response = client.get(URL, HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
+    assert response.status_code == 503 and b"Redis cannot be read" in response.content
