@@ -53,6 +53,7 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from . import signals
+from .api import LATEST_DUE
 from .conf import delayq_settings
 from .connection import get_store
 from .exceptions import ConfigurationError, LeaseLost
@@ -195,6 +196,11 @@ class DelayQBackend(BaseTaskBackend):
                 f"run_after must be a datetime{hint}, got {type(run_after).__name__} {run_after!r}."
             )
         super().validate_task(task)
+        if run_after is not None and _epoch(run_after) >= LATEST_DUE.timestamp():
+            raise InvalidTask(
+                f"run_after={run_after!r} is too far ahead: django-delayq keeps due times "
+                "before 2200."
+            )
         try:
             check_queue_name(task.queue_name)
         except ValueError as exc:

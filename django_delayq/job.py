@@ -4,10 +4,10 @@ A job record is the bytes stored for a job in its queue's ``jobs`` hash. It hold
 producer decided and never changes while the job waits (a unique-key replace swaps it
 whole). Format 3 (since 0.2) is a header the Lua scripts read, then a body only Python reads::
 
-    5i=16:order:42:autocancel\\n          header: max_retries, flags, then the unique key
-    shop.tasks.cancel_order\\n            the task name                  (length-prefixed)
-    {"reason":"unpaid"}\\n                keyword arguments (only with flag 'k')
-    42,"x"                               the positional arguments: a JSON array without [ ]
+    5ik=19:order:42:autocancel\\n    header: max_retries 5, flags i and k, the key (19 bytes)
+    shop.tasks.cancel_order\\n       the task name
+    {"reason":"unpaid"}\\n           keyword arguments (only with flag 'k')
+    42,"x"                          the positional arguments: a JSON array without [ ]
 
 The header is everything scripts need (``header()`` in ``lua/_lib.lua``), so they never
 decode user data, whatever its size or nesting: ``max_retries`` (decided once, when the job is
@@ -47,7 +47,7 @@ KEPT = "kept"
 DEFERRED = "deferred"  # on_commit=True inside a transaction: stored when it commits
 
 # A claimed job that no runner has started yet has the running score lease_until - RESERVED
-# (lua/_lib.lua holds the same number).
+# (seconds here; lua/_lib.lua holds the same span in milliseconds).
 RESERVED = 10_000_000_000
 FLAG_TOMBSTONE = "i"
 FLAG_KWARGS = "k"

@@ -500,6 +500,13 @@ class Store(Reads, Roster):
             argv += [job_id, token]
         return self.call(self.op("release", queue, argv, _parse_ints), budget)
 
+    def forget_worker(self, queues: Iterable[str], instance: str, budget: float) -> None:
+        """Drop a stopping worker's entries in the queues' ``claims`` (one round trip)."""
+        ops = [self.op("release", q, (b"", instance), _parse_ints) for q in queues]
+        for result in self.run(ops, budget):
+            if isinstance(result, Exception):
+                raise result
+
     def cancel(
         self,
         queue: str,

@@ -29,6 +29,7 @@ waiting in it costs them nothing. When every runner has been busy for ``PREFETCH
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
@@ -144,6 +145,7 @@ class Worker:
         self.failed = 0
         self.exchanges = 0  # round trips of the dispatcher (tests count them)
         self.loops = 0  # turns of the dispatcher's loop (a spinning loop shows here)
+        self._reachable = False  # the last round trip got through
         self.wakers: list[Waker] = []
 
     # -- control --------------------------------------------------------------
@@ -216,6 +218,9 @@ class Worker:
                 self._idle_runner.notify_all()
             self.marker.close()
             self.presence.close()  # off the roster
+            if self._reachable:  # else recovery drops them in time
+                with contextlib.suppress(DelayQError):
+                    self.store.forget_worker(self.queues, self.instance, budget=0.5)
         logger.info(
             "worker %s stopped: %d jobs done, %d failed attempts",
             self.name,
@@ -240,7 +245,9 @@ class Worker:
                 outage.ok()
                 outage_since = None
                 pause = None
+                self._reachable = True
             except DelayQError as exc:
+                self._reachable = False
                 pause = outage.failed(exc)
                 outage_since = outage_since or time.monotonic()
                 if self.burst and time.monotonic() - outage_since > BURST_OUTAGE:

@@ -270,6 +270,12 @@ def test_run_after_must_be_an_aware_datetime(fake_store):
         dt.add.using(run_after=timedelta(minutes=5))
 
 
+def test_run_after_beyond_2200_is_refused_before_anything_is_stored(store):
+    with pytest.raises(InvalidTask, match="too far ahead"):
+        dt.add.using(run_after=datetime(2250, 1, 1, tzinfo=UTC)).enqueue(1, 1)
+    assert store.client.keys(f"{store.prefix}:*") == []
+
+
 @override_settings(USE_TZ=False)
 def test_naive_run_after_without_time_zones(fake_store):
     run_after = datetime.now() + timedelta(hours=1)

@@ -424,6 +424,31 @@ def test_a_schedule_sent_again_never_stores_a_job_twice(store):
     assert members(store, "done") == {other}
 
 
+def test_a_replace_sent_again_never_stores_the_job_beside_the_one_it_replaced(store):
+    """schedule(key=..., on_conflict='replace') replaced the key's pending job and its reply
+    was lost; by the time it is sent again the replaced job may be pending, running or
+    finished. The re-send must answer the replace, never store the record again as a new
+    job (which would run it twice)."""
+    held = put(store, delay=60, key="order:1", flags="i")
+    new_id, rec = new_job_id(), record(key="order:1", flags="i", args=(3, 4))
+    op = store.schedule_op(Q, new_id, rec, delay=0, key="order:1", now=T0)
+    resend = type(op)(op.resend_args, op.parse, op.policy, op.route, op.script)
+
+    def answer(call):
+        result = store.call(call)
+        return result.outcome, result.id
+
+    assert answer(op) == ("replaced", held)
+    assert answer(resend) == ("replaced", held)  # still pending
+    assert [j.id for j in claim(store, now=T0 + 1).jobs] == [held]
+    assert answer(resend) == ("replaced", held)  # running
+    assert store.ack(Q, [(held, "w#1", "i=order:1")], now=T0 + 2) == [1]
+    assert key_holder(store, "order:1") is None
+    assert answer(resend) == ("done", new_id)  # finished
+    assert members(store, "pending") == set() and members(store, "running") == set()
+    assert store.client.hlen(store.key(Q, "jobs")) == 0
+
+
 def test_cancelled_and_deleted_jobs_leave_tombstones_when_flagged(store):
     a = put(store, flags="i")
     b = put(store, flags="i", max_retries=0)

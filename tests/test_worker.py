@@ -53,6 +53,18 @@ def test_burst_runs_due_jobs_and_leaves_future_ones(store):
     assert worker.processed == 1
 
 
+def test_a_stopped_worker_leaves_no_claims_entry_behind(store):
+    """Each worker remembers its last claim per queue (so a re-sent claim returns the same
+    jobs); a worker that stops drops its entries, or the hash would grow by one field per
+    worker run forever."""
+    t.remember.schedule(1)
+    worker = run_burst()
+    assert t.CALLS == [((1,), {})]
+    claims = store.client.hkeys(store.key("default", "claims"))
+    assert claims == [], claims
+    assert worker.processed == 1
+
+
 def test_async_task(store):
     t.async_double.schedule(21)
     run_burst()

@@ -9,7 +9,7 @@
 -- (nothing changed). Idempotent: sent again after a lost reply, it answers 1 or 2 again.
 local now = clock(ARGV[1])
 zsets(P, R, D) hashes(J, S, U, E, C, T) lists(W)
-local out = {}
+local out, back = {}, false
 for i = 3, #ARGV, 2 do
   local id, token = ARGV[i], ARGV[i + 1]
   local n = owned(id, token)
@@ -20,6 +20,7 @@ for i = 3, #ARGV, 2 do
     if take_key(ukey, id) then
       redis.call('ZADD', P, int(now), id)
       table.insert(out, 1)
+      back = true
     else
       push_error(id, superseded(ukey, now), 10)
       redis.call('ZADD', D, int(now), id)
@@ -38,5 +39,5 @@ for i = 3, #ARGV, 2 do
   end
 end
 if ARGV[2] ~= '' then redis.call('HDEL', C, ARGV[2], ARGV[2] .. '/r') end
-wake()
+if back then wake() end  -- a peer takes the jobs handed back
 return out

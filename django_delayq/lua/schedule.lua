@@ -16,7 +16,9 @@
 -- Idempotent: the same call sent again (same id and record) changes nothing and returns
 -- {'created', id, due_at of the stored job, ''} while the job waits, runs or lies dead, and
 -- {'done', id, '', ''} when it already finished or was cancelled (a tombstone in `done`,
--- kept DONE_TTL for records with flag 'i'; checked only when ARGV[8] is '1').
+-- kept DONE_TTL for records with flag 'i'; checked only when ARGV[8] is '1'). A replace sent
+-- again returns {'replaced', holder, ...} while the key's job holds this record, and 'done'
+-- once it finished (the replace leaves a tombstone of this call's id for flag 'i').
 -- Errors: 'DELAYQ_DUPLICATE_ID' if the id is taken by another record (never happens with
 -- ULIDs); 'DELAYQ_BAD_DUE' if the due time is not an epoch before year 2286.
 local id, record, mode, value, ukey, on_conflict = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5], ARGV[6]
@@ -31,7 +33,15 @@ if ARGV[8] == '1' then
   if stored == record then  -- this very call, sent again
     return {'created', id, tonumber(redis.call('ZSCORE', P, id)) or due, ''}
   end
-  if not stored and redis.call('ZSCORE', F, id) then return {'done', id, '', ''} end
+  if not stored then
+    -- This very call replaced the key's job, which still holds its record (pending, or
+    -- claimed since: then it must not be stored again beside it).
+    local holder = ukey ~= '' and redis.call('HGET', U, ukey)
+    if holder and redis.call('HGET', J, holder) == record then
+      return {'replaced', holder, tonumber(redis.call('ZSCORE', P, holder)) or due, ''}
+    end
+    if redis.call('ZSCORE', F, id) then return {'done', id, '', ''} end
+  end
 end
 -- Reads before writes: is a pending job due before this one (if not, wake a worker: its
 -- sleep may be too long; the read also checks the pending key's type), the key's holder.
@@ -46,10 +56,15 @@ if score then
   -- Replace: the pending job takes the new record and due time and starts over (its
   -- attempts count from 0 again; errors of earlier attempts stay on record).
   local n, token = state_of(existing)
+  local _, flags = header(record)
   if earliest then lists(W) end
+  if has(flags, 'i') then zsets(F) end
   redis.call('HSET', J, existing, record)
   redis.call('ZADD', P, at, existing)
   if n > 0 then set_state(existing, 0, token) end
+  -- The replaced job may finish before this call, sent again after a lost reply, arrives:
+  -- this call's id then answers 'done' (a tombstone, like a finished job's).
+  if has(flags, 'i') then tombstone({id}, now) end
   if earliest then wake() end
   return {'replaced', existing, due, ''}
 end
