@@ -75,31 +75,25 @@ def postgres_database() -> Iterator[str]:
         conn.close()
 
 
-def migrate(root: Path, env: dict[str, str]) -> None:
-    """``manage.py migrate`` of the benchmark settings, in the worker's interpreter."""
+def _python(args: list[str], root: Path, env: dict[str, str], what: str) -> str:
+    """Run ``python <args>`` in the worker's interpreter; its stdout, or RuntimeError."""
     done = subprocess.run(
-        [sys.executable, "-m", "django", "migrate", "--noinput", "-v", "0"],
-        cwd=root,
-        env=env,
-        capture_output=True,
-        text=True,
+        [sys.executable, *args], cwd=root, env=env, capture_output=True, text=True
     )
     if done.returncode:
-        raise RuntimeError(f"migrate failed ({done.returncode}): {done.stderr[-2000:]}")
+        raise RuntimeError(f"{what} failed ({done.returncode}): {done.stderr[-2000:]}")
+    return done.stdout
+
+
+def migrate(root: Path, env: dict[str, str]) -> None:
+    """``manage.py migrate`` of the benchmark settings, in the worker's interpreter."""
+    _python(["-m", "django", "migrate", "--noinput", "-v", "0"], root, env, "migrate")
 
 
 def baseline(root: Path, env: dict[str, str], n: int) -> dict[str, float]:
     """Run this module in a fresh process: {"seconds", "cpu"} of n ORM queries."""
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.bench.pg", str(n)],
-        cwd=root,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    if done.returncode:
-        raise RuntimeError(f"the ORM baseline loop failed: {done.stderr[-2000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    out = _python(["-m", "benchmarks.bench.pg", str(n)], root, env, "the ORM baseline loop")
+    return json.loads(out.strip().splitlines()[-1])
 
 
 def _cpu() -> float:

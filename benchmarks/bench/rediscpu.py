@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .report import render
+
 SLOWLOG_MAX = 2_000_000
 # Connection set-up and introspection: not per-job work, reported but left out of totals.
 SETUP = ("script", "client", "hello", "ping", "select", "info", "config", "slowlog", "command")
@@ -183,12 +185,7 @@ def breakdown_table(phases: dict[str, dict[str, Any]], n: int) -> str:
                 f"{phase['process_cpu_s'] * 1e6 / n:.1f}",
             )
         )
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    line = "  ".join("=" * w for w in widths)
-    out = [line, "  ".join(c.ljust(w) for c, w in zip(rows[0], widths, strict=True)), line]
-    out += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows[1:]]
-    out.append(line)
-    return "\n".join(out)
+    return render(rows)
 
 
 def _without(table: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
@@ -215,12 +212,7 @@ def commandstats_table(phases: dict[str, dict[str, Any]], n: int) -> str:
         stats = phase["commandstats"]
         for name, row in sorted(stats.items(), key=lambda kv: -kv[1]["usec"]):
             rows.append(_row(phase_name, name, row, n))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    line = "  ".join("=" * w for w in widths)
-    out = [line, "  ".join(c.ljust(w) for c, w in zip(rows[0], widths, strict=True)), line]
-    out += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows[1:]]
-    out.append(line)
-    return "\n".join(out)
+    return render(rows)
 
 
 def zadd_usec_per_call(client: Any, key: str, calls: int) -> float:
