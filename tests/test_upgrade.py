@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -23,6 +26,7 @@ from django_delayq.job import decode_record, parse_state
 from django_delayq.upgrade import reencode, refusal, upgrade_queue
 from django_delayq.worker import Worker
 from tests.conftest import more_settings
+from tests.test_command import ROOT
 from tests.test_worker import Recorder
 from tests.testapp import tasks as t
 
@@ -455,3 +459,52 @@ def test_dry_run_writes_nothing_and_exits_1(store, capsys):
 def test_command_refuses_a_bad_queue_name(store):
     with pytest.raises(Exception, match="invalid queue name"):
         call_command("delayq_upgrade", "--queues", "no spaces")
+
+
+# -- as processes, against the real server --------------------------------------------------
+
+
+def manage(prefix: str, *args: str) -> subprocess.CompletedProcess:
+    environ = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "PYTHONPATH": str(ROOT),
+        "DELAYQ_PREFIX": prefix,
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "django", *args],
+        cwd=ROOT,
+        env=environ,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.slow
+def test_worker_process_exits_1_and_says_to_run_delayq_upgrade(real_store):
+    dataset(real_store)
+    before = snapshot(real_store)
+    worker = manage(real_store.prefix, "delayq_worker")  # not --burst: it would run forever
+    assert worker.returncode == 1, worker.stdout
+    errors = [line for line in worker.stdout.splitlines() if " ERROR " in line]
+    assert len(errors) == 1, worker.stdout
+    assert "refuses to start" in errors[0] and "'default'" in errors[0]
+    assert "python manage.py delayq_upgrade" in errors[0]
+    assert snapshot(real_store) == before
+
+
+@pytest.mark.slow
+def test_upgrade_process_in_a_deploy_pipeline(real_store):
+    ids = dataset(real_store)
+    dry = manage(real_store.prefix, "delayq_upgrade", "--dry-run")
+    assert dry.returncode == 1 and "need converting" in dry.stdout, dry.stdout
+    done = manage(real_store.prefix, "delayq_upgrade")
+    assert done.returncode == 0 and "converted 4 pending" in done.stdout, done.stdout
+    dry = manage(real_store.prefix, "delayq_upgrade", "--dry-run")
+    assert dry.returncode == 0 and "nothing to convert" in dry.stdout, dry.stdout
+    worker = manage(real_store.prefix, "delayq_worker", "--burst")
+    assert worker.returncode == 0, worker.stdout
+    assert get_job(ids["later"]).status == "pending"
+    assert get_job(ids["due"]) is None and get_job(ids["running"]) is None
