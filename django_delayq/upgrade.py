@@ -137,7 +137,7 @@ def refusal(store: Store, queues: Sequence[str]) -> str | None:
     )
 
 
-def check_layout(worker: Worker, outage_limit: float = 10.0) -> int | None:
+def refuse_old_layout(worker: Worker, outage_limit: float) -> int | None:
     """A worker's check before it starts anything: None to go on; 1 (one error line logged)
     when a queue it serves holds layout-1 data; 0 when asked to stop meanwhile; 2 when
     ``--burst`` met an unreachable Redis for ``outage_limit`` seconds (as its claims do).

@@ -57,7 +57,7 @@ from .maintenance import Backoff, Heartbeat, Recovery, Waker, by_queue
 from .presence import Presence
 from .registry import sender
 from .store import Claim, Store, check_queue_name
-from .upgrade import check_layout
+from .upgrade import refuse_old_layout
 
 logger = logging.getLogger("django_delayq.worker")
 
@@ -184,7 +184,7 @@ class Worker:
         when a queue holds 0.1's layout (delayq_upgrade converts it), 2 when --burst gave up
         on an unreachable Redis."""
         autodiscover_modules("tasks")
-        refused = check_layout(self)  # before any thread starts: recovery would misread 0.1's
+        refused = refuse_old_layout(self, BURST_OUTAGE)  # before recovery could misread 0.1's
         if refused is not None:
             return refused
         logger.info(

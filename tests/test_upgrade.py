@@ -14,16 +14,20 @@ import logging
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
+import redis
 from django.core.checks import registry as checks_registry
 from django.core.management import call_command
 
 from django_delayq import cancel, get_job, signals
 from django_delayq.checks import check_layout
 from django_delayq.job import decode_record, parse_state
-from django_delayq.upgrade import reencode, refusal, upgrade_queue
+from django_delayq.scripts import lib_constant
+from django_delayq.store import Store
+from django_delayq.upgrade import reencode, refusal, refuse_old_layout, upgrade_queue
 from django_delayq.worker import Worker
 from tests.conftest import more_settings
 from tests.test_command import ROOT
@@ -318,6 +322,24 @@ def test_a_record_that_does_not_decode_is_kept_and_dead_lettered_by_the_worker(s
     assert get_job(job_id).status == "dead" and "CorruptJob" in get_job(job_id).last_error
 
 
+def test_a_call_hands_out_a_bounded_size_of_records(store):
+    """Records are returned for Python to re-encode: at least one per call, then no more
+    than MAX_HANDED bytes, however large the records of a batch are."""
+    size = int(lib_constant("MAX_HANDED", "upgrade")) // 2 - 100
+    old = Old(store)
+    ids = [
+        old.job(
+            f"01OLDBIG{i}".ljust(26, "0"), "pending", time.time() + i, short(REMEMBER, "x" * size)
+        )
+        for i in range(3)
+    ]
+    step = store.upgrade_step(Q, 10)
+    assert [job_id for job_id, _ in step.legacy] == ids[:2]
+    report = upgrade_queue(store, Q)
+    assert (report.pending, report.records) == (3, 3)
+    assert get_job(ids[2]).args == ["x" * size]
+
+
 def test_garbage_meta_and_orphaned_meta_fields(store):
     now = time.time()
     old = Old(store)
@@ -433,6 +455,15 @@ def test_system_check_w004(store):
     assert check_layout() == []
 
 
+def test_an_unreachable_redis_is_waited_out_before_a_worker_starts():
+    unreachable = Store(redis.Redis(port=1, socket_connect_timeout=0.1))
+    burst = Worker([Q], burst=True, store=unreachable)
+    assert refuse_old_layout(burst, 0.0) == 2  # gives up like a --burst claim does
+    worker = Worker([Q], store=unreachable)
+    threading.Timer(0.5, worker.request_stop).start()
+    assert refuse_old_layout(worker, 0.0) == 0  # waited until asked to stop
+
+
 def test_check_w004_stays_quiet_when_redis_is_unreachable(store):
     with more_settings(store, REDIS_URL="redis://127.0.0.1:1/0", CACHE=None):
         assert check_layout() == []
@@ -454,6 +485,15 @@ def test_dry_run_writes_nothing_and_exits_1(store, capsys):
     assert "7 records" in out and "other" not in out
     call_command("delayq_upgrade", "--dry-run", verbosity=2)  # no SystemExit: exit 0
     assert "nothing to convert" in capsys.readouterr().out
+
+
+def test_verbosity_0_prints_nothing_and_still_exits_1(store, capsys):
+    dataset(store)
+    with pytest.raises(SystemExit) as exited:
+        call_command("delayq_upgrade", "--dry-run", verbosity=0)
+    assert exited.value.code == 1 and capsys.readouterr().out == ""
+    call_command("delayq_upgrade", verbosity=0)
+    assert capsys.readouterr().out == "" and not store.old_data([Q])[0].found
 
 
 def test_command_refuses_a_bad_queue_name(store):

@@ -15,7 +15,8 @@
 --            layout-1 entry is left);
 --   {id, record...}  layout-1 records (format 1 or 2) of entries this call did not convert:
 --            Python re-encodes them and sends them back in the next call, which converts
---            those entries.
+--            those entries; at least one, then no more than MAX_HANDED bytes of them (the
+--            entries left out come again in a later call).
 -- Layout 1: scores in float epoch seconds; `meta` holds per job the JSON {n: attempts counted
 -- (the current one included while running), t: lease token, w: worker, s: started, e: [error
 -- objects]}; records are JSON (format 1 {t, a, k, u, r} or format 2 [head, args...]), which
@@ -37,6 +38,7 @@
 -- new, never half converted. Unique keys (`keys`), the list that wakes workers and the
 -- per-minute stats have the same form in both layouts and are kept as they are.
 local OLD_SCORES = 100000000000
+local MAX_HANDED = 8388608
 local limit = tonumber(ARGV[1])
 zsets(P, R, D) hashes(J, S, E, M)
 
@@ -85,7 +87,7 @@ local function move_errors(id, errors)
 end
 
 local counts = {pending = 0, running = 0, dead = 0}
-local wanted = {}
+local wanted, handed = {}, 0
 local budget = limit
 for _, set in ipairs({{P, 'pending'}, {R, 'running'}, {D, 'dead'}}) do
   if budget <= 0 then break end
@@ -97,7 +99,10 @@ for _, set in ipairs({{P, 'pending'}, {R, 'running'}, {D, 'dead'}}) do
     local id, score = entries[i], entries[i + 1]
     local record = redis.call('HGET', J, id)
     if legacy(record) and not keep[id] then
-      table.insert(wanted, id) table.insert(wanted, record)
+      if #wanted == 0 or handed + #record <= MAX_HANDED then
+        table.insert(wanted, id) table.insert(wanted, record)
+        handed = handed + #record
+      end
     else
       local n, worker, errors = take_meta(id)
       move_errors(id, errors)

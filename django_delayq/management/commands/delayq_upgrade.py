@@ -56,7 +56,7 @@ class Command(BaseCommand):
             if options["dry_run"]:
                 data_all = store.old_data(queues)
                 found = [d for d in data_all if d.found]
-                for data in data_all if verbosity >= 2 else found:
+                for data in data_all if verbosity >= 2 else found if verbosity else ():
                     self.stdout.write(f"{data.queue}: {data.describe()} in the 0.1 layout")
                 if verbosity >= 1:
                     self.stdout.write(
