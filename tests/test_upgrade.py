@@ -372,8 +372,22 @@ def test_running_it_twice_changes_nothing(store):
 def test_data_of_this_version_is_left_alone(store):
     t.remember.schedule(1, delay=3600)
     t.remember.schedule(2, key="k")
-    claimed = store.claim(Q, 1, lease=30, token="w~1#1", instance="w~1")
-    store.call(store.mark_op(Q, claimed.jobs[0].id, claimed.now + 30))
+    t.remember.schedule(3)
+    claimed = store.claim(Q, 2, lease=30, token="w~1#1", instance="w~1")
+    store.call(store.mark_op(Q, claimed.jobs[0].id, claimed.now + 30))  # started
+    scores = [s for _, s in store.client.zrange(store.key(Q, "running"), 0, -1, withscores=True)]
+    assert min(scores) < 0 < max(scores)  # one reserved (negative score), one started
+    store.fail(
+        Q,
+        claimed.jobs[0].id,
+        "w~1#1",
+        {"type": "x"},
+        delay=60,
+        default_max_retries=5,
+        dead_max_age=3600,
+        dead_max_count=100,
+        max_errors=10,
+    )
     before = snapshot(store)
     report = upgrade_queue(store, Q)
     assert report.converted == 0 and not report.found.found
