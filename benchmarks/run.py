@@ -55,6 +55,8 @@ lateness_load_p99        1,000 jobs/s due for 10 s, 2 workers (<= 50 ms)
 memory_per_job           100k pending jobs, 20-byte payload, ``INFO used_memory``
                          delta / 100k (<= 250 bytes); baseline: raw ZADD + HSET
 claim_cost_ratio         claim+ack round trip with 1M pending vs 1k (<= 1.5)
+upgrade                  ``delayq_upgrade`` of 20k jobs written as 0.1 wrote them (no
+                         target); baseline: writing them, pipelined
 push_drain               task 1 (one RPUSH on its own client), 5k due, one worker
                          (not --burst, like every real-task drain), concurrency 1
                          (>= 5,000 jobs/s); baseline: raw loop + RPUSH
@@ -97,7 +99,15 @@ if str(ROOT) not in sys.path:
 
 from benchmarks.bench import venvs  # noqa: E402 (standard library only)
 
-ENGINE = ("schedule_one", "schedule_many", "drain", "lateness", "memory", "claim_cost")
+ENGINE = (
+    "schedule_one",
+    "schedule_many",
+    "drain",
+    "lateness",
+    "memory",
+    "claim_cost",
+    "upgrade",
+)
 REAL = ("push", "orm", "sleep", "idle", "lateness_push")
 ALL = ENGINE + REAL
 MATRIX = ("push", "orm", "sleep", "idle")
@@ -194,8 +204,9 @@ def measure(args: argparse.Namespace, argv: list[str]) -> int:
             "schedule_many": lambda: [engine.bench_schedule_many(store, p, size["schedule"], runs)],
             "drain": lambda: engine.bench_drain(store, p, size["drain"], slow, d),
             "lateness": lambda: latency.bench_lateness(store, p, size, slow, d),
+            "upgrade": lambda: [engine.bench_upgrade(store, p, size["schedule"], runs)],
         }
-        for name in ("schedule_one", "schedule_many", "drain", "lateness"):
+        for name in ("schedule_one", "schedule_many", "drain", "lateness", "upgrade"):
             if name in only:
                 attempt(name, engine_work[name])
                 common.cleanup(store.client, p)

@@ -10,6 +10,7 @@ delayq.E006  DELAYQ is not a dict
 delayq.E007  METRICS_TOKEN is neither None nor a string of at least 16 characters
 delayq.W001  DELAYQ has a key django-delayq does not know (a typo?)
 delayq.W002  (deploy) Redis does not answer, or is older than 6.2
+delayq.W004  (deploy) a queue holds data in the Redis layout of 0.1: run delayq_upgrade
 """
 
 from __future__ import annotations
@@ -167,3 +168,27 @@ def check_redis(app_configs: Any = None, **kwargs: Any) -> list:
             )
         ]
     return []
+
+
+@register(Tags.database, deploy=True)
+def check_layout(app_configs: Any = None, **kwargs: Any) -> list:
+    """delayq.W004: a known queue holds 0.1's layout (upgrade.refusal: what a worker refuses
+    to start on). Silent when Redis cannot be read: W002 says so."""
+    from .connection import get_store
+    from .health import known_queues
+    from .upgrade import refusal
+
+    try:
+        store = get_store()
+        refused = refusal(store, known_queues(store))
+    except Exception:
+        return []
+    if not refused:
+        return []
+    return [
+        Warning(
+            f"django-delayq: {refused}.",
+            hint="See README.rst, 'Upgrading from 0.1'.",
+            id="delayq.W004",
+        )
+    ]

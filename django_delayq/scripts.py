@@ -32,6 +32,7 @@ SCRIPTS = (
     "run_now",
     "delete",
     "fetch",
+    "upgrade",
 )
 
 # The keys of a queue (store.KEY_KINDS) and the Lua names scripts know them by.
@@ -47,6 +48,7 @@ KEY_NAMES = {
     "errors": "E",
     "done": "F",
     "claims": "C",
+    "meta": "M",  # layout 1 (0.1) only: upgrade.lua converts and deletes it
 }
 _LUA_FUNCTION = re.compile(r"^local function (\w+)\(")
 _KEYS_LINE = re.compile(r"^-- KEYS: ([a-z ]+)$", re.MULTILINE)
@@ -154,11 +156,12 @@ def script(name: str) -> Script:
     return Script(name, source, hashlib.sha1(source.encode()).hexdigest(), script_keys(name))
 
 
-def lib_constant(name: str) -> float:
-    """A numeric constant of _lib.lua (``local NAME = 123``), so Python and Lua share one."""
+def lib_constant(name: str, file: str = "_lib") -> float:
+    """A numeric constant of _lib.lua, or of script ``file`` (``local NAME = 123``), so
+    Python and Lua share one."""
     match = re.search(
-        rf"^local {name} = ([0-9.]+)$", (_lua_dir() / "_lib.lua").read_text(), re.MULTILINE
+        rf"^local {name} = ([0-9.]+)$", (_lua_dir() / f"{file}.lua").read_text(), re.MULTILINE
     )
     if match is None:
-        raise LookupError(f"_lib.lua defines no constant {name}")
+        raise LookupError(f"{file}.lua defines no constant {name}")
     return float(match.group(1))

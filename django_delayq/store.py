@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .exceptions import ConnectionError as DelayQConnectionError
+from .old_layout import OldLayout
 from .reads import Reads
 from .roster import Roster
 from .scripts import lib_constant, script
@@ -38,6 +39,7 @@ KEY_KINDS = (
     "errors",
     "done",
     "claims",
+    "meta",  # layout 1 (0.1) only: upgrade.lua converts and deletes it (see upgrade.py)
 )
 QUEUE_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 RECOVER_LIMIT = 100
@@ -184,7 +186,7 @@ def _parse_cancel(reply: list) -> tuple[str, bytes] | None:
     return (_text(reply[0]), reply[1]) if reply else None
 
 
-class Store(Reads, Roster):
+class Store(Reads, Roster, OldLayout):
     """Byte-level access to one Redis (or Redis Cluster) for one key prefix."""
 
     def __init__(self, client: Any, prefix: str = "delayq") -> None:
@@ -200,7 +202,7 @@ class Store(Reads, Roster):
     # -- keys -----------------------------------------------------------------
 
     def keys(self, queue: str) -> list[str]:
-        """The queue's eleven keys, in the order every script expects them."""
+        """The queue's keys, in the order of KEY_KINDS."""
         keys = self._keys.get(queue) if type(queue) is str else None
         if keys is None:
             check_queue_name(queue)

@@ -57,6 +57,7 @@ from .maintenance import Backoff, Heartbeat, Recovery, Waker, by_queue
 from .presence import Presence
 from .registry import sender
 from .store import Claim, Store, check_queue_name
+from .upgrade import refuse_old_layout
 
 logger = logging.getLogger("django_delayq.worker")
 
@@ -179,9 +180,13 @@ class Worker:
 
     def run(self) -> int:
         """Run until stopped (or, in burst mode, until nothing is due). Returns the exit code:
-        0 after a graceful stop, 1 after a forced one or when results could not be delivered,
-        2 when --burst gave up on an unreachable Redis."""
+        0 after a graceful stop, 1 after a forced one, when results could not be delivered or
+        when a queue holds 0.1's layout (delayq_upgrade converts it), 2 when --burst gave up
+        on an unreachable Redis."""
         autodiscover_modules("tasks")
+        refused = refuse_old_layout(self, BURST_OUTAGE)  # before recovery could misread 0.1's
+        if refused is not None:
+            return refused
         logger.info(
             "worker %s started: queues %s, concurrency %d%s",
             self.name,

@@ -245,3 +245,47 @@ def bench_drain(store: Any, prefix: str, n: int, runs: int, workdir: Path) -> li
             note="baseline: drain_1 of the same run",
         ),
     ]
+
+
+def bench_upgrade(store: Any, prefix: str, n: int, runs: int) -> dict[str, Any]:
+    """``delayq_upgrade`` of a queue of 0.1 (``upgrade_queue``): ``n`` jobs written as 0.1
+    wrote them (format 2 records, scores in seconds; 90 % pending, 5 % running, 5 % dead,
+    meta for 20 %), converted in batches of 500. Baseline: writing those keys, pipelined."""
+    from django_delayq.upgrade import upgrade_queue
+
+    client = store.client
+    key = f"{store.prefix}:{{{QUEUE}}}:%s"
+    values, baselines = [], []
+    for run in range(runs):
+        cleanup(client, prefix)
+        now = time.time()
+        with Timer() as t_write:
+            pipe = client.pipeline(transaction=False)
+            for i in range(n):
+                job_id = f"{run:04d}{i:022d}"
+                record = json.dumps(["benchmarks.tasks.noop", "x" * 16], separators=(",", ":"))
+                pipe.hset(key % "jobs", job_id, record)
+                kind = "pending" if i % 10 else ("running" if i % 20 else "dead")
+                pipe.execute_command("ZADD", key % kind, f"{now + i:.6f}", job_id)
+                if i % 5 == 0:
+                    meta = {"n": 1, "w": "old", "e": [{"type": "x", "message": "m", "at": now}]}
+                    pipe.hset(key % "meta", job_id, json.dumps(meta, separators=(",", ":")))
+                if len(pipe) >= 3000:
+                    pipe.execute()
+            pipe.execute()
+        with Timer() as t_upgrade:
+            report = upgrade_queue(store, QUEUE)
+        assert report.converted == n and report.records == n, report
+        baselines.append(n / t_write.seconds)
+        values.append(n / t_upgrade.seconds)
+    cleanup(client, prefix)
+    return figure(
+        "upgrade",
+        f"delayq_upgrade jobs/s ({n:,} jobs of 0.1, batches of 500)",
+        values,
+        baselines,
+        "jobs/s",
+        "no target",
+        None,
+        note="baseline: writing the 0.1 keys, pipelined",
+    )
