@@ -9,6 +9,7 @@ import uuid
 
 import pytest
 
+import django_delayq
 from django_delayq.roster import encode_description
 from django_delayq.worker import Worker
 from tests.test_admin import XSS, Q, client_for, make_running, schedule_overdue, staff, text, url
@@ -65,7 +66,7 @@ def test_workers_tab_shows_a_running_worker_and_links_its_jobs(store, admin_clie
         assert f'data-worker="{worker.instance}"' in body
         assert f"{worker.presence.host}, pid {worker.presence.pid}" in body
         assert f'<a href="{url("pending")}?queue=emails">emails</a>' in body
-        assert "1 of 2" in body and "django-delayq 0.1.0" in body
+        assert "1 of 2" in body and f"django-delayq {django_delayq.__version__}" in body
         (running,) = row.running
         assert running.id == job.id and running.url == url("detail", Q, job.id)
         assert f'href="{url("detail", Q, job.id)}" class="dq-task"' in body
