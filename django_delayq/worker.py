@@ -40,13 +40,13 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any
 
 from django.utils.module_loading import autodiscover_modules
 
 from . import signals
 from .conf import delayq_settings
 from .connection import get_store
+from .delivery import Results
 from .exceptions import ConnectionError as DelayQConnectionError
 from .exceptions import DelayQError
 from .execution import FINISHED, STARTED, Attempt, Executor, Outcome
@@ -139,6 +139,16 @@ class Worker:
             self.dead_options,
             self.default_max_retries,
             self._stopped,
+            self._now,
+        )
+        self.results = Results(
+            self.store,
+            self.executor,
+            self._lock,
+            self._leases,
+            self._done,
+            self.dead_options,
+            self.default_max_retries,
             self._now,
         )
         self.presence = Presence(self, self._stopped)  # on the roster of live workers
@@ -433,9 +443,7 @@ class Worker:
         whose reply was lost is sent again with its token. Raises DelayQError when nothing
         got through (the caller backs off)."""
         self.exchanges += 1
-        with self._lock:
-            outcomes = list(self._done)
-            self._done.clear()
+        outcomes = self.results.take_all()
         fails = [o for o in outcomes if not o.ok]
         acks: dict[str, list[Outcome]] = {}
         for o in outcomes:
@@ -461,7 +469,7 @@ class Worker:
             if not first and limit <= 0 and queue not in acks:
                 continue
             queue_acks = acks.pop(queue, [])
-            ops = [self._fail_op(o) for o in fails] if first else []
+            ops = [self.results.fail_op(o) for o in fails] if first else []
             ops.append(
                 self.store.claim_op(
                     queue,
@@ -476,16 +484,16 @@ class Worker:
             sent_fails = fails if first else []
             first = False
             results = self.store.run(ops)
-            self._settle_fails(sent_fails, results[: len(sent_fails)])
+            self.results.settle_fails(sent_fails, results[: len(sent_fails)])
             result = results[-1]
             if isinstance(result, Exception):
                 if limit > 0:
                     self._claim_tokens[queue] = (token, limit)  # re-sent as it was next time
-                self._keep(queue_acks)
+                self.results.keep(queue_acks)
                 error = error or (result if isinstance(result, DelayQError) else None)
                 continue
             self._claim_tokens.pop(queue, None)
-            self._settle_acks(queue_acks, result.acked)
+            self.results.settle_acks(queue_acks, result.acked)
             self._take(queue, token, result)
             if result.jobs:
                 self._prefetch = prefetch
@@ -498,59 +506,9 @@ class Worker:
             self._deadline = deadline
             self._more_due = more_due
         for queue_acks in acks.values():  # only when claim=False: an ack per remaining queue
-            self._keep(queue_acks)
+            self.results.keep(queue_acks)
         if error is not None:
             raise error
-
-    def _fail_op(self, outcome: Outcome) -> Any:
-        a = outcome.attempt
-        return self.store.fail_op(
-            a.queue,
-            a.id,
-            a.token,
-            outcome.error,
-            delay=outcome.delay,
-            default_max_retries=self.default_max_retries,
-            now=self._now(),
-            **self.dead_options,
-        )
-
-    def _keep(self, outcomes: list[Outcome]) -> None:
-        """Results Redis did not take: deliver them in the next round trip."""
-        if not outcomes:
-            return
-        for o in outcomes:
-            o.resends += 1
-        with self._lock:
-            self._done.extendleft(reversed(outcomes))
-
-    def _settle_fails(self, outcomes: list[Outcome], results: list[Any]) -> None:
-        kept = []
-        for outcome, result in zip(outcomes, results, strict=True):
-            if isinstance(result, Exception):
-                if outcome.resends == 0:
-                    logger.warning(
-                        "job %s: failure not recorded yet (%s)", outcome.attempt.id, result
-                    )
-                kept.append(outcome)
-                continue
-            self._settled(outcome.attempt)
-            what, when = result
-            if what == "dead":
-                self.executor.died(outcome, when)
-            elif what == "lost":
-                self.executor.lost(outcome)
-        self._keep(kept)
-
-    def _settle_acks(self, outcomes: list[Outcome], flags: list[int]) -> None:
-        for outcome, flag in zip(outcomes, flags, strict=True):
-            self._settled(outcome.attempt)
-            if flag == -1 or (flag == 0 and not outcome.resends):
-                self.executor.lost(outcome)  # 0 after a re-send: the lost round trip acked it
-
-    def _settled(self, attempt: Attempt) -> None:
-        with self._lock:
-            self._leases.pop(attempt.lease, None)
 
     def _take(self, queue: str, token: str, claim: Claim) -> None:
         self._clock_offset = claim.now - time.time()

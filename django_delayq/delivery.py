@@ -1,0 +1,102 @@
+"""Results of finished attempts on their way to Redis.
+
+The dispatcher (worker.py) sends failures and acks in its round trips; this module builds the
+failure ops, reads Redis's answers to them, and keeps every result that Redis did not take
+(a lost reply, BUSY, NOSCRIPT, READONLY, WRONGTYPE, an outage) for the next round trip: a
+finished job's result is never dropped. Acks and failures answer the same when sent twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from .execution import Attempt, Executor, Outcome
+from .store import Store
+
+logger = logging.getLogger("django_delayq.worker")
+
+
+class Results:
+    """Delivers the outcomes a worker's runners leave in ``done`` (shared with the worker,
+    guarded by its ``lock``); settles the attempts in ``leases`` once Redis took them."""
+
+    def __init__(
+        self,
+        store: Store,
+        executor: Executor,
+        lock: threading.Lock,
+        leases: dict[tuple[str, str], Attempt],
+        done: deque[Outcome],
+        dead_options: dict[str, Any],
+        default_max_retries: int,
+        now: Callable[[], float | None],
+    ) -> None:
+        self.store = store
+        self.executor = executor
+        self.lock = lock
+        self.leases = leases
+        self.done = done
+        self.dead_options = dead_options
+        self.default_max_retries = default_max_retries
+        self.now = now
+
+    def take_all(self) -> list[Outcome]:
+        """Every outcome not delivered yet, for the next round trip."""
+        with self.lock:
+            outcomes = list(self.done)
+            self.done.clear()
+        return outcomes
+
+    def fail_op(self, outcome: Outcome) -> Any:
+        a = outcome.attempt
+        return self.store.fail_op(
+            a.queue,
+            a.id,
+            a.token,
+            outcome.error,
+            delay=outcome.delay,
+            default_max_retries=self.default_max_retries,
+            now=self.now(),
+            **self.dead_options,
+        )
+
+    def keep(self, outcomes: list[Outcome]) -> None:
+        """Results Redis did not take: deliver them in the next round trip."""
+        if not outcomes:
+            return
+        for o in outcomes:
+            o.resends += 1
+        with self.lock:
+            self.done.extendleft(reversed(outcomes))
+
+    def settle_fails(self, outcomes: list[Outcome], results: list[Any]) -> None:
+        kept = []
+        for outcome, result in zip(outcomes, results, strict=True):
+            if isinstance(result, Exception):
+                if outcome.resends == 0:
+                    logger.warning(
+                        "job %s: failure not recorded yet (%s)", outcome.attempt.id, result
+                    )
+                kept.append(outcome)
+                continue
+            self._settled(outcome.attempt)
+            what, when = result
+            if what == "dead":
+                self.executor.died(outcome, when)
+            elif what == "lost":
+                self.executor.lost(outcome)
+        self.keep(kept)
+
+    def settle_acks(self, outcomes: list[Outcome], flags: list[int]) -> None:
+        for outcome, flag in zip(outcomes, flags, strict=True):
+            self._settled(outcome.attempt)
+            if flag == -1 or (flag == 0 and not outcome.resends):
+                self.executor.lost(outcome)  # 0 after a re-send: the lost round trip acked it
+
+    def _settled(self, attempt: Attempt) -> None:
+        with self.lock:
+            self.leases.pop(attempt.lease, None)
