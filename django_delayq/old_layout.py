@@ -95,11 +95,47 @@ class OldLayout:
             meta = self.key(queue, "meta")
             ops.append(self.command(b"HLEN", meta, route=meta))
         results = self.run(ops, 2.0) if ops else []
-        for result in results:
-            if isinstance(result, Exception):
-                raise result
-        counts = [int(r) for r in results]
+        counts = [_count(r) for r in results]
         return [OldData(queue, *counts[i * 4 : i * 4 + 4]) for i, queue in enumerate(queues)]
+
+    def confirmed_old(self, found: Sequence[OldData], sample: int = 20) -> list[OldData]:
+        """Of ``found`` (old_data's counts), the queues that really hold layout 1: a meta
+        hash, or a low-scored entry (among the first ``sample`` of each set) whose record is
+        layout-1 JSON. Low-scored ids without a record (orphans, garbage) or with this
+        layout's records are not 0.1 data: the worker's own paths deal with them. At most two
+        round trips. Raises DelayQError when Redis cannot be read."""
+        confirmed = [d for d in found if d.meta]
+        suspects = [d for d in found if d.found and not d.meta]
+        ops, owners = [], []
+        for data in suspects:
+            for kind in OLD_SETS:
+                if getattr(data, kind):
+                    key = self.key(data.queue, kind)
+                    limit = (b"LIMIT", 0, sample)
+                    ops.append(
+                        self.command(
+                            b"ZRANGEBYSCORE", key, 0, b"(%d" % OLD_SCORES, *limit, route=key
+                        )
+                    )
+                    owners.append(data)
+        ids: dict[str, list[bytes]] = {}
+        for data, reply in zip(owners, self.run(ops, 2.0) if ops else [], strict=True):
+            if isinstance(reply, Exception):
+                _count(reply)  # raises unless the key is of the wrong type
+                continue
+            ids.setdefault(data.queue, []).extend(reply)
+        ops = []
+        asked = [d for d in suspects if ids.get(d.queue)]
+        for data in asked:
+            jobs = self.key(data.queue, "jobs")
+            ops.append(self.command(b"HMGET", jobs, *ids[data.queue], route=jobs))
+        for data, records in zip(asked, self.run(ops, 2.0) if ops else [], strict=True):
+            if isinstance(records, Exception):
+                _count(records)
+                continue
+            if any(r and r[:1] in (b"[", b"{") for r in records):
+                confirmed.append(data)
+        return confirmed
 
     def upgrade_step(
         self, queue: str, limit: int, records: Sequence[tuple[str, bytes, bytes]] = ()
@@ -113,3 +149,14 @@ class OldLayout:
         for job_id, old, new in records:
             argv += (job_id, old, new)
         return self.call(self.op("upgrade", queue, argv, _parse_step))
+
+
+def _count(reply: Any) -> int:
+    """A count read while looking for layout 1. A key of the wrong type holds no layout-1
+    data (and is the worker's own paths' business, not a reason to refuse to start); any
+    other error is raised."""
+    if isinstance(reply, Exception):
+        if "WRONGTYPE" in str(reply):
+            return 0
+        raise reply
+    return int(reply)

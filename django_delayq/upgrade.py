@@ -124,8 +124,9 @@ def upgrade_queue(
 
 def refusal(store: Store, queues: Sequence[str]) -> str | None:
     """Why a worker must not serve ``queues`` (a queue holds layout-1 data, which it would
-    misread), or None. One round trip of O(log N) reads."""
-    old = [data for data in store.old_data(queues) if data.found]
+    misread), or None. One round trip of O(log N) reads, and two more when low scores are
+    found: only entries whose records are 0.1's (or a meta hash) count, never orphans."""
+    old = store.confirmed_old([data for data in store.old_data(queues) if data.found])
     if not old:
         return None
     names = ", ".join(f"{d.queue!r} ({d.describe()})" for d in old)

@@ -458,6 +458,25 @@ def test_each_kind_of_old_entry_is_detected_alone(store):
     assert "queues 'pending'" in refusal(store, ["pending", "dead"])
 
 
+def test_orphans_and_broken_keys_are_not_taken_for_0_1(store):
+    """Low-scored ids without a record, or with this layout's records, and keys of the wrong
+    type are garbage the worker's own paths deal with: no reason to refuse to start. A
+    0.1 record behind a low score, with no meta hash at all, is."""
+    client = store.client
+    client.zadd(store.key(Q, "pending"), {"orphan-pending": 0})
+    client.zadd(store.key(Q, "running"), {"orphan-running": 0})
+    current = t.remember.schedule(1, delay=3600)
+    client.zadd(store.key(Q, "dead"), {current.id: 5})  # a record of this layout
+    t.remember.schedule(2)
+    client.set(store.key("broken", "pending"), "not a sorted set")
+    assert [d.found for d in store.old_data([Q, "broken"])] == [True, False]
+    assert refusal(store, [Q, "broken"]) is None
+    assert Worker([Q], burst=True).run() == 0  # it started, ran the job, dead-lettered orphans
+    assert [args for args, _ in t.CALLS] == [(2,)]
+    Old(store, "legacy").job("01OLDPENDING".ljust(26, "0"), "pending", time.time(), short(REMEMBER))
+    assert "queue 'legacy'" in refusal(store, [Q, "legacy"])
+
+
 def test_system_check_w004(store):
     assert check_layout in checks_registry.registry.get_checks(include_deployment_checks=True)
     assert check_layout not in checks_registry.registry.get_checks()
