@@ -9,24 +9,28 @@ store, sends signals.
 from __future__ import annotations
 
 import difflib
+import logging
 import math
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import DEFAULT_DB_ALIAS, transaction
 from django.utils import timezone
 
-from . import signals
+from . import outbox, signals
 from .conf import delayq_settings
 from .connection import get_store
-from .exceptions import OutcomeUnknown
+from .exceptions import DelayQError, OutcomeUnknown
 from .job import (
     DEFERRED,
     FLAG_TOMBSTONE,
+    IN_DATABASE,
+    KEPT,
     PENDING,
     Fields,
     Job,
@@ -38,6 +42,8 @@ from .job import (
 )
 from .registry import Task, discovered, find_task, registered, sender, unknown_task
 from .store import DONE_TTL, Op, Scheduled, Store, check_queue_name
+
+logger = logging.getLogger("django_delayq.api")
 
 TASK_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_<>][\w<>]*)+")
 BULK_CHUNK = 1000
@@ -191,20 +197,30 @@ class _Plan:
         self.flags = FLAG_TOMBSTONE if _soon(when) else ""
         self.options = {**when, "key": key, "on_conflict": on_conflict}
 
+    def due(self, now: float) -> float:
+        """The due time (epoch seconds) as this process's clock sees it."""
+        return self.options["at"] if "at" in self.options else now + self.options["delay"]
+
+    def far(self, now: float) -> bool:
+        """Whether the job is due beyond DELAYQ["HORIZON"] (so it waits in the database)."""
+        horizon = delayq_settings.HORIZON
+        return horizon is not None and self.due(now) > now + horizon
+
 
 class _Prepared:
     """A validated, encoded schedule() call, ready for the store."""
 
     __slots__ = ("args", "id", "kwargs", "plan", "record")
 
-    def __init__(self, plan: _Plan, args: tuple | list, kwargs: dict) -> None:
+    def __init__(self, plan: _Plan, args: tuple | list, kwargs: dict, outbox: bool = False) -> None:
         if plan.task is not None:
             plan.task.check_call(args, kwargs)
         self.plan = plan
         self.args, self.kwargs = list(args), kwargs
-        self.record = encode_record(
-            plan.name, self.args, kwargs, plan.key, plan.max_retries, plan.flags
-        )
+        # A record bound for the outbox may be relayed twice: flag 'i' makes a finished job
+        # leave a tombstone, so the second relay never stores it again.
+        flags = FLAG_TOMBSTONE if outbox else plan.flags
+        self.record = encode_record(plan.name, self.args, kwargs, plan.key, plan.max_retries, flags)
         self.id = new_job_id()
 
     def job(self, result: Scheduled | None) -> Job:
@@ -257,14 +273,136 @@ def schedule(
     says whether it was created, replaced, kept, or deferred to the commit.
     """
     options = {name: kwargs.pop(name) for name in _OPTION_NAMES.intersection(kwargs)}
-    prepared = _Prepared(_Plan(task, options), args, kwargs)
+    return _schedule_planned(_Plan(task, options), args, kwargs, on_commit)
+
+
+def _schedule_planned(
+    plan: _Plan, args: tuple | list, kwargs: dict, on_commit: bool | str = False
+) -> Job:
+    alias = _transaction_alias(on_commit)
+    now = time.time()
+    far = plan.far(now)
+    if alias is None and not far:
+        # Outside a transaction on_commit stores at once, as Django runs the hook at once.
+        if plan.key is not None and delayq_settings.HORIZON is not None:
+            held = outbox.find_key(plan.queue, plan.key)
+            if held is not None:  # the key's job waits in the database: it stays one job
+                return _replace_row(plan, args, kwargs, *held)
+        return _Prepared(plan, args, kwargs).store()
+    prepared = _Prepared(plan, args, kwargs, outbox=True)
+    return _store_row(prepared, alias, far, now)
+
+
+def _transaction_alias(on_commit: bool | str) -> str | None:
+    """The database alias whose transaction an on_commit job joins, None when there is
+    none (no on_commit, or no atomic block open on that alias)."""
     if not on_commit:
-        return prepared.store()
-    using = on_commit if isinstance(on_commit, str) else None
-    stored: list[Job] = []
-    transaction.on_commit(lambda: stored.append(prepared.store()), using=using)
-    # Outside an atomic block Django runs the callback at once.
-    return stored[0] if stored else prepared.job(None)
+        return None
+    alias = on_commit if isinstance(on_commit, str) else DEFAULT_DB_ALIAS
+    return alias if transaction.get_connection(alias).in_atomic_block else None
+
+
+def _row_job(row: outbox.Row, outcome: str | None) -> Job:
+    return make_job(
+        row.id,
+        row.queue,
+        PENDING,
+        decode_fields(row.record),
+        delayq_settings.MAX_RETRIES,
+        score=row.due_at,
+        outcome=outcome,
+        waits_in=IN_DATABASE,
+    )
+
+
+def _store_row(prepared: _Prepared, alias: str | None, far: bool, now: float) -> Job:
+    """Store a job as an outbox row: in the transaction of ``alias`` (on_commit), else in the
+    routers' database (a job beyond the horizon, in the caller's transaction if one is open).
+    After the commit (at once without a transaction): a row not beyond the horizon is
+    relayed to Redis (the fast path), and job_scheduled is sent."""
+    plan = prepared.plan
+    target = alias or outbox.write_alias()
+    due = plan.due(now)
+    on_conflict = plan.options["on_conflict"]
+    row = outbox.Row(prepared.id, plan.queue, due, prepared.record, plan.key, on_conflict)
+    sender = plan.task or plan.name
+    displaced: str | None = None  # a pending job in Redis whose unique key this row takes
+    if far and plan.key is not None:
+        holder = _pending_in_redis(plan.queue, plan.key)
+        if holder is not None and outbox.find_key(plan.queue, plan.key) is None:
+            if on_conflict == "keep":
+                job = replace(holder, outcome=KEPT)
+                signals.send(signals.job_scheduled, sender, job=job)
+                return job
+            displaced = holder.id
+    horizon = delayq_settings.HORIZON
+    relay_at = due - horizon if far and horizon is not None else now + outbox.GRACE
+    outcome, row = outbox.save(target, row, relay_at, now)
+    job = _row_job(row, DEFERRED if alias is not None and outcome != KEPT else outcome)
+    if outcome == KEPT:
+        signals.send(signals.job_scheduled, sender, job=job)
+        return job
+
+    def committed() -> None:
+        store = get_store()
+        if displaced is not None:
+            _displace(store, plan.queue, plan.key, displaced)
+        if not far:
+            outbox.relay_now(store, target, row)
+        signals.send(signals.job_scheduled, sender, job=job)
+
+    transaction.on_commit(committed, using=target)
+    return job
+
+
+def _pending_in_redis(queue: str, key: str) -> Job | None:
+    """The pending job in Redis that holds a unique key, or None."""
+    store = get_store()
+    holder = store.id_for_key(queue, key)
+    raw = store.fetch(queue, holder) if holder else None
+    if raw is None or raw.status != PENDING:
+        return None
+    return job_from_raw(raw, delayq_settings.MAX_RETRIES)
+
+
+def _displace(store: Store, queue: str, key: str | None, job_id: str) -> None:
+    """Cancel the Redis job whose unique key a database row took (a replace across the two
+    places); never raises (a commit hook runs it)."""
+    try:
+        store.cancel(queue, job_id=job_id)
+    except DelayQError as exc:
+        logger.warning(
+            "job %s keeps unique key %r in Redis beside the database row that replaced it "
+            "(%s): cancel it with django_delayq.cancel(%r)",
+            job_id,
+            key,
+            exc,
+            job_id,
+        )
+
+
+def _replace_row(
+    plan: _Plan, args: tuple | list, kwargs: dict, alias: str, held: outbox.Row
+) -> Job:
+    """A job due within the horizon whose unique key a database row holds: ``keep`` keeps
+    the row; ``replace`` gives the row the new record and due time, and relays it now."""
+    sender = plan.task or plan.name
+    if plan.options["on_conflict"] == "keep":
+        job = _row_job(held, KEPT)
+        signals.send(signals.job_scheduled, sender, job=job)
+        return job
+    prepared = _Prepared(plan, args, kwargs, outbox=True)
+    now = time.time()
+    row = outbox.Row(prepared.id, plan.queue, plan.due(now), prepared.record, plan.key, "replace")
+    outcome, row = outbox.save(alias, row, now, now)
+    job = _row_job(row, outcome)
+
+    def committed() -> None:
+        outbox.relay_now(get_store(), alias, row)
+        signals.send(signals.job_scheduled, sender, job=job)
+
+    transaction.on_commit(committed, using=alias)
+    return job
 
 
 def schedule_many(
@@ -280,15 +418,60 @@ def schedule_many(
     reply was lost is sent again (it is idempotent), so no job is stored twice.
     """
     base = _Plan(task, options)
-    prepared = []
-    for call in calls:
+    now = time.time()
+    planned: list[tuple[_Plan, tuple | list, dict]] = []
+    prepared: list[_Prepared] = []
+    for call in calls:  # validate every call first
         if isinstance(call, (tuple, list)):
-            prepared.append(_Prepared(base, call, {}))
+            plan, args, kwargs = base, call, {}
         else:
             args, kwargs, merged = _split_call(call, options)
-            prepared.append(
-                _Prepared(base if merged is options else _Plan(task, merged), args, kwargs)
-            )
+            plan = base if merged is options else _Plan(task, merged)
+        planned.append((plan, args, kwargs))
+        prepared.append(_Prepared(plan, args, kwargs, outbox=plan.far(now)))
+    if delayq_settings.HORIZON is None:
+        return _bulk_redis(prepared)
+    # With a horizon: jobs with unique keys one by one (the key may be held in either
+    # place), jobs beyond the horizon as rows, the rest to Redis in bulk.
+    placed: dict[int, Job] = {}
+    rows: list[tuple[int, _Prepared]] = []
+    bulk: list[tuple[int, _Prepared]] = []
+    for i, (p, (plan, args, kwargs)) in enumerate(zip(prepared, planned, strict=True)):
+        if plan.key is not None:
+            placed[i] = _schedule_planned(plan, args, kwargs)
+        elif plan.far(now):
+            rows.append((i, p))
+        else:
+            bulk.append((i, p))
+    placed.update(_bulk_rows(rows, now))
+    placed.update(zip((i for i, _ in bulk), _bulk_redis([p for _, p in bulk]), strict=True))
+    return [placed[i] for i in range(len(prepared))]
+
+
+def _bulk_rows(rows: list[tuple[int, _Prepared]], now: float) -> dict[int, Job]:
+    """Jobs without unique keys beyond the horizon: rows, in one transaction."""
+    if not rows:
+        return {}
+    horizon = float(delayq_settings.HORIZON)
+    alias = outbox.write_alias()
+    made = []
+    for _, p in rows:
+        due = p.plan.due(now)
+        made.append((outbox.Row(p.id, p.plan.queue, due, p.record), due - horizon))
+    outbox.save_many(alias, made, now)
+    jobs = {i: _row_job(row, "created") for (i, _), (row, _) in zip(rows, made, strict=True)}
+
+    def committed() -> None:
+        for (_, p), job in zip(rows, jobs.values(), strict=True):
+            signals.send(signals.job_scheduled, p.plan.task or p.plan.name, job=job)
+
+    transaction.on_commit(committed, using=alias)
+    return jobs
+
+
+def _bulk_redis(prepared: list[_Prepared]) -> list[Job]:
+    if not prepared:
+        return []
     store = get_store()
     chunks = list(_chunks(prepared, BULK_CHUNK))
     owners: list[list[list[_Prepared]]] = []
@@ -395,23 +578,58 @@ def search_queues(queue: str | None = None) -> Iterator[str]:
 
 
 def get_job(job_id: str, queue: str | None = None) -> Job | None:
-    """The job with that id as it is now, or None (finished, cancelled or unknown)."""
+    """The job with that id as it is now, or None (finished, cancelled or unknown): in
+    Redis, else in the database outbox."""
     if not isinstance(job_id, str):
         raise TypeError(f"job id must be a string, got {job_id!r}")
     raw = get_store().find(job_id, search_queues(queue))
-    return None if raw is None else job_from_raw(raw, delayq_settings.MAX_RETRIES)
+    if raw is not None:
+        return job_from_raw(raw, delayq_settings.MAX_RETRIES)
+    row = outbox.find(job_id, queue)
+    return None if row is None else _row_job(row, None)
 
 
 def cancel(job_id: str | None = None, *, key: str | None = None, queue: str | None = None) -> bool:
-    """Delete a pending job, by id or unique key. True if it was pending and is now gone."""
+    """Delete a pending job, by id or unique key, in Redis or in the database outbox. True
+    if it was pending and is now gone."""
     if (job_id is None) == (key is None):
         raise TypeError("cancel() takes a job id or key=, exactly one of them")
-    return any(cancel_in(name, job_id=job_id, key=key) for name in search_queues(queue))
+    if _cancel_rows(None if queue is None else check_queue_name(queue), job_id, key):
+        return True
+    return any(_cancel_redis(name, job_id=job_id, key=key) for name in search_queues(queue))
 
 
 def cancel_in(queue: str, *, job_id: str | None = None, key: str | None = None) -> bool:
     """Cancel a pending job of one queue and send ``job_cancelled``; True if it was pending.
     (The admin's cancel action uses it too.)"""
+    return _cancel_rows(queue, job_id, key) or _cancel_redis(queue, job_id=job_id, key=key)
+
+
+def _cancel_rows(queue: str | None, job_id: str | None, key: str | None) -> bool:
+    """Cancel in the database first: a row a relay is moving is waited for and then found
+    in Redis, never missed in both places. A row's copy a crashed relay left in Redis (same
+    id) is cancelled too."""
+    if not isinstance(job_id, (str, type(None))) or not isinstance(key, (str, type(None))):
+        return False
+    rows = outbox.cancel(job_id, key, queue)
+    for row in rows:
+        try:
+            get_store().cancel(row.queue, job_id=row.id)
+        except DelayQError as exc:
+            logger.warning("job %s: cancelled in the database, not in Redis (%s)", row.id, exc)
+        job = make_job(
+            row.id,
+            row.queue,
+            "cancelled",
+            decode_fields(row.record),
+            delayq_settings.MAX_RETRIES,
+            waits_in=IN_DATABASE,
+        )
+        signals.send(signals.job_cancelled, sender(job.task), job=job)
+    return bool(rows)
+
+
+def _cancel_redis(queue: str, *, job_id: str | None = None, key: str | None = None) -> bool:
     found = get_store().cancel(queue, job_id=job_id, key=key)
     if found is None:
         return False
