@@ -594,29 +594,34 @@ def cancel(job_id: str | None = None, *, key: str | None = None, queue: str | No
     if it was pending and is now gone."""
     if (job_id is None) == (key is None):
         raise TypeError("cancel() takes a job id or key=, exactly one of them")
-    if _cancel_rows(None if queue is None else check_queue_name(queue), job_id, key):
-        return True
-    return any(_cancel_redis(name, job_id=job_id, key=key) for name in search_queues(queue))
+    for attempt in range(2):
+        if any(_cancel_redis(name, job_id=job_id, key=key) for name in search_queues(queue)):
+            return True
+        if attempt == 0 and _cancel_rows(
+            None if queue is None else check_queue_name(queue), job_id, key
+        ):
+            return True
+    return False
 
 
 def cancel_in(queue: str, *, job_id: str | None = None, key: str | None = None) -> bool:
     """Cancel a pending job of one queue and send ``job_cancelled``; True if it was pending.
     (The admin's cancel action uses it too.)"""
-    return _cancel_rows(queue, job_id, key) or _cancel_redis(queue, job_id=job_id, key=key)
+    return (
+        _cancel_redis(queue, job_id=job_id, key=key)
+        or _cancel_rows(queue, job_id, key)
+        or _cancel_redis(queue, job_id=job_id, key=key)
+    )
 
 
 def _cancel_rows(queue: str | None, job_id: str | None, key: str | None) -> bool:
-    """Cancel in the database first: a row a relay is moving is waited for and then found
-    in Redis, never missed in both places. A row's copy a crashed relay left in Redis (same
-    id) is cancelled too."""
-    if not isinstance(job_id, (str, type(None))) or not isinstance(key, (str, type(None))):
-        return False
+    """Cancel in the database what Redis did not hold. The caller then asks Redis again
+    when nothing was found: a row a relay was moving (its lock is waited for) is in Redis
+    by then, so a job is never missed in both places. (A row a crashed relay left behind
+    beside its copy in Redis: the copy is cancelled first, leaving a tombstone that makes
+    the row's next relay a no-op.)"""
     rows = outbox.cancel(job_id, key, queue)
     for row in rows:
-        try:
-            get_store().cancel(row.queue, job_id=row.id)
-        except DelayQError as exc:
-            logger.warning("job %s: cancelled in the database, not in Redis (%s)", row.id, exc)
         job = make_job(
             row.id,
             row.queue,

@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import (
     DatabaseError,
@@ -46,8 +46,10 @@ from django.db import (
 )
 
 from .exceptions import DelayQError
-from .models import OutboxJob
 from .store import Scheduled, Store
+
+if TYPE_CHECKING:
+    from .models import OutboxJob
 
 logger = logging.getLogger("django_delayq.outbox")
 
@@ -78,6 +80,14 @@ def _dt(epoch: float) -> datetime:
     return datetime.fromtimestamp(epoch, UTC)
 
 
+def _model() -> type[OutboxJob]:
+    """The model, imported on first use (the package is imported before the app registry
+    is ready: django_delayq/__init__.py imports the API)."""
+    from .models import OutboxJob
+
+    return OutboxJob
+
+
 def _row(obj: OutboxJob) -> Row:
     return Row(
         obj.id,
@@ -92,16 +102,16 @@ def _row(obj: OutboxJob) -> Row:
 def aliases() -> list[str]:
     """The database aliases that may hold outbox rows: those the routers let the table
     migrate to (every alias without routers)."""
-    return [a for a in connections if router.allow_migrate_model(a, OutboxJob)]
+    return [a for a in connections if router.allow_migrate_model(a, _model())]
 
 
 def write_alias() -> str:
     """Where a HORIZON row scheduled outside on_commit goes: the routers' choice."""
-    return router.db_for_write(OutboxJob)
+    return router.db_for_write(_model())
 
 
 def _rows(alias: str) -> Any:
-    return OutboxJob.objects.using(alias)
+    return _model().objects.using(alias)
 
 
 # -- writing ---------------------------------------------------------------------------
@@ -158,7 +168,7 @@ def save_many(alias: str, rows: Sequence[tuple[Row, float]], now: float | None =
     """Insert rows without unique keys ((row, relay_at) pairs), in batches."""
     created = _dt(time.time() if now is None else now)
     objs = [
-        OutboxJob(
+        _model()(
             id=row.id,
             queue=row.queue,
             due_at=_dt(row.due_at),
@@ -332,7 +342,7 @@ def _lock(alias: str) -> None:
     conn = connections[alias]
     if conn.vendor == "sqlite":
         with conn.cursor() as cursor:
-            table = conn.ops.quote_name(OutboxJob._meta.db_table)
+            table = conn.ops.quote_name(_model()._meta.db_table)
             cursor.execute(f"DELETE FROM {table} WHERE id = %s", [""])
 
 
