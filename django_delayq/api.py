@@ -579,12 +579,19 @@ def search_queues(queue: str | None = None) -> Iterator[str]:
 
 def get_job(job_id: str, queue: str | None = None) -> Job | None:
     """The job with that id as it is now, or None (finished, cancelled or unknown): in
-    Redis, else in the database outbox."""
+    Redis, else (with DELAYQ["HORIZON"] on) in the database outbox.
+
+    Without a horizon, rows live only between a commit and its relay (milliseconds; while
+    Redis is down this raises ConnectionError anyway, and after a producer crash a worker
+    relays the row within ``outbox.GRACE`` + 1 s), so the outbox is not read: polling
+    get_job() for a finished job costs no database query."""
     if not isinstance(job_id, str):
         raise TypeError(f"job id must be a string, got {job_id!r}")
     raw = get_store().find(job_id, search_queues(queue))
     if raw is not None:
         return job_from_raw(raw, delayq_settings.MAX_RETRIES)
+    if delayq_settings.HORIZON is None:
+        return None
     row = outbox.find(job_id, queue)
     return None if row is None else _row_job(row, None)
 
