@@ -65,6 +65,7 @@ DATABASES["pg"] = {
     "NAME": "postgres",
     "TEST": {"NAME": os.environ.get("DELAYQ_TEST_PG_NAME", f"test_delayq_{os.getpid()}")},
 }
+DATABASE_ROUTERS = ["tests.routers.OutboxDatabases"]
 CACHES = {
     "default": {
         "BACKEND": "django_redis.cache.RedisCache",

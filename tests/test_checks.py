@@ -130,6 +130,9 @@ def test_e008_outbox_table_missing_is_a_deploy_check(monkeypatch):
 def test_w003_a_database_without_transactions(monkeypatch):
     from django.db import connections
 
+    from tests.routers import OutboxDatabases
+
+    monkeypatch.setattr(OutboxDatabases, "extra", {"pg"})
     monkeypatch.setattr(connections["pg"].features, "supports_transactions", False)
     (warning,) = check_outbox()
     assert warning.id == "delayq.W003" and "'pg'" in warning.msg
