@@ -58,6 +58,12 @@ RELAY_BATCH = 1_000  # rows per pass (one transaction, one Redis round trip)
 RELAY_PASSES = 10  # passes per turn at most while full batches keep coming
 RELAY_EVERY = 1.0  # seconds between two turns of a worker's relay
 DELETE_CHUNK = 500  # ids per DELETE (SQLite allows 999 parameters)
+FAST_BUDGET = 0.0  # seconds the fast path re-sends a relay that failed: none
+# Seconds a process leaves rows to the workers after one of its fast paths failed: a
+# connection attempt to a Redis that is down can take seconds (redis-py retries connects),
+# and a request committing many jobs must not pay that per job.
+FAST_PAUSE = 5.0
+_fast_failed_at = -FAST_PAUSE  # time.monotonic() of the last failed fast path
 
 
 @dataclass(frozen=True)
@@ -258,10 +264,13 @@ def cancel(
 # -- relaying ------------------------------------------------------------------------------
 
 
-def relay(store: Store, rows: Sequence[Row]) -> tuple[dict[str, Scheduled], Exception | None]:
+def relay(
+    store: Store, rows: Sequence[Row], budget: float = 2.0
+) -> tuple[dict[str, Scheduled], Exception | None]:
     """Store rows in Redis in one round trip: one schedule_many op per queue for rows
-    without unique keys, one schedule op per row with one, all marked ``relay``. Returns
-    the results of the rows Redis took, by id, and the first error (those rows stay)."""
+    without unique keys, one schedule op per row with one, all marked ``relay``, re-sent for
+    ``budget`` seconds. Returns the results of the rows Redis took, by id, and the first
+    error (those rows stay)."""
     ops = []
     owners: list[list[Row]] = []
     plain: dict[str, list[Row]] = {}
@@ -292,7 +301,7 @@ def relay(store: Store, rows: Sequence[Row]) -> tuple[dict[str, Scheduled], Exce
             owners.append(group)
     done: dict[str, Scheduled] = {}
     error: Exception | None = None
-    for group, result in zip(owners, store.run(ops, budget=2.0), strict=True):
+    for group, result in zip(owners, store.run(ops, budget=budget), strict=True):
         if isinstance(result, Exception):
             error = error or result
             continue
@@ -312,14 +321,23 @@ def relay(store: Store, rows: Sequence[Row]) -> tuple[dict[str, Scheduled], Exce
 def relay_now(store: Store, alias: str, row: Row, after: Callable[[], None] | None = None) -> bool:
     """The fast path, run by the committing process after the commit: relay ``row`` and
     delete it. Never raises (it runs in a commit hook): a failure is logged and the row
-    waits for a worker. True if the row reached Redis."""
+    waits for a worker. True if the row reached Redis.
+
+    One attempt, nothing re-sent (``FAST_BUDGET``): with Redis down, a request that
+    commits jobs is not held up for seconds per job; the workers relay the rows. After a
+    failure this process skips the fast path for ``FAST_PAUSE`` seconds."""
+    global _fast_failed_at
+    if time.monotonic() - _fast_failed_at < FAST_PAUSE:
+        logger.info("job %s stays in the database outbox for a worker's relay", row.id)
+        return False
     try:
         if after is not None:
             after()
-        done, error = relay(store, [row])
+        done, error = relay(store, [row], budget=FAST_BUDGET)
         if row.id not in done:
             raise error or DelayQError("not relayed")
     except Exception as exc:
+        _fast_failed_at = time.monotonic()
         logger.warning(
             "job %s stays in the database outbox (%s): a delayq_worker relays it to Redis "
             "within seconds",

@@ -78,6 +78,9 @@ def fake_store():
 
 
 def _installed(client):
+    from django_delayq import outbox
+
+    outbox._fast_failed_at = -outbox.FAST_PAUSE  # a test's failed fast path pauses no other
     store = _use_store(client)
     with override_settings(DELAYQ={"PREFIX": store.prefix, "RETRY_BACKOFF": 0}):
         connection._stores[(None, False, "default", store.prefix)] = store

@@ -5,8 +5,9 @@ Everything comes from the environment, on top of ``tests.settings``:
 ``DELAYQ_REDIS_URL`` (+ ``DELAYQ_CLUSTER=1``), ``DELAYQ_SENTINELS`` ("host:port,...")
 with ``DELAYQ_SENTINEL_SERVICE``, ``DELAYQ_MAX_RETRIES``, ``DELAYQ_MAX_SLEEP``.
 ``DELAYQ_DATABASE`` (a JSON DATABASES entry: the only database, no routers) and
-``DELAYQ_HORIZON`` for the outbox scenarios. ``DELAYQ_TASKS_QUEUES`` (a JSON list) makes DelayQBackend the ``django.tasks`` backend with
-those QUEUES, and ``DELAYQ_TASKS_MAX_RETRIES`` its OPTIONS["MAX_RETRIES"].
+``DELAYQ_HORIZON`` for the outbox scenarios. ``DELAYQ_TASKS_QUEUES`` (a JSON list) makes
+DelayQBackend the ``django.tasks`` backend with those QUEUES, and
+``DELAYQ_TASKS_MAX_RETRIES`` its OPTIONS["MAX_RETRIES"].
 """
 
 import json

@@ -76,7 +76,7 @@ def finish(procs, workers) -> list[int]:
 
 
 def test_redis_down_at_commit(servers, runs_server, runs_client, workers, prefix, tag, pg, report):
-    count = 3  # each commit hook tries Redis for store.API_BUDGET seconds
+    count = 20
     data = servers.redis("data")
     store = Store(data.client(), prefix)
     with installed(store):
@@ -86,6 +86,9 @@ def test_redis_down_at_commit(servers, runs_server, runs_client, workers, prefix
             jobs = [mark.schedule(tag, str(i), on_commit="pg") for i in range(count)]
         commit_seconds = time.monotonic() - began
         assert row_count() == count  # committed; the rows wait for a relay
+        # One fast path tried Redis (one connection attempt); the others left their rows
+        # to the workers at once: the commit is not held up per job.
+        assert commit_seconds < 15
         data.start()
         env = worker_env(data.url, runs_server.url, prefix, DATABASE=pg)
         proc = workers.start(env, "-v", "1", name="relay")
