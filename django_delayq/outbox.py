@@ -386,6 +386,10 @@ def relay_pass(
             return 0
         done, error = relay(store, batch)
         delete(alias, done)
+    # Committed. (A pass whose transaction fails after its Redis write, a deadlock say,
+    # leaves its rows for the next pass: relaying them again is a no-op in Redis.)
+    if done:
+        logger.info("outbox relay: %d rows moved into Redis from database %r", len(done), alias)
     if error is not None and not done:
         raise error
     return len(done)

@@ -56,6 +56,12 @@ if os.environ.get("DELAYQ_TASKS_QUEUES"):
 
 if os.environ.get("DELAYQ_DATABASE"):
     DATABASES = {"default": json.loads(os.environ["DELAYQ_DATABASE"])}
+    if DATABASES["default"]["ENGINE"] == "django.db.backends.mysql":
+        # MariaDB through PyMySQL (pure Python, from PyPI), standing in for mysqlclient.
+        import pymysql
+
+        pymysql.version_info = (2, 2, 1, "final", 0)  # the mysqlclient Django asks for
+        pymysql.install_as_MySQLdb()
     DATABASE_ROUTERS: list = []
 if os.environ.get("DELAYQ_HORIZON"):
     DELAYQ["HORIZON"] = float(os.environ["DELAYQ_HORIZON"])

@@ -7,19 +7,22 @@ early. Each job records its runs in the separate "runs" Redis."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
+import re
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
+import uuid
 from collections import Counter
 
 import pytest
 from django.db import connections, transaction
 from django.test import override_settings
 
-from django_delayq import outbox
-from django_delayq.job import encode_record, new_job_id
 from django_delayq.models import OutboxJob
 from django_delayq.store import Store
 from tests.reliability.harness import ROOT, installed, runs, wait_until, worker_env
@@ -164,27 +167,69 @@ def workers_env(env: dict[str, str]) -> dict[str, str]:
     }
 
 
+@pytest.mark.parametrize("engine", ["postgresql", "sqlite", "mariadb"])
 def test_two_workers_race_to_relay_10000_rows(
-    servers, runs_server, runs_client, workers, prefix, tag, pg, report
+    servers, runs_server, runs_client, workers, prefix, tag, pg, report, engine, tmp_path
 ):
+    """PostgreSQL and MariaDB: SELECT ... FOR UPDATE SKIP LOCKED; SQLite (a file, shared by
+    the processes): each pass takes the database's write lock first."""
     count = 10_000
     data = servers.redis("data")
-    now = time.time()
-    rows = [
-        (
-            outbox.Row(
-                new_job_id(),
-                "default",
-                now,
-                encode_record(mark.name, [tag, str(i)], {}, None, 20, "i"),
-            ),
-            now,
-        )
-        for i in range(count)
-    ]
-    outbox.save_many("pg", rows, now)
-    assert row_count() == count
-    env = worker_env(data.url, runs_server.url, prefix, DATABASE=pg)
+    with contextlib.ExitStack() as stack:
+        if engine == "sqlite":
+            path = tmp_path / "outbox.sqlite3"
+            database = json.dumps({"ENGINE": "django.db.backends.sqlite3", "NAME": str(path)})
+            rows_left = functools.partial(sqlite_rows, path)
+        elif engine == "mariadb":
+            name = stack.enter_context(mariadb_database())
+            database = json.dumps({**MARIADB, "NAME": name})
+            rows_left = functools.partial(mariadb_rows, name)
+        else:
+            database, rows_left = pg, row_count
+        env = worker_env(data.url, runs_server.url, prefix, DATABASE=database)
+        if engine != "postgresql":
+            produce(env, "migrate")
+        race(env, workers, runs_client, tag, count, rows_left, report, engine)
+
+
+MARIADB = {
+    "ENGINE": "django.db.backends.mysql",
+    "HOST": "127.0.0.1",
+    "PORT": 3306,
+    "USER": "root",
+    "PASSWORD": "",
+}
+
+
+@contextlib.contextmanager
+def mariadb_database():
+    """A database of its own on the MariaDB at 127.0.0.1:3306 (root, no password), dropped
+    afterwards; through PyMySQL."""
+    import pymysql
+
+    name = f"delayq_rel_{uuid.uuid4().hex[:10]}"
+    conn = pymysql.connect(host="127.0.0.1", port=3306, user="root", password="")
+    try:
+        conn.cursor().execute(f"CREATE DATABASE {name}")
+        yield name
+    finally:
+        conn.cursor().execute(f"DROP DATABASE IF EXISTS {name}")
+        conn.close()
+
+
+def mariadb_rows(name: str) -> int:
+    import pymysql
+
+    conn = pymysql.connect(host="127.0.0.1", port=3306, user="root", password="", database=name)
+    with contextlib.closing(conn):
+        cursor = conn.cursor()
+        cursor.execute("SELECT COUNT(*) FROM django_delayq_outbox")
+        return cursor.fetchone()[0]
+
+
+def race(env, workers, runs_client, tag, count, rows_left, report, engine) -> None:
+    produce(env, tag, str(count), "rows")
+    assert rows_left() == count
     began = time.monotonic()
     procs = [workers.start(env, "--concurrency", "4", "-v", "1", name=f"racer{n}") for n in (1, 2)]
     wait_until(lambda: runs_client.llen(f"runs:{tag}") >= count, 180, "the jobs' runs", 0.2)
@@ -192,16 +237,41 @@ def test_two_workers_race_to_relay_10000_rows(
     time.sleep(SETTLE)
     ran = Counter(runs(runs_client, tag))
     codes = finish(procs, workers)
+    label = {"postgresql": "PostgreSQL", "sqlite": "SQLite", "mariadb": "MariaDB"}[engine]
+    # Rows each worker relayed (its log, -v 1): a row taken by both would count twice.
+    relayed = [
+        sum(int(n) for n in re.findall(r"outbox relay: (\d+) rows moved", proc.output()))
+        for proc in procs
+    ]
     report(
-        scenario="27. outbox: 2 workers race to relay 10,000 rows (PostgreSQL)",
+        scenario=f"27. outbox: 2 workers race to relay 10,000 rows ({label})",
         jobs=count,
         lost=count - len(ran),
         duplicates=sum(n - 1 for n in ran.values()),
         seconds=elapsed,
+        relayed_by_worker=relayed,
     )
     assert len(ran) == count and set(ran.values()) == {1}
-    assert row_count() == 0
+    assert sum(relayed) == count, relayed  # no row relayed twice
+    assert rows_left() == 0
     assert codes == [0, 0], workers.outputs()
+
+
+def produce(env: dict[str, str], *args: str) -> None:
+    """Run the outbox producer (or ``migrate``) to its end in a process of its own."""
+    if args == ("migrate",):
+        command = [sys.executable, "-m", "django", "migrate", "-v", "0"]
+    else:
+        command = [sys.executable, "-m", "tests.reliability.outbox_producer", *args]
+    done = subprocess.run(
+        command, cwd=ROOT, env=workers_env(env), capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def sqlite_rows(path) -> int:
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        return db.execute("SELECT COUNT(*) FROM django_delayq_outbox").fetchone()[0]
 
 
 def test_horizon_jobs_run_once_and_never_early(
