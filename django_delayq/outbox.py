@@ -129,13 +129,15 @@ def save(alias: str, row: Row, relay_at: float, now: float | None = None) -> tup
     record, due time and relay time (it keeps its id), ``keep`` leaves it. Returns
     (outcome, the row as stored): 'created', 'replaced' or 'kept'."""
     now = time.time() if now is None else now
+    if row.key is None:  # one INSERT, no savepoint: nothing can conflict (a new ULID)
+        return _save(alias, row, relay_at, now)
     for attempt in range(3):
         try:
             with transaction.atomic(using=alias):
                 return _save(alias, row, relay_at, now)
         except IntegrityError:
             # Another transaction inserted the key first (it committed meanwhile): read it.
-            if row.key is None or attempt == 2:
+            if attempt == 2:
                 raise
     raise AssertionError("unreachable")  # pragma: no cover
 
