@@ -14,23 +14,19 @@ import math
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS, transaction
 from django.utils import timezone
 
-from . import outbox, signals
+from . import outbox, placement, signals
 from .conf import delayq_settings
 from .connection import get_store
-from .exceptions import DelayQError, OutcomeUnknown
+from .exceptions import OutcomeUnknown
 from .job import (
     DEFERRED,
     FLAG_TOMBSTONE,
-    IN_DATABASE,
-    KEPT,
     PENDING,
     Fields,
     Job,
@@ -279,7 +275,7 @@ def schedule(
 def _schedule_planned(
     plan: _Plan, args: tuple | list, kwargs: dict, on_commit: bool | str = False
 ) -> Job:
-    alias = _transaction_alias(on_commit)
+    alias = placement.transaction_alias(on_commit)
     now = time.time()
     far = plan.far(now)
     if alias is None and not far:
@@ -287,122 +283,10 @@ def _schedule_planned(
         if plan.key is not None and delayq_settings.HORIZON is not None:
             held = outbox.find_key(plan.queue, plan.key)
             if held is not None:  # the key's job waits in the database: it stays one job
-                return _replace_row(plan, args, kwargs, *held)
+                return placement.replace_row(_Prepared(plan, args, kwargs, True), *held)
         return _Prepared(plan, args, kwargs).store()
     prepared = _Prepared(plan, args, kwargs, outbox=True)
-    return _store_row(prepared, alias, far, now)
-
-
-def _transaction_alias(on_commit: bool | str) -> str | None:
-    """The database alias whose transaction an on_commit job joins, None when there is
-    none (no on_commit, or no atomic block open on that alias)."""
-    if not on_commit:
-        return None
-    alias = on_commit if isinstance(on_commit, str) else DEFAULT_DB_ALIAS
-    return alias if transaction.get_connection(alias).in_atomic_block else None
-
-
-def _row_job(row: outbox.Row, outcome: str | None) -> Job:
-    return make_job(
-        row.id,
-        row.queue,
-        PENDING,
-        decode_fields(row.record),
-        delayq_settings.MAX_RETRIES,
-        score=row.due_at,
-        outcome=outcome,
-        waits_in=IN_DATABASE,
-    )
-
-
-def _store_row(prepared: _Prepared, alias: str | None, far: bool, now: float) -> Job:
-    """Store a job as an outbox row: in the transaction of ``alias`` (on_commit), else in the
-    routers' database (a job beyond the horizon, in the caller's transaction if one is open).
-    After the commit (at once without a transaction): a row not beyond the horizon is
-    relayed to Redis (the fast path), and job_scheduled is sent."""
-    plan = prepared.plan
-    target = alias or outbox.write_alias()
-    due = plan.due(now)
-    on_conflict = plan.options["on_conflict"]
-    row = outbox.Row(prepared.id, plan.queue, due, prepared.record, plan.key, on_conflict)
-    sender = plan.task or plan.name
-    displaced: str | None = None  # a pending job in Redis whose unique key this row takes
-    if far and plan.key is not None:
-        holder = _pending_in_redis(plan.queue, plan.key)
-        if holder is not None and outbox.find_key(plan.queue, plan.key) is None:
-            if on_conflict == "keep":
-                job = replace(holder, outcome=KEPT)
-                signals.send(signals.job_scheduled, sender, job=job)
-                return job
-            displaced = holder.id
-    horizon = delayq_settings.HORIZON
-    relay_at = due - horizon if far and horizon is not None else now + outbox.GRACE
-    outcome, row = outbox.save(target, row, relay_at, now)
-    job = _row_job(row, DEFERRED if alias is not None and outcome != KEPT else outcome)
-    if outcome == KEPT:
-        signals.send(signals.job_scheduled, sender, job=job)
-        return job
-
-    def committed() -> None:
-        store = get_store()
-        if displaced is not None:
-            _displace(store, plan.queue, plan.key, displaced)
-        if not far:
-            outbox.relay_now(store, target, row)
-        signals.send(signals.job_scheduled, sender, job=job)
-
-    transaction.on_commit(committed, using=target)
-    return job
-
-
-def _pending_in_redis(queue: str, key: str) -> Job | None:
-    """The pending job in Redis that holds a unique key, or None."""
-    store = get_store()
-    holder = store.id_for_key(queue, key)
-    raw = store.fetch(queue, holder) if holder else None
-    if raw is None or raw.status != PENDING:
-        return None
-    return job_from_raw(raw, delayq_settings.MAX_RETRIES)
-
-
-def _displace(store: Store, queue: str, key: str | None, job_id: str) -> None:
-    """Cancel the Redis job whose unique key a database row took (a replace across the two
-    places); never raises (a commit hook runs it)."""
-    try:
-        store.cancel(queue, job_id=job_id)
-    except DelayQError as exc:
-        logger.warning(
-            "job %s keeps unique key %r in Redis beside the database row that replaced it "
-            "(%s): cancel it with django_delayq.cancel(%r)",
-            job_id,
-            key,
-            exc,
-            job_id,
-        )
-
-
-def _replace_row(
-    plan: _Plan, args: tuple | list, kwargs: dict, alias: str, held: outbox.Row
-) -> Job:
-    """A job due within the horizon whose unique key a database row holds: ``keep`` keeps
-    the row; ``replace`` gives the row the new record and due time, and relays it now."""
-    sender = plan.task or plan.name
-    if plan.options["on_conflict"] == "keep":
-        job = _row_job(held, KEPT)
-        signals.send(signals.job_scheduled, sender, job=job)
-        return job
-    prepared = _Prepared(plan, args, kwargs, outbox=True)
-    now = time.time()
-    row = outbox.Row(prepared.id, plan.queue, plan.due(now), prepared.record, plan.key, "replace")
-    outcome, row = outbox.save(alias, row, now, now)
-    job = _row_job(row, outcome)
-
-    def committed() -> None:
-        outbox.relay_now(get_store(), alias, row)
-        signals.send(signals.job_scheduled, sender, job=job)
-
-    transaction.on_commit(committed, using=alias)
-    return job
+    return placement.store_row(prepared, alias, far, now)
 
 
 def schedule_many(
@@ -443,30 +327,9 @@ def schedule_many(
             rows.append((i, p))
         else:
             bulk.append((i, p))
-    placed.update(_bulk_rows(rows, now))
+    placed.update(placement.bulk_rows(rows, now))
     placed.update(zip((i for i, _ in bulk), _bulk_redis([p for _, p in bulk]), strict=True))
     return [placed[i] for i in range(len(prepared))]
-
-
-def _bulk_rows(rows: list[tuple[int, _Prepared]], now: float) -> dict[int, Job]:
-    """Jobs without unique keys beyond the horizon: rows, in one transaction."""
-    if not rows:
-        return {}
-    horizon = float(delayq_settings.HORIZON)
-    alias = outbox.write_alias()
-    made = []
-    for _, p in rows:
-        due = p.plan.due(now)
-        made.append((outbox.Row(p.id, p.plan.queue, due, p.record), due - horizon))
-    outbox.save_many(alias, made, now)
-    jobs = {i: _row_job(row, "created") for (i, _), (row, _) in zip(rows, made, strict=True)}
-
-    def committed() -> None:
-        for (_, p), job in zip(rows, jobs.values(), strict=True):
-            signals.send(signals.job_scheduled, p.plan.task or p.plan.name, job=job)
-
-    transaction.on_commit(committed, using=alias)
-    return jobs
 
 
 def _bulk_redis(prepared: list[_Prepared]) -> list[Job]:
@@ -593,7 +456,7 @@ def get_job(job_id: str, queue: str | None = None) -> Job | None:
     if delayq_settings.HORIZON is None:
         return None
     row = outbox.find(job_id, queue)
-    return None if row is None else _row_job(row, None)
+    return None if row is None else placement.row_job(row, None)
 
 
 def cancel(job_id: str | None = None, *, key: str | None = None, queue: str | None = None) -> bool:
@@ -604,7 +467,7 @@ def cancel(job_id: str | None = None, *, key: str | None = None, queue: str | No
     for attempt in range(2):
         if any(_cancel_redis(name, job_id=job_id, key=key) for name in search_queues(queue)):
             return True
-        if attempt == 0 and _cancel_rows(
+        if attempt == 0 and placement.cancel_rows(
             None if queue is None else check_queue_name(queue), job_id, key
         ):
             return True
@@ -616,29 +479,9 @@ def cancel_in(queue: str, *, job_id: str | None = None, key: str | None = None) 
     (The admin's cancel action uses it too.)"""
     return (
         _cancel_redis(queue, job_id=job_id, key=key)
-        or _cancel_rows(queue, job_id, key)
+        or placement.cancel_rows(queue, job_id, key)
         or _cancel_redis(queue, job_id=job_id, key=key)
     )
-
-
-def _cancel_rows(queue: str | None, job_id: str | None, key: str | None) -> bool:
-    """Cancel in the database what Redis did not hold. The caller then asks Redis again
-    when nothing was found: a row a relay was moving (its lock is waited for) is in Redis
-    by then, so a job is never missed in both places. (A row a crashed relay left behind
-    beside its copy in Redis: the copy is cancelled first, leaving a tombstone that makes
-    the row's next relay a no-op.)"""
-    rows = outbox.cancel(job_id, key, queue)
-    for row in rows:
-        job = make_job(
-            row.id,
-            row.queue,
-            "cancelled",
-            decode_fields(row.record),
-            delayq_settings.MAX_RETRIES,
-            waits_in=IN_DATABASE,
-        )
-        signals.send(signals.job_cancelled, sender(job.task), job=job)
-    return bool(rows)
 
 
 def _cancel_redis(queue: str, *, job_id: str | None = None, key: str | None = None) -> bool:

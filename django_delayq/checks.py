@@ -203,22 +203,24 @@ def check_outbox(app_configs: Any = None, **kwargs: Any) -> list:
     from . import outbox
 
     problems: list = []
-    alias = outbox.write_alias()
-    try:
-        tables = connections[alias].introspection.table_names()
-    except DatabaseError:
-        tables = None
     table = outbox._model()._meta.db_table
-    if tables is not None and table not in tables:
-        problems.append(
-            Error(
-                f"the outbox table {table!r} is missing from database {alias!r}: "
-                "schedule(..., on_commit=True) in a transaction and DELAYQ['HORIZON'] store "
-                "jobs there.",
-                hint="Run: python manage.py migrate django_delayq",
-                id="delayq.E008",
+    # Where rows are written, and every database workers relay from.
+    for alias in dict.fromkeys([outbox.write_alias(), *outbox.aliases()]):
+        try:
+            tables = connections[alias].introspection.table_names()
+        except DatabaseError:
+            continue
+        if table not in tables:
+            problems.append(
+                Error(
+                    f"the outbox table {table!r} is missing from database {alias!r}: "
+                    "schedule(..., on_commit=True) in a transaction and DELAYQ['HORIZON'] "
+                    "store jobs there, and workers relay from it.",
+                    hint=f"Run: python manage.py migrate django_delayq --database {alias}, or "
+                    "keep the table off that database with a router's allow_migrate().",
+                    id="delayq.E008",
+                )
             )
-        )
     for name in outbox.aliases():
         try:
             transactional = connections[name].features.supports_transactions

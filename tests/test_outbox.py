@@ -15,7 +15,7 @@ from django.conf import settings
 from django.db import connections, transaction
 from django.test import override_settings
 
-from django_delayq import api, cancel, connection, get_job, outbox, schedule_many, signals
+from django_delayq import cancel, connection, get_job, outbox, placement, schedule_many, signals
 from django_delayq.models import OutboxJob
 from django_delayq.store import Store
 from django_delayq.worker import Worker
@@ -125,7 +125,7 @@ def test_redis_down_at_commit_the_commit_succeeds_and_a_worker_relays(
     store, alias, monkeypatch, caplog
 ):
     down = Store(redis.Redis(port=free_port(), socket_connect_timeout=0.2), prefix=store.prefix)
-    monkeypatch.setattr(api, "get_store", lambda: down)
+    monkeypatch.setattr(placement, "get_store", lambda: down)
     with caplog.at_level(logging.WARNING, "django_delayq.outbox"), transaction.atomic(alias):
         job = t.remember.schedule(20, 22, on_commit=alias)
     # The commit went through and nothing raised; the row waits.
