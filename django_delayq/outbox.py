@@ -78,6 +78,9 @@ class Row:
     on_conflict: str = "replace"
 
 
+ROW_FIELDS = ("id", "queue", "due_at", "record", "key", "on_conflict")  # a Row's, in order
+
+
 def key_hash(key: str | None) -> str | None:
     return None if key is None else hashlib.sha256(key.encode()).hexdigest()
 
@@ -383,7 +386,10 @@ def relay_pass(
         rows = rows.order_by("relay_at")
         if connections[alias].features.has_select_for_update_skip_locked:
             rows = rows.select_for_update(skip_locked=True)
-        batch = [_row(obj) for obj in rows[:limit]]
+        batch = [
+            Row(i, q, due.timestamp(), bytes(record), key, on_conflict)
+            for i, q, due, record, key, on_conflict in rows.values_list(*ROW_FIELDS)[:limit]
+        ]
         if not batch:
             return 0
         done, error = relay(store, batch)
