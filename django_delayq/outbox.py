@@ -57,6 +57,7 @@ GRACE = 2.0  # seconds an on_commit row leaves its fast path before workers rela
 RELAY_BATCH = 1_000  # rows per pass (one transaction, one Redis round trip)
 RELAY_PASSES = 10  # passes per turn at most while full batches keep coming
 RELAY_EVERY = 1.0  # seconds between two turns of a worker's relay
+TABLE_RECHECK = 60.0  # seconds before a relay looks again for a missing outbox table
 DELETE_CHUNK = 500  # ids per DELETE (SQLite allows 999 parameters)
 FAST_BUDGET = 0.0  # seconds the fast path re-sends a relay that failed: none
 # Seconds a process leaves rows to the workers after one of its fast paths failed: a
@@ -427,6 +428,29 @@ class Relay:
         self.turns = 0
         self.relayed = 0
         self._failing = False
+        self._no_table: dict[str, float] = {}  # alias -> when to look for the table again
+
+    def _has_table(self, alias: str) -> bool:
+        """Whether ``alias`` has the outbox table (looked up again every TABLE_RECHECK
+        seconds while it has not: a database without the migration is skipped, with one
+        warning, rather than failing every second)."""
+        again = self._no_table.get(alias)
+        if again is not None and time.monotonic() < again:
+            return False
+        found = _model()._meta.db_table in connections[alias].introspection.table_names()
+        if found:
+            self._no_table.pop(alias, None)
+        else:
+            if again is None:
+                logger.warning(
+                    "outbox relay: database %r has no outbox table; skipped (run manage.py "
+                    "migrate django_delayq --database %s, or keep the table off it with a "
+                    "router's allow_migrate())",
+                    alias,
+                    alias,
+                )
+            self._no_table[alias] = time.monotonic() + TABLE_RECHECK
+        return found
 
     def turn(self) -> int:
         """One turn: passes per alias while full batches keep coming (RELAY_PASSES at most)."""
@@ -435,6 +459,8 @@ class Relay:
         close_old_connections()
         try:
             for alias in aliases():
+                if not self._has_table(alias):
+                    continue
                 for _ in range(RELAY_PASSES):
                     n = relay_pass(self.store, alias)
                     moved += n

@@ -7,11 +7,14 @@ never name the "pg" alias never query it."""
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 
 class OutboxDatabases:
-    extra: set[str] = {"pg"}  # aliases besides "default" that may hold rows now
+    # Aliases besides "default" that may hold rows now. Processes the tests start (workers,
+    # producers) never import pytest: their relays leave PostgreSQL alone.
+    extra: set[str] = {"pg"} if "pytest" in sys.modules else set()
 
     def allow_migrate(self, db: str, app_label: str, model_name: Any = None, **hints: Any) -> Any:
         if app_label == "django_delayq" and model_name == "outboxjob" and db != "default":

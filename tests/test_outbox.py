@@ -6,6 +6,7 @@ Redis. The crash and race scenarios are in tests/reliability/test_outbox.py."""
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from datetime import timedelta
 
@@ -328,3 +329,15 @@ def test_admin_run_now_and_cancel_a_row(store, alias, horizon, admin_client):
     assert rows(alias) == [] and pending_ids(store) == [run.id]
     run_burst(store)
     assert t.CALLS == [((5,), {})]
+
+
+def test_the_relay_skips_a_database_without_the_table_with_one_warning(
+    store, alias, monkeypatch, caplog
+):
+    connection_ = connections[alias]
+    monkeypatch.setattr(connection_.introspection, "table_names", lambda *a, **k: ["other"])
+    relay = outbox.Relay(store, threading.Event())
+    with caplog.at_level(logging.WARNING, "django_delayq.outbox"):
+        assert relay.turn() == 0
+        assert relay.turn() == 0
+    assert caplog.text.count(f"database {alias!r} has no outbox table") == 1
