@@ -8,12 +8,14 @@ delayq.E004  a number setting has the wrong type or range (numbers must be finit
 delayq.E005  QUEUES / DEFAULT_QUEUE are not valid queue names
 delayq.E006  DELAYQ is not a dict
 delayq.E007  METRICS_TOKEN is neither None nor a string of at least 16 characters
-delayq.E008  HORIZON is neither None nor a number of seconds >= 5; (deploy) the outbox table
-             (migration django_delayq 0002) is missing from the database it is written to
+delayq.E008  HORIZON is neither None nor a number of seconds >= 5; (deploy, --database) the
+             outbox table (migration django_delayq 0002) is missing from a database that
+             holds or relays rows
 delayq.W001  DELAYQ has a key django-delayq does not know (a typo?)
 delayq.W002  (deploy) Redis does not answer, or is older than 6.2
-delayq.W003  (deploy) a database that may hold outbox rows does not support transactions, so
-             on_commit=True cannot make a job commit or roll back with the caller's data
+delayq.W003  (deploy, --database) a database that may hold outbox rows does not support
+             transactions, so on_commit=True cannot make a job commit or roll back with the
+             caller's data
 """
 
 from __future__ import annotations
@@ -194,7 +196,7 @@ def check_redis(app_configs: Any = None, **kwargs: Any) -> list:
 
 
 @register(Tags.database, deploy=True)
-def check_outbox(app_configs: Any = None, **kwargs: Any) -> list:
+def check_outbox(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list:
     """E008: the outbox table exists where rows are written; W003: every database that may
     hold rows supports transactions. A database that does not answer is not reported here
     (Django's own checks and the first query say so)."""
@@ -206,6 +208,8 @@ def check_outbox(app_configs: Any = None, **kwargs: Any) -> list:
     table = outbox._model()._meta.db_table
     # Where rows are written, and every database workers relay from.
     for alias in dict.fromkeys([outbox.write_alias(), *outbox.aliases()]):
+        if databases is not None and alias not in databases:
+            continue  # check --database names the ones to look at
         try:
             tables = connections[alias].introspection.table_names()
         except DatabaseError:
@@ -222,6 +226,8 @@ def check_outbox(app_configs: Any = None, **kwargs: Any) -> list:
                 )
             )
     for name in outbox.aliases():
+        if databases is not None and name not in databases:
+            continue
         try:
             transactional = connections[name].features.supports_transactions
         except DatabaseError:

@@ -147,3 +147,15 @@ def test_manage_py_check_runs_them():
     ):
         call_command("check")
     call_command("check")
+
+
+@pytest.mark.django_db
+def test_outbox_checks_run_with_check_deploy_database(monkeypatch):
+    from django.core.management.base import SystemCheckError
+    from django.db import connections
+
+    call_command("check", deploy=True, databases=["default"], fail_level="ERROR")
+    monkeypatch.setattr(connections["default"].introspection, "table_names", lambda: [])
+    with pytest.raises(SystemCheckError, match=r"delayq\.E008"):
+        call_command("check", deploy=True, databases=["default"], fail_level="ERROR")
+    assert check_outbox(databases=["pg"]) == []  # only the databases named are looked at
