@@ -58,14 +58,14 @@ def store_row(prepared: Prepared, alias: str | None, far: bool, now: float) -> J
     due = plan.due(now)
     on_conflict = plan.options["on_conflict"]
     row = outbox.Row(prepared.id, plan.queue, due, prepared.record, plan.key, on_conflict)
-    sender = plan.task or plan.name
+    who = plan.task or plan.name
     displaced: str | None = None  # a pending job in Redis whose unique key this row takes
     if far and plan.key is not None:
         holder = _pending_in_redis(plan.queue, plan.key)
         if holder is not None and outbox.find_key(plan.queue, plan.key) is None:
             if on_conflict == "keep":
                 job = replace(holder, outcome=KEPT)
-                signals.send(signals.job_scheduled, sender, job=job)
+                signals.send(signals.job_scheduled, who, job=job)
                 return job
             displaced = holder.id
     horizon = delayq_settings.HORIZON
@@ -73,7 +73,7 @@ def store_row(prepared: Prepared, alias: str | None, far: bool, now: float) -> J
     outcome, row = outbox.save(target, row, relay_at, now)
     job = row_job(row, DEFERRED if alias is not None and outcome != KEPT else outcome)
     if outcome == KEPT:
-        signals.send(signals.job_scheduled, sender, job=job)
+        signals.send(signals.job_scheduled, who, job=job)
         return job
 
     def committed() -> None:
@@ -82,17 +82,22 @@ def store_row(prepared: Prepared, alias: str | None, far: bool, now: float) -> J
             _displace(store, plan.queue, plan.key, displaced)
         if not far:
             outbox.relay_now(store, target, row)
-        signals.send(signals.job_scheduled, sender, job=job)
+        signals.send(signals.job_scheduled, who, job=job)
 
     transaction.on_commit(committed, using=target)
     return job
 
 
 def _pending_in_redis(queue: str, key: str) -> Job | None:
-    """The pending job in Redis that holds a unique key, or None."""
+    """The pending job in Redis that holds a unique key, or None (also when Redis does not
+    answer: the row is stored anyway, and its relay applies ``on_conflict`` in Redis)."""
     store = get_store()
-    holder = store.id_for_key(queue, key)
-    raw = store.fetch(queue, holder) if holder else None
+    try:
+        holder = store.id_for_key(queue, key)
+        raw = store.fetch(queue, holder) if holder else None
+    except DelayQError as exc:
+        logger.warning("unique key %r: Redis not asked for its holder (%s)", key, exc)
+        return None
     if raw is None or raw.status != PENDING:
         return None
     return job_from_raw(raw, delayq_settings.MAX_RETRIES)
@@ -118,10 +123,10 @@ def replace_row(prepared: Prepared, alias: str, held: outbox.Row) -> Job:
     """A job due within the horizon whose unique key a database row holds: ``keep`` keeps
     the row; ``replace`` gives the row the new record and due time, and relays it now."""
     plan = prepared.plan
-    sender = plan.task or plan.name
+    who = plan.task or plan.name
     if plan.options["on_conflict"] == "keep":
         job = row_job(held, KEPT)
-        signals.send(signals.job_scheduled, sender, job=job)
+        signals.send(signals.job_scheduled, who, job=job)
         return job
     now = time.time()
     row = outbox.Row(prepared.id, plan.queue, plan.due(now), prepared.record, plan.key, "replace")
@@ -130,7 +135,7 @@ def replace_row(prepared: Prepared, alias: str, held: outbox.Row) -> Job:
 
     def committed() -> None:
         outbox.relay_now(get_store(), alias, row)
-        signals.send(signals.job_scheduled, sender, job=job)
+        signals.send(signals.job_scheduled, who, job=job)
 
     transaction.on_commit(committed, using=alias)
     return job

@@ -341,3 +341,11 @@ def test_the_relay_skips_a_database_without_the_table_with_one_warning(
         assert relay.turn() == 0
         assert relay.turn() == 0
     assert caplog.text.count(f"database {alias!r} has no outbox table") == 1
+
+
+def test_a_far_keyed_on_commit_job_commits_while_redis_is_down(store, alias, horizon, monkeypatch):
+    down = Store(redis.Redis(port=free_port(), socket_connect_timeout=0.2), prefix=store.prefix)
+    monkeypatch.setattr(placement, "get_store", lambda: down)
+    with transaction.atomic(using=alias):
+        job = t.add.schedule(1, 2, delay=3600, key="k", on_commit=alias)
+    assert job.outcome == "deferred" and [r.id for r in rows(alias)] == [job.id]
