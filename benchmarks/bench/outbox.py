@@ -207,8 +207,9 @@ def bench_schedule_in_transaction(client: Any, n: int, runs: int) -> list[dict[s
             "us/job",
             "",
             None,
-            note="INSERT + COMMIT + fast path (Redis write, DELETE); baseline: the same "
-            "transaction with a plain schedule() to Redis",
+            note="each transaction also INSERTs the caller's own row and COMMITs; on_commit "
+            "adds the job's INSERT, the fast path (Redis write) and the row's DELETE; "
+            "baseline: the same transaction with a plain schedule() to Redis",
         ),
         figure(
             "outbox_insert_us",
