@@ -71,6 +71,14 @@ sleep_drain / sleep_cpu  task 3 (sleep 10 ms), 4k, concurrency 8 (>= 90 % of 800
 idle_cpu                 a worker with nothing to do for 30 s (<= 0.1 CPU s)
 lateness_push_idle_p99   the lateness figures with task 1 (<= 5 ms)
 lateness_push_load_p99   1,000 jobs/s of task 1 due for 10 s, 2 workers (<= 20 ms)
+outbox_memory            (issue 12, PostgreSQL + a dedicated redis-server) Redis memory
+                         growth with 100k jobs due in 7 days and HORIZON = 1 day
+                         (constant, <= 64 KB); baseline: HORIZON off
+outbox_relay             100k outbox rows relayed into Redis by relay passes
+                         (>= 10,000 jobs/s); baseline: schedule_many() to Redis
+outbox_schedule_us       ``schedule(on_commit=...)`` in its own transaction: INSERT,
+                         COMMIT, fast path (no target); baseline: a plain schedule() in
+                         the same transaction; outbox_insert_us: the part before COMMIT
 =======================  =========================================================
 
 Worker CPU comes from each worker process's own CPU time (``/proc/<pid>/stat``, what
@@ -107,6 +115,7 @@ ENGINE = (
     "memory",
     "claim_cost",
     "upgrade",
+    "outbox",
 )
 REAL = ("push", "orm", "sleep", "idle", "lateness_push")
 ALL = ENGINE + REAL
@@ -219,6 +228,24 @@ def measure(args: argparse.Namespace, argv: list[str]) -> int:
                         attempt("memory", lambda: [scale.bench_memory(own, size["memory"], slow)])
                     if "claim_cost" in only:
                         attempt("claim_cost", lambda: [scale.bench_claim_cost(own, size, slow)])
+        if "outbox" in only:
+            from benchmarks.bench import outbox
+
+            with common.dedicated_redis(args.redis_server) as own:
+                if own is None:
+                    problems.append("no redis-server found: the outbox figures not measured")
+                else:
+                    with outbox.outbox_database():
+                        attempt(
+                            "outbox",
+                            lambda: [
+                                outbox.bench_memory(own, size["outbox_memory"], slow),
+                                outbox.bench_relay(own, size["outbox_relay"], slow),
+                                *outbox.bench_schedule_in_transaction(
+                                    own, size["outbox_schedule"], slow
+                                ),
+                            ],
+                        )
         if set(REAL) & set(only):
             with common.dedicated_redis(args.redis_server) as own:
                 if own is None:

@@ -51,6 +51,7 @@ from .connection import get_store
 from .health import workers_per_queue
 from .job import DEAD, PENDING, STATUSES, to_datetime
 from .models import Job
+from .outbox import count as outbox_count
 from .registry import registered
 from .store import check_queue_name
 
@@ -237,7 +238,8 @@ class JobAdmin(admin.ModelAdmin):
         if per_page != views.PER_PAGE:
             params["per_page"] = per_page
         total = store.size(queue, status)
-        context: dict[str, Any] = {}
+        in_database = outbox_count(queue) if status == PENDING and views.outbox_shown() else 0
+        context: dict[str, Any] = {"show_where": status == PENDING and views.outbox_shown()}
         if task:
             start = _int(request.GET.get("from"), 0, 0, max(total, 0))
             scan = views.scan_for_task(
@@ -251,7 +253,13 @@ class JobAdmin(admin.ModelAdmin):
             )
             context["empty"] = texts.EMPTY_TASK_LISTS[status] % {"task": task, "queue": queue}
         else:
-            paginator = Paginator(views.SortedSetSlice(store, queue, status, total), per_page)
+            jobs = (
+                views.PendingSlice(store, queue, total, in_database)
+                if in_database
+                else views.SortedSetSlice(store, queue, status, total)
+            )
+            total += in_database
+            paginator = Paginator(jobs, per_page)
             page = paginator.get_page(_int(request.GET.get("p"), 1, 1, 10**9))
             raws = list(page.object_list)
             context["page"] = page
@@ -317,6 +325,7 @@ class JobAdmin(admin.ModelAdmin):
         store = get_store()
         queues = views.admin_queues(store)
         raw = store.find(q, queues) if len(q) <= 64 else None
+        raw = raw or (views.find_in_outbox(q) if len(q) <= 64 else None)
         if raw is not None:
             return HttpResponseRedirect(self._url("detail", raw.queue, raw.id))
         for queue in queues:
@@ -341,7 +350,7 @@ class JobAdmin(admin.ModelAdmin):
         self._require(request, "view_job")
         queue = self._queue(queue, [])
         store = get_store()
-        raw = store.fetch(queue, job_id)
+        raw = store.fetch(queue, job_id) or views.find_in_outbox(job_id, queue)
         title = gettext("Job %(id)s") % {"id": job_id}
         context = self._context(request, title, queue=queue, job_id=job_id)
         crumbs = [(gettext("Dashboard"), self._url("changelist"))]

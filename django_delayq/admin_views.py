@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from django.utils.functional import Promise
@@ -22,9 +22,11 @@ from django.utils.timesince import timesince
 from django.utils.translation import gettext, ngettext, ngettext_lazy, pgettext
 from django.utils.translation import gettext_lazy as _
 
+from . import outbox
 from .conf import delayq_settings
 from .job import (
     DEAD,
+    IN_DATABASE,
     PENDING,
     RESERVED,
     RUNNING,
@@ -195,8 +197,30 @@ class Row:
     url: str = ""  # the job page (admin.py sets it)
 
 
+@dataclass(frozen=True)
+class OutboxRaw(RawJob):
+    """A pending job read from the database outbox (outbox.Row), shown like one in Redis."""
+
+
+def outbox_shown() -> bool:
+    """Whether the admin reads the outbox too: with DELAYQ["HORIZON"] on (without it, rows
+    live only between a commit and its relay)."""
+    return delayq_settings.HORIZON is not None
+
+
+def outbox_raw(row: outbox.Row) -> OutboxRaw:
+    return OutboxRaw(row.id, row.queue, PENDING, row.due_at, row.record)
+
+
+def find_in_outbox(job_id: str, queue: str | None = None) -> OutboxRaw | None:
+    row = outbox.find(job_id, queue) if outbox_shown() else None
+    return None if row is None else outbox_raw(row)
+
+
 def make_row(raw: RawJob, now: float) -> Row:
     job = job_from_raw(raw, delayq_settings.MAX_RETRIES)
+    if isinstance(raw, OutboxRaw):
+        job = replace(job, waits_in=IN_DATABASE)
     overdue = raw.status == PENDING and raw.score is not None and raw.score <= now
     if raw.status == PENDING:
         when = relative(raw.score, now, future=_("in %(time)s"), past=_("%(time)s overdue"))
@@ -276,6 +300,30 @@ class SortedSetSlice(Sequence):
         if stop <= start:
             return []
         return self.store.page(self.queue, self.status, start, stop - start)
+
+
+class PendingSlice(Sequence):
+    """The pending jobs of a queue in Redis, then those in the database outbox (jobs beyond
+    the horizon, due after the ones in Redis), as one sequence for the Paginator."""
+
+    def __init__(self, store: Store, queue: str, in_redis: int, in_database: int) -> None:
+        self.redis = SortedSetSlice(store, queue, PENDING, in_redis)
+        self.queue, self.in_redis, self.in_database = queue, in_redis, in_database
+
+    def __len__(self) -> int:
+        return self.in_redis + self.in_database
+
+    def __getitem__(self, index: Any) -> Any:
+        if not isinstance(index, slice) or index.step not in (None, 1):
+            raise TypeError("PendingSlice supports only contiguous slices")
+        start, stop = max(index.start or 0, 0), index.stop
+        stop = len(self) if stop is None else stop
+        found = list(self.redis[start : min(stop, self.in_redis)]) if start < self.in_redis else []
+        if stop > self.in_redis:
+            offset = max(start - self.in_redis, 0)
+            rows = outbox.page(self.queue, offset, stop - self.in_redis - offset)
+            found += [outbox_raw(row) for row in rows]
+        return found
 
 
 @dataclass
@@ -379,6 +427,10 @@ def apply_action(store: Store, action: Action, queue: str, ids: Sequence[str]) -
             else:
                 applied.missed.append(job_id)
         return applied
+    if action.name == "run_now" and outbox_shown():  # a row run now is relayed, due now
+        moved = outbox.run_now(store, queue, ids)
+        applied.done += len(moved)
+        ids = [i for i in ids if i not in moved]
     method = {"run_now": store.run_now, "requeue": store.requeue, "delete": store.delete_dead}
     held = []
     for chunk in _chunks(ids, ACTION_CHUNK):
@@ -443,6 +495,8 @@ def action_message(
 
 def queue_summary(store: Store, queue: str, now: float) -> dict[str, Any]:
     counts = store.counts(queue, now)
+    counts["in_database"] = outbox.count(queue) if outbox_shown() else 0
+    counts["pending"] += counts["in_database"]
     series = store.throughput(queue, now, minutes=CHART_MINUTES)
     oldest = counts["oldest_due_at"]
     lag = now - oldest if oldest is not None and oldest <= now else 0.0

@@ -9,6 +9,7 @@ store, sends signals.
 from __future__ import annotations
 
 import difflib
+import logging
 import math
 import re
 import time
@@ -17,10 +18,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
 from django.utils import timezone
 
-from . import signals
+from . import outbox, placement, signals
 from .conf import delayq_settings
 from .connection import get_store
 from .exceptions import OutcomeUnknown
@@ -38,6 +38,8 @@ from .job import (
 )
 from .registry import Task, discovered, find_task, registered, sender, unknown_task
 from .store import DONE_TTL, Op, Scheduled, Store, check_queue_name
+
+logger = logging.getLogger("django_delayq.api")
 
 TASK_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_<>][\w<>]*)+")
 BULK_CHUNK = 1000
@@ -191,20 +193,30 @@ class _Plan:
         self.flags = FLAG_TOMBSTONE if _soon(when) else ""
         self.options = {**when, "key": key, "on_conflict": on_conflict}
 
+    def due(self, now: float) -> float:
+        """The due time (epoch seconds) as this process's clock sees it."""
+        return self.options["at"] if "at" in self.options else now + self.options["delay"]
+
+    def far(self, now: float) -> bool:
+        """Whether the job is due beyond DELAYQ["HORIZON"] (so it waits in the database)."""
+        horizon = delayq_settings.HORIZON
+        return horizon is not None and self.due(now) > now + horizon
+
 
 class _Prepared:
     """A validated, encoded schedule() call, ready for the store."""
 
     __slots__ = ("args", "id", "kwargs", "plan", "record")
 
-    def __init__(self, plan: _Plan, args: tuple | list, kwargs: dict) -> None:
+    def __init__(self, plan: _Plan, args: tuple | list, kwargs: dict, outbox: bool = False) -> None:
         if plan.task is not None:
             plan.task.check_call(args, kwargs)
         self.plan = plan
         self.args, self.kwargs = list(args), kwargs
-        self.record = encode_record(
-            plan.name, self.args, kwargs, plan.key, plan.max_retries, plan.flags
-        )
+        # A record bound for the outbox may be relayed twice: flag 'i' makes a finished job
+        # leave a tombstone, so the second relay never stores it again.
+        flags = FLAG_TOMBSTONE if outbox else plan.flags
+        self.record = encode_record(plan.name, self.args, kwargs, plan.key, plan.max_retries, flags)
         self.id = new_job_id()
 
     def job(self, result: Scheduled | None) -> Job:
@@ -257,14 +269,24 @@ def schedule(
     says whether it was created, replaced, kept, or deferred to the commit.
     """
     options = {name: kwargs.pop(name) for name in _OPTION_NAMES.intersection(kwargs)}
-    prepared = _Prepared(_Plan(task, options), args, kwargs)
-    if not on_commit:
-        return prepared.store()
-    using = on_commit if isinstance(on_commit, str) else None
-    stored: list[Job] = []
-    transaction.on_commit(lambda: stored.append(prepared.store()), using=using)
-    # Outside an atomic block Django runs the callback at once.
-    return stored[0] if stored else prepared.job(None)
+    return _schedule_planned(_Plan(task, options), args, kwargs, on_commit)
+
+
+def _schedule_planned(
+    plan: _Plan, args: tuple | list, kwargs: dict, on_commit: bool | str = False
+) -> Job:
+    alias = placement.transaction_alias(on_commit)
+    now = time.time()
+    far = plan.far(now)
+    if alias is None and not far:
+        # Outside a transaction on_commit stores at once, as Django runs the hook at once.
+        if plan.key is not None and delayq_settings.HORIZON is not None:
+            held = outbox.find_key(plan.queue, plan.key)
+            if held is not None:  # the key's job waits in the database: it stays one job
+                return placement.replace_row(_Prepared(plan, args, kwargs, True), *held)
+        return _Prepared(plan, args, kwargs).store()
+    prepared = _Prepared(plan, args, kwargs, outbox=True)
+    return placement.store_row(prepared, alias, far, now)
 
 
 def schedule_many(
@@ -280,15 +302,39 @@ def schedule_many(
     reply was lost is sent again (it is idempotent), so no job is stored twice.
     """
     base = _Plan(task, options)
-    prepared = []
-    for call in calls:
+    now = time.time()
+    planned: list[tuple[_Plan, tuple | list, dict]] = []
+    prepared: list[_Prepared] = []
+    for call in calls:  # validate every call first
         if isinstance(call, (tuple, list)):
-            prepared.append(_Prepared(base, call, {}))
+            plan, args, kwargs = base, call, {}
         else:
             args, kwargs, merged = _split_call(call, options)
-            prepared.append(
-                _Prepared(base if merged is options else _Plan(task, merged), args, kwargs)
-            )
+            plan = base if merged is options else _Plan(task, merged)
+        planned.append((plan, args, kwargs))
+        prepared.append(_Prepared(plan, args, kwargs, outbox=plan.far(now)))
+    if delayq_settings.HORIZON is None:
+        return _bulk_redis(prepared)
+    # With a horizon: jobs with unique keys one by one (the key may be held in either
+    # place), jobs beyond the horizon as rows, the rest to Redis in bulk.
+    placed: dict[int, Job] = {}
+    rows: list[tuple[int, _Prepared]] = []
+    bulk: list[tuple[int, _Prepared]] = []
+    for i, (p, (plan, args, kwargs)) in enumerate(zip(prepared, planned, strict=True)):
+        if plan.key is not None:
+            placed[i] = _schedule_planned(plan, args, kwargs)
+        elif plan.far(now):
+            rows.append((i, p))
+        else:
+            bulk.append((i, p))
+    placed.update(placement.bulk_rows(rows, now))
+    placed.update(zip((i for i, _ in bulk), _bulk_redis([p for _, p in bulk]), strict=True))
+    return [placed[i] for i in range(len(prepared))]
+
+
+def _bulk_redis(prepared: list[_Prepared]) -> list[Job]:
+    if not prepared:
+        return []
     store = get_store()
     chunks = list(_chunks(prepared, BULK_CHUNK))
     owners: list[list[list[_Prepared]]] = []
@@ -395,23 +441,50 @@ def search_queues(queue: str | None = None) -> Iterator[str]:
 
 
 def get_job(job_id: str, queue: str | None = None) -> Job | None:
-    """The job with that id as it is now, or None (finished, cancelled or unknown)."""
+    """The job with that id as it is now, or None (finished, cancelled or unknown): in
+    Redis, else (with DELAYQ["HORIZON"] on) in the database outbox.
+
+    Without a horizon, rows live only between a commit and its relay (milliseconds; while
+    Redis is down this raises ConnectionError anyway, and after a producer crash a worker
+    relays the row within ``outbox.GRACE`` + 1 s), so the outbox is not read: polling
+    get_job() for a finished job costs no database query."""
     if not isinstance(job_id, str):
         raise TypeError(f"job id must be a string, got {job_id!r}")
     raw = get_store().find(job_id, search_queues(queue))
-    return None if raw is None else job_from_raw(raw, delayq_settings.MAX_RETRIES)
+    if raw is not None:
+        return job_from_raw(raw, delayq_settings.MAX_RETRIES)
+    if delayq_settings.HORIZON is None:
+        return None
+    row = outbox.find(job_id, queue)
+    return None if row is None else placement.row_job(row, None)
 
 
 def cancel(job_id: str | None = None, *, key: str | None = None, queue: str | None = None) -> bool:
-    """Delete a pending job, by id or unique key. True if it was pending and is now gone."""
+    """Delete a pending job, by id or unique key, in Redis or in the database outbox. True
+    if it was pending and is now gone."""
     if (job_id is None) == (key is None):
         raise TypeError("cancel() takes a job id or key=, exactly one of them")
-    return any(cancel_in(name, job_id=job_id, key=key) for name in search_queues(queue))
+    for attempt in range(2):
+        if any(_cancel_redis(name, job_id=job_id, key=key) for name in search_queues(queue)):
+            return True
+        if attempt == 0 and placement.cancel_rows(
+            None if queue is None else check_queue_name(queue), job_id, key
+        ):
+            return True
+    return False
 
 
 def cancel_in(queue: str, *, job_id: str | None = None, key: str | None = None) -> bool:
     """Cancel a pending job of one queue and send ``job_cancelled``; True if it was pending.
     (The admin's cancel action uses it too.)"""
+    return (
+        _cancel_redis(queue, job_id=job_id, key=key)
+        or placement.cancel_rows(queue, job_id, key)
+        or _cancel_redis(queue, job_id=job_id, key=key)
+    )
+
+
+def _cancel_redis(queue: str, *, job_id: str | None = None, key: str | None = None) -> bool:
     found = get_store().cancel(queue, job_id=job_id, key=key)
     if found is None:
         return False

@@ -60,6 +60,7 @@ from .exceptions import ConfigurationError, LeaseLost
 from .execution import TRACEBACK_LIMIT, current_job
 from .job import (
     FLAG_TOMBSTONE,
+    IN_DATABASE,
     PENDING,
     Fields,
     Job,
@@ -234,10 +235,14 @@ class DelayQBackend(BaseTaskBackend):
         if task.run_after is not None:
             when = {"at": _epoch(task.run_after)}
             due_in = when["at"] - time.time()
-        flags = FLAG_TOMBSTONE if due_in < DONE_TTL + 3600 else ""
+        horizon = delayq_settings.HORIZON
+        far = horizon is not None and due_in > horizon
+        flags = FLAG_TOMBSTONE if far or due_in < DONE_TTL + 3600 else ""
         record = encode_record(INTERNAL_TASK, job_args, {}, None, max_retries, flags)
         state = _new_state(job_id, task.module_path, result.args, result.kwargs, spec)
         store = get_store()
+        if far:  # the job waits in the database outbox; its READY result is in Redis
+            return self._enqueue_row(task, result, job_id, record, state, due_in, job_args)
         scheduled = store.schedule_with_result(
             task.queue_name, job_id, record, _encode(state), self.result_ttl(due_in), **when
         )
@@ -249,6 +254,41 @@ class DelayQBackend(BaseTaskBackend):
             max_retries,
             score=scheduled.due_at,
             outcome="created",
+        )
+        signals.send(signals.job_scheduled, run_django_task, job=job)
+        signals.send(task_enqueued, type(self), task_result=result)
+        return result
+
+    def _enqueue_row(
+        self,
+        task: Task,
+        result: TaskResult,
+        job_id: str,
+        record: bytes,
+        state: dict[str, Any],
+        due_in: float,
+        job_args: list,
+    ) -> TaskResult:
+        """A Task due beyond DELAYQ["HORIZON"]: its result (READY) is saved in Redis first,
+        then the job is an outbox row that workers relay as it comes within the horizon."""
+        from . import outbox
+
+        get_store().save_result(job_id, _encode(state), self.result_ttl(due_in))
+        now = time.time()
+        due = now + due_in
+        row = outbox.Row(job_id, task.queue_name, due, record)
+        outbox.save(outbox.write_alias(), row, due - float(delayq_settings.HORIZON), now)
+        max_retries = self.option("MAX_RETRIES")
+        fields = Fields(INTERNAL_TASK, job_args, {}, None, max_retries)
+        job = make_job(
+            job_id,
+            task.queue_name,
+            PENDING,
+            fields,
+            max_retries,
+            score=due,
+            outcome="created",
+            waits_in=IN_DATABASE,
         )
         signals.send(signals.job_scheduled, run_django_task, job=job)
         signals.send(task_enqueued, type(self), task_result=result)

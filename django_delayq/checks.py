@@ -8,8 +8,14 @@ delayq.E004  a number setting has the wrong type or range (numbers must be finit
 delayq.E005  QUEUES / DEFAULT_QUEUE are not valid queue names
 delayq.E006  DELAYQ is not a dict
 delayq.E007  METRICS_TOKEN is neither None nor a string of at least 16 characters
+delayq.E008  HORIZON is neither None nor a number of seconds >= 5; (deploy, --database) the
+             outbox table (migration django_delayq 0002) is missing from a database that
+             holds or relays rows
 delayq.W001  DELAYQ has a key django-delayq does not know (a typo?)
 delayq.W002  (deploy) Redis does not answer, or is older than 6.2
+delayq.W003  (deploy, --database) a database that may hold outbox rows does not support
+             transactions, so on_commit=True cannot make a job commit or roll back with the
+             caller's data
 delayq.W004  (deploy) a queue holds data in the Redis layout of 0.1: run delayq_upgrade
 """
 
@@ -26,6 +32,7 @@ from .exceptions import ConfigurationError
 
 MAXIMUM = 10**9
 MIN_TOKEN = 16  # characters of a METRICS_TOKEN, at least
+MIN_HORIZON = 5  # seconds: a relay pass runs every second and rows move HORIZON ahead
 NUMBERS = {
     # name: (types, minimum, must be above the minimum)
     "VISIBILITY_TIMEOUT": ((int, float), 0, True),
@@ -96,7 +103,26 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list:
             )
         )
     errors += _check_queues()
+    errors += _check_horizon()
     return errors
+
+
+def _check_horizon() -> list:
+    value = delayq_settings.HORIZON
+    if value is None:
+        return []
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if ok and math.isfinite(value) and MIN_HORIZON <= value < MAXIMUM:
+        return []
+    return [
+        Error(
+            f"DELAYQ['HORIZON'] must be None (off) or a number of seconds >= {MIN_HORIZON} and "
+            f"below {MAXIMUM:.0e}, got {value!r}.",
+            hint="Jobs due later than now + HORIZON wait in the database; a day (86400) suits "
+            "reminders scheduled days ahead.",
+            id="delayq.E008",
+        )
+    ]
 
 
 def _check_connection() -> list:
@@ -192,3 +218,54 @@ def check_layout(app_configs: Any = None, **kwargs: Any) -> list:
             id="delayq.W004",
         )
     ]
+
+
+@register(Tags.database, deploy=True)
+def check_outbox(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list:
+    """E008: the outbox table exists where rows are written; W003: every database that may
+    hold rows supports transactions. A database that does not answer is not reported here
+    (Django's own checks and the first query say so)."""
+    from django.db import DatabaseError, connections
+
+    from . import outbox
+
+    problems: list = []
+    table = outbox._model()._meta.db_table
+    # Where rows are written, and every database workers relay from.
+    for alias in dict.fromkeys([outbox.write_alias(), *outbox.aliases()]):
+        if databases is not None and alias not in databases:
+            continue  # check --database names the ones to look at
+        try:
+            tables = connections[alias].introspection.table_names()
+        except DatabaseError:
+            continue
+        if table not in tables:
+            problems.append(
+                Error(
+                    f"the outbox table {table!r} is missing from database {alias!r}: "
+                    "schedule(..., on_commit=True) in a transaction and DELAYQ['HORIZON'] "
+                    "store jobs there, and workers relay from it.",
+                    hint=f"Run: python manage.py migrate django_delayq --database {alias}, or "
+                    "keep the table off that database with a router's allow_migrate().",
+                    id="delayq.E008",
+                )
+            )
+    for name in outbox.aliases():
+        if databases is not None and name not in databases:
+            continue
+        try:
+            transactional = connections[name].features.supports_transactions
+        except DatabaseError:
+            continue
+        if not transactional:
+            problems.append(
+                Warning(
+                    f"database {name!r} does not support transactions: a job scheduled with "
+                    "on_commit=True is stored at once, whether or not the caller's changes "
+                    "commit.",
+                    hint="Use a transactional engine (InnoDB on MySQL), or keep the outbox "
+                    "table off this database with a router's allow_migrate().",
+                    id="delayq.W003",
+                )
+            )
+    return problems

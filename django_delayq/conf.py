@@ -48,6 +48,10 @@ DEFAULTS: dict[str, Any] = {
     # A bearer token that may read the metrics endpoint (django_delayq.urls) besides users
     # with the view_job permission; None: users only.
     "METRICS_TOKEN": None,
+    # Seconds: a job due later than now + HORIZON waits as a row in the database (the outbox
+    # table) instead of in Redis; workers move it into Redis when it comes within HORIZON.
+    # None: every job goes to Redis (on_commit=True jobs still pass through the outbox).
+    "HORIZON": None,
 }
 
 

@@ -46,6 +46,11 @@ REPLACED = "replaced"
 KEPT = "kept"
 DEFERRED = "deferred"  # on_commit=True inside a transaction: stored when it commits
 
+# Where a pending job waits (Job.waits_in): in Redis, or as a row of the database outbox
+# (outbox.py: on_commit jobs until relayed, jobs due beyond DELAYQ["HORIZON"]).
+IN_REDIS = "redis"
+IN_DATABASE = "database"
+
 # A claimed job that no runner has started yet has the running score lease_until - RESERVED
 # (seconds here; lua/_lib.lua holds the same span in milliseconds).
 RESERVED = 10_000_000_000
@@ -379,8 +384,10 @@ class Job:
     ``status`` is ``"pending"``, ``"running"`` or ``"dead"``. A job that finished
     successfully (or was cancelled) no longer exists: ``get_job`` returns None.
     ``outcome`` is set only on the Job returned by ``schedule()``: ``"created"``,
-    ``"replaced"`` or ``"kept"`` (unique keys), or ``"deferred"`` (on_commit).
-    ``attempts`` counts the attempts made, the one running included.
+    ``"replaced"`` or ``"kept"`` (unique keys), or ``"deferred"`` (on_commit inside a
+    transaction: its row is in the transaction, Redis gets it after the commit).
+    ``attempts`` counts the attempts made, the one running included. ``waits_in`` is
+    ``"redis"``, or ``"database"`` for a pending job that waits in the outbox table.
     """
 
     id: str
@@ -400,6 +407,7 @@ class Job:
     worker: str | None = None
     died_at: datetime | None = None
     outcome: str | None = None
+    waits_in: str = IN_REDIS
 
     @property
     def will_retry(self) -> bool:
@@ -419,6 +427,7 @@ def make_job(
     errors: list[dict] | None = None,
     worker: str | None = None,
     outcome: str | None = None,
+    waits_in: str = IN_REDIS,
 ) -> Job:
     """The one place a Job is assembled (API, worker, recovery, admin, backend)."""
     when = to_datetime(score)
@@ -441,6 +450,7 @@ def make_job(
         worker=worker if status == RUNNING else None,
         died_at=when if status == DEAD else None,
         outcome=outcome,
+        waits_in=waits_in,
     )
 
 

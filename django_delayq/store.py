@@ -297,10 +297,18 @@ class Store(Reads, Roster, OldLayout):
         key: str | None = None,
         on_conflict: str = "replace",
         now: float | None = None,
+        relay: bool = False,
     ) -> Op:
+        """``relay``: the job may have reached Redis before (a row of the outbox, relayed
+        again after a crash between the Redis write and the row's delete), so even the first
+        send is marked as sent again: a stored or finished job of that id is not stored
+        again (its record carries flag 'i', so a finished one leaves a tombstone)."""
         mode, value = ("delay", delay or 0.0) if at is None else ("at", at)
         argv = (job_id, record, mode, _ms(value), key or "", on_conflict, _now_arg(now))
-        return self.op("schedule", queue, (*argv, ""), _parse_schedule, Policy.RESEND, (*argv, "1"))
+        first = "1" if relay else ""
+        return self.op(
+            "schedule", queue, (*argv, first), _parse_schedule, Policy.RESEND, (*argv, "1")
+        )
 
     def remember_queue_op(self, queue: str) -> Op:
         """SADD the queue to the registry of queues (sent with every schedule, so a lost
@@ -352,10 +360,11 @@ class Store(Reads, Roster, OldLayout):
         queue: str,
         jobs: Sequence[tuple[str, bytes, dict[str, float]]],
         now: float | None = None,
+        relay: bool = False,
     ) -> Op:
         """One schedule_many.lua call for jobs without unique keys: (id, record, when),
         ``when`` being ``{"delay": seconds}`` or ``{"at": epoch}``. Parses to one
-        Scheduled per job, in order."""
+        Scheduled per job, in order. ``relay``: as for :meth:`schedule_op`."""
         argv: list[Any] = []
         plan: list[tuple[str, str, int]] = []
         encoded: dict[tuple[str, float], tuple[bytes, bytes]] = {}  # jobs share a `when`
@@ -371,7 +380,7 @@ class Store(Reads, Roster, OldLayout):
         return self.op(
             "schedule_many",
             queue,
-            (now_arg, "", *argv),
+            (now_arg, "1" if relay else "", *argv),
             lambda reply: _parse_many(reply, plan),
             Policy.RESEND,
             (now_arg, "1", *argv),

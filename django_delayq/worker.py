@@ -11,7 +11,9 @@ Threads of one Worker:
 - a waker thread (not in burst mode), blocked in BLPOP on the queues' wake lists only while a
   runner is idle, so a ``schedule()`` of a job due sooner than anything pending starts it at
   once;
-- a heartbeat thread and a recovery thread (maintenance.py).
+- a heartbeat thread and a recovery thread (maintenance.py);
+- with ``relay=True`` (the command's default) a relay thread that moves due outbox rows into
+  Redis (outbox.py), one bounded pass per second, never in the heartbeat's way.
 
 Every round trip may be sent again: a claim re-sent with its token returns the jobs it leased,
 acks and failures answer the same twice. So whatever Redis answers (a lost reply, BUSY,
@@ -54,6 +56,7 @@ from .execution import backoff_delay as backoff_delay  # re-exported
 from .execution import current_job as current_job  # re-exported
 from .job import PENDING, decode_fields
 from .maintenance import Backoff, Heartbeat, Recovery, Waker, by_queue
+from .outbox import Relay
 from .presence import Presence
 from .registry import sender
 from .store import Claim, Store, check_queue_name
@@ -79,7 +82,10 @@ class Worker:
         name: str | None = None,
         shutdown_timeout: float | None = None,
         clock: Callable[[], float] | None = None,
+        relay: bool = False,
     ) -> None:
+        """``relay``: also move outbox rows (outbox.py) into Redis, on a thread of its own
+        (``manage.py delayq_worker`` turns it on unless ``--no-relay``)."""
         if type(concurrency) is not int or concurrency < 1:
             raise ValueError(f"concurrency must be an int >= 1, got {concurrency!r}")
         self.queues = [check_queue_name(q) for q in dict.fromkeys(queues or delayq_settings.QUEUES)]
@@ -152,6 +158,7 @@ class Worker:
             self._now,
         )
         self.presence = Presence(self, self._stopped)  # on the roster of live workers
+        self.relay = Relay(self.store, self._stopped) if relay else None
         self.processed = 0
         self.failed = 0
         self.exchanges = 0  # round trips of the dispatcher (tests count them)
@@ -210,6 +217,10 @@ class Worker:
         ]
         threads.append(threading.Thread(target=self.heartbeat.loop, name="delayq-heartbeat"))
         threads.append(self.presence.new_thread())
+        if self.relay is not None and self.burst:
+            self._burst_relay()
+        elif self.relay is not None:
+            threads.append(threading.Thread(target=self.relay.loop, name="delayq-relay"))
         if not self.burst:
             every = min(max(self.lease / 2, 0.25), 30.0)
             threads.append(
@@ -303,6 +314,13 @@ class Worker:
             timeout = self._sleep_time()
             if timeout > 0:
                 self._wake.wait(timeout)
+
+    def _burst_relay(self) -> None:
+        """--burst: relay the outbox rows whose time has come before running (once)."""
+        try:
+            self.relay.turn()  # type: ignore[union-attr]
+        except Exception as exc:
+            logger.warning("--burst: outbox relay failed (%s); rows wait for the next", exc)
 
     def _burst_recovery(self) -> int | None:
         """--burst: recover every expired lease; how many moved, None when Redis refused

@@ -163,7 +163,8 @@ def describe_django_delayq() -> str:
 
 
 def reset_demo_data(redis_url: str) -> None:
-    """Delete the demo's orders (restarting their ids at 1) and its Redis keys."""
+    """Delete the demo's orders (restarting their ids at 1), its Redis keys and the jobs
+    waiting in the database outbox (the delivery reminders, beyond DELAYQ["HORIZON"])."""
     import redis
     from django.conf import settings
     from django.core.management.color import no_style
@@ -180,10 +181,12 @@ def reset_demo_data(redis_url: str) -> None:
             deleted += client.delete(*keys[start : start + 500])
     finally:
         client.close()
+    from django_delayq.models import OutboxJob
+
     orders = Order.objects.count()
-    table = Order._meta.db_table
+    tables = [Order._meta.db_table, OutboxJob._meta.db_table]
     connection.ops.execute_sql_flush(
-        connection.ops.sql_flush(no_style(), [table], reset_sequences=True)
+        connection.ops.sql_flush(no_style(), tables, reset_sequences=True)
     )
     log(
         f"fresh start: deleted {orders} orders and {deleted} Redis keys under '{prefix}:' "

@@ -26,6 +26,16 @@ def real_redis() -> redis.Redis:
     return client
 
 
+@pytest.fixture(scope="session", autouse=True)
+def outbox_on_default_only(request):
+    """Once the test databases exist (the outbox table on every alias), outbox rows may live
+    only on "default" unless a test turns PostgreSQL on (tests/routers.py)."""
+    from tests.routers import OutboxDatabases
+
+    request.getfixturevalue("django_db_setup")
+    OutboxDatabases.extra = set()
+
+
 @pytest.fixture(params=["fake", "real"])
 def redis_client(request):
     """A Redis client: fakeredis, then the real server (the store contract runs on both)."""
@@ -68,6 +78,9 @@ def fake_store():
 
 
 def _installed(client):
+    from django_delayq import outbox
+
+    outbox._fast_failed_at = -outbox.FAST_PAUSE  # a test's failed fast path pauses no other
     store = _use_store(client)
     with override_settings(DELAYQ={"PREFIX": store.prefix, "RETRY_BACKOFF": 0}):
         connection._stores[(None, False, "default", store.prefix)] = store

@@ -54,6 +54,18 @@ DATABASES = {
         "TEST": {"NAME": os.environ.get("DELAYQ_TEST_DB")},
     }
 }
+# The real PostgreSQL (127.0.0.1:5432, user postgres, trust auth): the outbox's tests run on
+# it as well as on SQLite (tests name it: databases=["default", "pg"]). Its test database is
+# named per process, so two runs on one machine never share it.
+DATABASES["pg"] = {
+    "ENGINE": "django.db.backends.postgresql",
+    "HOST": os.environ.get("DELAYQ_TEST_PG_HOST", "127.0.0.1"),
+    "PORT": int(os.environ.get("DELAYQ_TEST_PG_PORT", "5432")),
+    "USER": os.environ.get("DELAYQ_TEST_PG_USER", "postgres"),
+    "NAME": "postgres",
+    "TEST": {"NAME": os.environ.get("DELAYQ_TEST_PG_NAME", f"test_delayq_{os.getpid()}")},
+}
+DATABASE_ROUTERS = ["tests.routers.OutboxDatabases"]
 CACHES = {
     "default": {
         "BACKEND": "django_redis.cache.RedisCache",

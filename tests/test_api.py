@@ -53,6 +53,7 @@ def test_schedule_by_name_at_and_in_the_past(store):
     assert unknown.task == "other_service.tasks.run"
 
 
+@pytest.mark.django_db  # a miss in Redis looks in the database outbox
 def test_queue_from_task_and_option(store):
     assert t.send_mail.schedule("a@b.c").queue == "emails"
     job = t.add.schedule(1, 2, queue="fast")
@@ -180,6 +181,7 @@ def test_same_name_for_two_functions_is_refused():
         unregister("tests.clash")
 
 
+@pytest.mark.django_db  # a miss in Redis looks in the database outbox
 def test_unique_key_replace_and_keep(store):
     first = t.add.schedule(1, 2, delay=60, key="order:1:autocancel")
     second = t.add.schedule(5, 6, delay=600, key="order:1:autocancel")
@@ -193,6 +195,7 @@ def test_unique_key_replace_and_keep(store):
     assert get_job(first.id) is None
 
 
+@pytest.mark.django_db  # a miss in Redis looks in the database outbox
 def test_cancel(store):
     job = t.add.schedule(1, 2, delay=60)
     assert cancel(job.id) is True
@@ -214,9 +217,12 @@ def test_cancel_finds_jobs_of_other_queues(store):
 def test_on_commit_stores_only_after_commit(store):
     with transaction.atomic():
         job = t.add.schedule(1, 2, on_commit=True)
-        assert job.outcome == "deferred"
-        assert get_job(job.id) is None
+        assert job.outcome == "deferred" and job.waits_in == "database"
+        # The row is in this transaction; Redis has nothing yet.
+        assert get_job(job.id) is None  # without a HORIZON get_job() reads only Redis
+        assert store.client.zcard(store.key("default", "pending")) == 0
     assert get_job(job.id).status == "pending"
+    assert get_job(job.id).waits_in == "redis"  # relayed by the commit hook
     with pytest.raises(RuntimeError), transaction.atomic():
         rolled = t.add.schedule(3, 4, on_commit=True)
         raise RuntimeError("roll back")

@@ -619,3 +619,24 @@ def test_every_process_registers_the_internal_task():
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["False", "True"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_task_beyond_the_horizon_waits_in_the_database_and_is_ready(store):
+    from django_delayq import outbox
+    from django_delayq.models import OutboxJob
+
+    with delayq(store, HORIZON=60):
+        run_after = timezone.now() + timedelta(hours=1)
+        result = dt.add.using(run_after=run_after).enqueue(2, 2)
+        job = get_job(result.id)
+        assert job.waits_in == "database" and job.status == "pending"
+        assert OutboxJob.objects.filter(id=result.id).exists()
+        assert store.client.zcard(store.key("default", "pending")) == 0
+        result.refresh()
+        assert default_task_backend.get_result(result.id).status == TaskResultStatus.READY
+        # Time passes (without sleeping): the row is relayed and the worker runs it.
+        assert outbox.relay_pass(store, "default", now=time.time() + 3600) == 1
+        work(clock=later(3700))
+        result.refresh()
+        assert result.status == TaskResultStatus.SUCCESSFUL and result.return_value == 4

@@ -6,7 +6,7 @@ import pytest
 from django.core.management import call_command
 from django.test import override_settings
 
-from django_delayq.checks import check_redis, check_settings
+from django_delayq.checks import check_outbox, check_redis, check_settings
 
 
 def ids(**delayq):
@@ -104,6 +104,40 @@ def test_w002_redis_unreachable_is_a_deploy_check():
     assert check_redis() == []
 
 
+@pytest.mark.parametrize("value", [0, 4.9, -1, "60", True, float("inf"), 10**9])
+def test_e008_horizon_invalid(value):
+    with override_settings(DELAYQ={"HORIZON": value}):
+        (error,) = check_settings()
+    assert error.id == "delayq.E008" and "HORIZON" in error.msg and repr(value) in error.msg
+
+
+def test_e008_horizon_valid():
+    assert ids(HORIZON=None) == [] and ids(HORIZON=5) == [] and ids(HORIZON=86400.0) == []
+
+
+@pytest.mark.django_db(databases=["default", "pg"])
+def test_e008_outbox_table_missing_is_a_deploy_check(monkeypatch):
+    from django.db import connections
+
+    assert check_outbox() == []
+    monkeypatch.setattr(connections["default"].introspection, "table_names", lambda: ["x"])
+    (error,) = check_outbox()
+    assert error.id == "delayq.E008" and "django_delayq_outbox" in error.msg
+    assert "'default'" in error.msg and "migrate django_delayq" in error.hint
+
+
+@pytest.mark.django_db(databases=["default", "pg"])
+def test_w003_a_database_without_transactions(monkeypatch):
+    from django.db import connections
+
+    from tests.routers import OutboxDatabases
+
+    monkeypatch.setattr(OutboxDatabases, "extra", {"pg"})
+    monkeypatch.setattr(connections["pg"].features, "supports_transactions", False)
+    (warning,) = check_outbox()
+    assert warning.id == "delayq.W003" and "'pg'" in warning.msg
+
+
 def test_manage_py_check_runs_them():
     from django.core.management.base import SystemCheckError
 
@@ -113,3 +147,15 @@ def test_manage_py_check_runs_them():
     ):
         call_command("check")
     call_command("check")
+
+
+@pytest.mark.django_db
+def test_outbox_checks_run_with_check_deploy_database(monkeypatch):
+    from django.core.management.base import SystemCheckError
+    from django.db import connections
+
+    call_command("check", deploy=True, databases=["default"], fail_level="ERROR")
+    monkeypatch.setattr(connections["default"].introspection, "table_names", lambda: [])
+    with pytest.raises(SystemCheckError, match=r"delayq\.E008"):
+        call_command("check", deploy=True, databases=["default"], fail_level="ERROR")
+    assert check_outbox(databases=["pg"]) == []  # only the databases named are looked at

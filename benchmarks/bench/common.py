@@ -40,6 +40,10 @@ SIZES: dict[str, dict[str, Any]] = {
         "sleep": 4_000,
         "idle_worker_seconds": 30.0,
         "idle_worker_runs": 1,
+        # the outbox (issue 12)
+        "outbox_memory": 100_000,
+        "outbox_relay": 100_000,
+        "outbox_schedule": 2_000,
     },
     "quick": {
         "schedule": 300,
@@ -59,6 +63,9 @@ SIZES: dict[str, dict[str, Any]] = {
         "sleep": 400,
         "idle_worker_seconds": 3.0,
         "idle_worker_runs": 1,
+        "outbox_memory": 2_000,
+        "outbox_relay": 2_000,
+        "outbox_schedule": 100,
     },
 }
 

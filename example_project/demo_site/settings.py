@@ -94,6 +94,9 @@ DELAYQ = {
     "QUEUES": ["default", "emails"],
     # Short backoff so the flaky task's retries show in the admin within seconds.
     "RETRY_BACKOFF": 2,
+    # Jobs due more than a day ahead (the 7-day delivery reminders) wait in the database,
+    # not in Redis memory; the worker moves them into Redis a day before they are due.
+    "HORIZON": 24 * 60 * 60,
 }
 ORDER_AUTOCANCEL_SECONDS = float(os.environ.get("ORDER_AUTOCANCEL_SECONDS", 1800))
 INVOICE_SECONDS = float(os.environ.get("INVOICE_SECONDS", 8))

@@ -30,7 +30,10 @@ def place_order(request):
     if request.method == "POST" and form.is_valid():
         with transaction.atomic():
             order = form.save()
-            # Stored only if the order row commits: no job for an order that never existed.
+            # The job's row is written in this transaction (the outbox): it commits with the
+            # order or not at all, and reaches Redis right after the commit; if Redis is down
+            # then, the worker relays it within seconds. No job for an order that never
+            # existed, no order without its auto-cancel.
             cancel_unpaid_order.schedule(
                 order.pk,
                 delay=timedelta(seconds=settings.ORDER_AUTOCANCEL_SECONDS),

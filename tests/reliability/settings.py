@@ -4,8 +4,10 @@ workers import ``tests/reliability/tasks.py``).
 Everything comes from the environment, on top of ``tests.settings``:
 ``DELAYQ_REDIS_URL`` (+ ``DELAYQ_CLUSTER=1``), ``DELAYQ_SENTINELS`` ("host:port,...")
 with ``DELAYQ_SENTINEL_SERVICE``, ``DELAYQ_MAX_RETRIES``, ``DELAYQ_MAX_SLEEP``.
-``DELAYQ_TASKS_QUEUES`` (a JSON list) makes DelayQBackend the ``django.tasks`` backend with
-those QUEUES, and ``DELAYQ_TASKS_MAX_RETRIES`` its OPTIONS["MAX_RETRIES"].
+``DELAYQ_DATABASE`` (a JSON DATABASES entry: the only database, no routers) and
+``DELAYQ_HORIZON`` for the outbox scenarios. ``DELAYQ_TASKS_QUEUES`` (a JSON list) makes
+DelayQBackend the ``django.tasks`` backend with those QUEUES, and
+``DELAYQ_TASKS_MAX_RETRIES`` its OPTIONS["MAX_RETRIES"].
 """
 
 import json
@@ -51,3 +53,15 @@ if os.environ.get("DELAYQ_TASKS_QUEUES"):
             "OPTIONS": {"MAX_RETRIES": int(os.environ.get("DELAYQ_TASKS_MAX_RETRIES", "0"))},
         }
     }
+
+if os.environ.get("DELAYQ_DATABASE"):
+    DATABASES = {"default": json.loads(os.environ["DELAYQ_DATABASE"])}
+    if DATABASES["default"]["ENGINE"] == "django.db.backends.mysql":
+        # MariaDB through PyMySQL (pure Python, from PyPI), standing in for mysqlclient.
+        import pymysql
+
+        pymysql.version_info = (2, 2, 1, "final", 0)  # the mysqlclient Django asks for
+        pymysql.install_as_MySQLdb()
+    DATABASE_ROUTERS: list = []
+if os.environ.get("DELAYQ_HORIZON"):
+    DELAYQ["HORIZON"] = float(os.environ["DELAYQ_HORIZON"])

@@ -243,6 +243,7 @@ def test_queue_name_with_a_trailing_newline_is_refused(store):
         assert [m for m in run_checks() if m.id == "delayq.E005"], "no delayq.E005 for 'abc\\n'"
 
 
+@pytest.mark.django_db  # a cancel() that Redis misses looks in the database outbox
 def test_garbage_members_of_the_queues_set_do_not_break_get_job_and_cancel(data, prefix):
     """A non-UTF-8 member and an invalid queue name in ``{prefix}:queues`` made get_job()
     and cancel() raise as soon as they looked beyond the configured queues. A fresh Store

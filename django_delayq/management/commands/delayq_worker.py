@@ -39,6 +39,12 @@ class Command(BaseCommand):
             help="Seconds running jobs get after SIGTERM (default: setting).",
         )
         parser.add_argument("--name", default=None, help="Worker name shown in the admin.")
+        parser.add_argument(
+            "--no-relay",
+            action="store_true",
+            help="Do not move jobs from the database outbox into Redis (on_commit jobs whose "
+            "fast path failed, jobs beyond DELAYQ['HORIZON']): some other worker must.",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         self._configure_logging(options["verbosity"])
@@ -56,6 +62,7 @@ class Command(BaseCommand):
                 burst=options["burst"],
                 shutdown_timeout=options["shutdown_timeout"],
                 name=options["name"],
+                relay=not options["no_relay"],
             )
         except ValueError as exc:
             raise CommandError(str(exc)) from exc

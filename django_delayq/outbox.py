@@ -1,0 +1,490 @@
+"""The outbox: jobs that wait in the project's database (``models.OutboxJob``), and their
+relay into Redis. The only module that reads or writes that table, the way store.py is the
+only one that talks to Redis; it hands Redis writes to the store and deals in :class:`Row`.
+
+Two kinds of rows:
+
+- ``schedule(..., on_commit=True)`` inside a transaction inserts the job's row in that
+  transaction. After the commit the committing process relays the row at once
+  (:func:`relay_now`, the fast path) and deletes it; if that fails (Redis down, process
+  killed) the row's ``relay_at`` (``GRACE`` seconds after it was written) passes and any
+  worker relays it.
+- With ``DELAYQ["HORIZON"]``, a job due later than now + HORIZON is a row whose
+  ``relay_at`` is ``due_at - HORIZON``: workers move it into Redis as it comes within the
+  horizon, long before it is due, so it runs as on time as a job held in Redis.
+
+A relay sends the row's id and record through schedule.lua / schedule_many.lua marked as
+sent again (``relay=True``), and deletes the row after Redis took it. A row relayed twice
+(a crash between the Redis write and the delete, or a fast path racing a worker) finds its
+job stored (same id, same record: nothing changes) or finished (records in the outbox carry
+flag 'i', so a finished job leaves a tombstone for DONE_TTL seconds): never a second job.
+
+Several workers relay at once without duplicates: on PostgreSQL and MySQL/MariaDB each pass
+takes its rows with ``SELECT ... FOR UPDATE SKIP LOCKED`` in a transaction that deletes what
+it relayed; SQLite has no row locks, so a pass first takes the database's write lock (a
+no-op DELETE) and holds it for the pass (one batch, one Redis round trip).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from django.db import (
+    DatabaseError,
+    IntegrityError,
+    close_old_connections,
+    connections,
+    router,
+    transaction,
+)
+
+from .exceptions import DelayQError
+from .store import Scheduled, Store
+
+if TYPE_CHECKING:
+    from .models import OutboxJob
+
+logger = logging.getLogger("django_delayq.outbox")
+
+GRACE = 2.0  # seconds an on_commit row leaves its fast path before workers relay it
+RELAY_BATCH = 1_000  # rows per pass (one transaction, one Redis round trip)
+RELAY_PASSES = 10  # passes per turn at most while full batches keep coming
+RELAY_EVERY = 1.0  # seconds between two turns of a worker's relay
+TABLE_RECHECK = 60.0  # seconds before a relay looks again for a missing outbox table
+DELETE_CHUNK = 500  # ids per DELETE (SQLite allows 999 parameters)
+FAST_BUDGET = 0.0  # seconds the fast path re-sends a relay that failed: none
+# Seconds a process leaves rows to the workers after one of its fast paths failed: a
+# connection attempt to a Redis that is down can take seconds (redis-py retries connects),
+# and a request committing many jobs must not pay that per job.
+FAST_PAUSE = 5.0
+_fast_failed_at = -FAST_PAUSE  # time.monotonic() of the last failed fast path
+
+
+@dataclass(frozen=True)
+class Row:
+    """A job in the outbox: what a relay needs."""
+
+    id: str
+    queue: str
+    due_at: float  # epoch seconds
+    record: bytes
+    key: str | None = None
+    on_conflict: str = "replace"
+
+
+ROW_FIELDS = ("id", "queue", "due_at", "record", "key", "on_conflict")  # a Row's, in order
+
+
+def key_hash(key: str | None) -> str | None:
+    return None if key is None else hashlib.sha256(key.encode()).hexdigest()
+
+
+def _dt(epoch: float) -> datetime:
+    return datetime.fromtimestamp(epoch, UTC)
+
+
+def _model() -> type[OutboxJob]:
+    """The model, imported on first use (the package is imported before the app registry
+    is ready: django_delayq/__init__.py imports the API)."""
+    from .models import OutboxJob
+
+    return OutboxJob
+
+
+def _row(obj: OutboxJob) -> Row:
+    return Row(
+        obj.id,
+        obj.queue,
+        obj.due_at.timestamp(),
+        bytes(obj.record),
+        obj.key,
+        obj.on_conflict,
+    )
+
+
+def aliases() -> list[str]:
+    """The database aliases that may hold outbox rows: those the routers let the table
+    migrate to (every alias without routers)."""
+    return [a for a in connections if router.allow_migrate_model(a, _model())]
+
+
+def write_alias() -> str:
+    """Where a HORIZON row scheduled outside on_commit goes: the routers' choice."""
+    return router.db_for_write(_model())
+
+
+def _rows(alias: str) -> Any:
+    return _model().objects.using(alias)
+
+
+# -- writing ---------------------------------------------------------------------------
+
+
+def save(alias: str, row: Row, relay_at: float, now: float | None = None) -> tuple[str, Row]:
+    """Insert ``row`` (in the current transaction of ``alias``, if any, inside a savepoint).
+    With a unique key held by another row of its queue: ``replace`` gives that row this
+    record, due time and relay time (it keeps its id), ``keep`` leaves it. Returns
+    (outcome, the row as stored): 'created', 'replaced' or 'kept'."""
+    now = time.time() if now is None else now
+    if row.key is None:  # one INSERT, no savepoint: nothing can conflict (a new ULID)
+        return _save(alias, row, relay_at, now)
+    for attempt in range(3):
+        try:
+            with transaction.atomic(using=alias):
+                return _save(alias, row, relay_at, now)
+        except IntegrityError:
+            # Another transaction inserted the key first (it committed meanwhile): read it.
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _save(alias: str, row: Row, relay_at: float, now: float) -> tuple[str, Row]:
+    hashed = key_hash(row.key)
+    if hashed is not None:
+        held = _rows(alias).select_for_update().filter(queue=row.queue, key_hash=hashed).first()
+        if held is not None:
+            if row.on_conflict == "keep":
+                return "kept", _row(held)
+            _rows(alias).filter(id=held.id).update(
+                record=row.record,
+                due_at=_dt(row.due_at),
+                relay_at=_dt(relay_at),
+                on_conflict=row.on_conflict,
+            )
+            return "replaced", Row(
+                held.id, row.queue, row.due_at, row.record, row.key, row.on_conflict
+            )
+    _rows(alias).create(
+        id=row.id,
+        queue=row.queue,
+        due_at=_dt(row.due_at),
+        relay_at=_dt(relay_at),
+        key=row.key,
+        key_hash=hashed,
+        on_conflict=row.on_conflict,
+        record=row.record,
+        created_at=_dt(now),
+    )
+    return "created", row
+
+
+def save_many(alias: str, rows: Sequence[tuple[Row, float]], now: float | None = None) -> None:
+    """Insert rows without unique keys ((row, relay_at) pairs), in batches."""
+    created = _dt(time.time() if now is None else now)
+    objs = [
+        _model()(
+            id=row.id,
+            queue=row.queue,
+            due_at=_dt(row.due_at),
+            relay_at=_dt(relay_at),
+            record=row.record,
+            on_conflict=row.on_conflict,
+            created_at=created,
+        )
+        for row, relay_at in rows
+    ]
+    with transaction.atomic(using=alias):
+        _rows(alias).bulk_create(objs, batch_size=DELETE_CHUNK)
+
+
+def delete(alias: str, ids: Iterable[str]) -> int:
+    ids = list(ids)
+    deleted = 0
+    for start in range(0, len(ids), DELETE_CHUNK):
+        deleted += _rows(alias).filter(id__in=ids[start : start + DELETE_CHUNK])._raw_delete(alias)
+    return deleted
+
+
+# -- reading -----------------------------------------------------------------------------
+
+
+def find(job_id: str, queue: str | None = None) -> Row | None:
+    """The row of a job id, in whichever alias holds it."""
+    for alias in aliases():
+        rows = _rows(alias).filter(id=job_id)
+        if queue is not None:
+            rows = rows.filter(queue=queue)
+        obj = rows.first()
+        if obj is not None:
+            return _row(obj)
+    return None
+
+
+def find_key(queue: str, key: str) -> tuple[str, Row] | None:
+    """(alias, row) of the row holding a unique key in a queue."""
+    for alias in aliases():
+        obj = _rows(alias).filter(queue=queue, key_hash=key_hash(key)).first()
+        if obj is not None:
+            return alias, _row(obj)
+    return None
+
+
+def count(queue: str) -> int:
+    return sum(_rows(alias).filter(queue=queue).count() for alias in aliases())
+
+
+def page(queue: str, offset: int, limit: int) -> list[Row]:
+    """Rows of a queue by due time (the admin's pending list shows them after Redis's)."""
+    found: list[Row] = []
+    for alias in aliases():
+        rows = _rows(alias).filter(queue=queue).order_by("due_at", "id")
+        found += [_row(obj) for obj in rows[: offset + limit]]
+    found.sort(key=lambda r: (r.due_at, r.id))
+    return found[offset : offset + limit]
+
+
+def queues() -> list[str]:
+    names: set[str] = set()
+    for alias in aliases():
+        names.update(_rows(alias).values_list("queue", flat=True).distinct())
+    return sorted(names)
+
+
+def cancel(
+    job_id: str | None = None, key: str | None = None, queue: str | None = None
+) -> list[Row]:
+    """Delete the rows of a job id or unique key (in ``queue`` if given); the rows deleted.
+    A row a relay holds is waited for (its lock): once relayed, it is not found here and
+    the caller cancels it in Redis."""
+    gone: list[Row] = []
+    for alias in aliases():
+        rows = _rows(alias)
+        rows = rows.filter(id=job_id) if job_id is not None else rows.filter(key_hash=key_hash(key))
+        if queue is not None:
+            rows = rows.filter(queue=queue)
+        with transaction.atomic(using=alias):
+            for obj in rows.select_for_update():
+                if _rows(alias).filter(id=obj.id)._raw_delete(alias):
+                    gone.append(_row(obj))
+    return gone
+
+
+# -- relaying ------------------------------------------------------------------------------
+
+
+def relay(
+    store: Store, rows: Sequence[Row], budget: float = 2.0
+) -> tuple[dict[str, Scheduled], Exception | None]:
+    """Store rows in Redis in one round trip: one schedule_many op per queue for rows
+    without unique keys, one schedule op per row with one, all marked ``relay``, re-sent for
+    ``budget`` seconds. Returns the results of the rows Redis took, by id, and the first
+    error (those rows stay)."""
+    ops = []
+    owners: list[list[Row]] = []
+    plain: dict[str, list[Row]] = {}
+    for row in rows:
+        if row.queue not in plain:
+            plain[row.queue] = []
+            ops.append(store.remember_queue_op(row.queue))
+            owners.append([])
+        if row.key is None:
+            plain[row.queue].append(row)
+        else:
+            ops.append(
+                store.schedule_op(
+                    row.queue,
+                    row.id,
+                    row.record,
+                    at=row.due_at,
+                    key=row.key,
+                    on_conflict=row.on_conflict,
+                    relay=True,
+                )
+            )
+            owners.append([row])
+    for queue, group in plain.items():
+        if group:
+            jobs = [(r.id, r.record, {"at": r.due_at}) for r in group]
+            ops.append(store.schedule_many_op(queue, jobs, relay=True))
+            owners.append(group)
+    done: dict[str, Scheduled] = {}
+    error: Exception | None = None
+    for group, result in zip(owners, store.run(ops, budget=budget), strict=True):
+        if isinstance(result, Exception):
+            error = error or result
+            continue
+        if not group:
+            continue  # the queue registry's SADD (a lost one heals with the next job)
+        if isinstance(result, Scheduled):
+            done[group[0].id] = result
+        else:
+            done.update(zip((r.id for r in group), result, strict=True))
+    if error is not None:
+        logger.warning(
+            "outbox relay: %d of %d rows not relayed (%s)", len(rows) - len(done), len(rows), error
+        )
+    return done, error
+
+
+def relay_now(store: Store, alias: str, row: Row, after: Callable[[], None] | None = None) -> bool:
+    """The fast path, run by the committing process after the commit: relay ``row`` and
+    delete it. Never raises (it runs in a commit hook): a failure is logged and the row
+    waits for a worker. True if the row reached Redis.
+
+    One attempt, nothing re-sent (``FAST_BUDGET``): with Redis down, a request that
+    commits jobs is not held up for seconds per job; the workers relay the rows. After a
+    failure this process skips the fast path for ``FAST_PAUSE`` seconds."""
+    global _fast_failed_at
+    if time.monotonic() - _fast_failed_at < FAST_PAUSE:
+        logger.info("job %s stays in the database outbox for a worker's relay", row.id)
+        return False
+    try:
+        if after is not None:
+            after()
+        done, error = relay(store, [row], budget=FAST_BUDGET)
+        if row.id not in done:
+            raise error or DelayQError("not relayed")
+    except Exception as exc:
+        _fast_failed_at = time.monotonic()
+        logger.warning(
+            "job %s stays in the database outbox (%s): a delayq_worker relays it to Redis "
+            "within seconds",
+            row.id,
+            exc,
+        )
+        return False
+    try:
+        delete(alias, [row.id])
+    except Exception as exc:  # stored in Redis: a relay sent again is a no-op
+        logger.warning(
+            "job %s: relayed, but its outbox row stays until a worker's relay (%s)", row.id, exc
+        )
+    return True
+
+
+def _lock(alias: str) -> None:
+    """SQLite: take the database's write lock now (it has no row locks), so two relays
+    never read the same rows; a no-op DELETE does it."""
+    conn = connections[alias]
+    if conn.vendor == "sqlite":
+        with conn.cursor() as cursor:
+            table = conn.ops.quote_name(_model()._meta.db_table)
+            cursor.execute(f"DELETE FROM {table} WHERE id = %s", [""])
+
+
+def relay_pass(
+    store: Store,
+    alias: str,
+    limit: int = RELAY_BATCH,
+    now: float | None = None,
+    ids: Sequence[str] | None = None,
+) -> int:
+    """Relay up to ``limit`` rows of ``alias`` whose relay time has come (or the rows of
+    ``ids``, whatever their relay time) and delete them, in one transaction; how many."""
+    now = time.time() if now is None else now
+    with transaction.atomic(using=alias):
+        _lock(alias)
+        rows = _rows(alias)
+        rows = rows.filter(id__in=ids) if ids is not None else rows.filter(relay_at__lte=_dt(now))
+        rows = rows.order_by("relay_at")
+        if connections[alias].features.has_select_for_update_skip_locked:
+            rows = rows.select_for_update(skip_locked=True)
+        batch = [
+            Row(i, q, due.timestamp(), bytes(record), key, on_conflict)
+            for i, q, due, record, key, on_conflict in rows.values_list(*ROW_FIELDS)[:limit]
+        ]
+        if not batch:
+            return 0
+        done, error = relay(store, batch)
+        delete(alias, done)
+    # Committed. (A pass whose transaction fails after its Redis write, a deadlock say,
+    # leaves its rows for the next pass: relaying them again is a no-op in Redis.)
+    if done:
+        logger.info("outbox relay: %d rows moved into Redis from database %r", len(done), alias)
+    if error is not None and not done:
+        raise error
+    return len(done)
+
+
+def run_now(store: Store, queue: str, ids: Sequence[str], now: float | None = None) -> list[str]:
+    """Make rows due now and relay them at once; the ids relayed."""
+    now = time.time() if now is None else now
+    moved: list[str] = []
+    for alias in aliases():
+        with transaction.atomic(using=alias):
+            _rows(alias).filter(queue=queue, id__in=ids).update(due_at=_dt(now), relay_at=_dt(now))
+        found = list(_rows(alias).filter(queue=queue, id__in=ids).values_list("id", flat=True))
+        if found:
+            relay_pass(store, alias, limit=len(found), now=now, ids=found)
+            moved += found
+    return moved
+
+
+class Relay:
+    """A worker's relay: a bounded pass over every outbox alias each ``RELAY_EVERY``
+    seconds, on a thread of its own (heartbeats have theirs)."""
+
+    def __init__(self, store: Store, stopped: threading.Event) -> None:
+        self.store = store
+        self.stopped = stopped
+        self.turns = 0
+        self.relayed = 0
+        self._failing = False
+        self._no_table: dict[str, float] = {}  # alias -> when to look for the table again
+
+    def _has_table(self, alias: str) -> bool:
+        """Whether ``alias`` has the outbox table (looked up again every TABLE_RECHECK
+        seconds while it has not: a database without the migration is skipped, with one
+        warning, rather than failing every second)."""
+        again = self._no_table.get(alias)
+        if again is not None and time.monotonic() < again:
+            return False
+        found = _model()._meta.db_table in connections[alias].introspection.table_names()
+        if found:
+            self._no_table.pop(alias, None)
+        else:
+            if again is None:
+                logger.warning(
+                    "outbox relay: database %r has no outbox table; skipped (run manage.py "
+                    "migrate django_delayq --database %s, or keep the table off it with a "
+                    "router's allow_migrate())",
+                    alias,
+                    alias,
+                )
+            self._no_table[alias] = time.monotonic() + TABLE_RECHECK
+        return found
+
+    def turn(self) -> int:
+        """One turn: passes per alias while full batches keep coming (RELAY_PASSES at most)."""
+        self.turns += 1
+        moved = 0
+        close_old_connections()
+        try:
+            for alias in aliases():
+                if not self._has_table(alias):
+                    continue
+                for _ in range(RELAY_PASSES):
+                    n = relay_pass(self.store, alias)
+                    moved += n
+                    if n < RELAY_BATCH or self.stopped.is_set():
+                        break
+        finally:
+            close_old_connections()
+        self.relayed += moved
+        return moved
+
+    def loop(self) -> None:
+        pause = 0.0
+        while not self.stopped.wait(pause):
+            pause = RELAY_EVERY
+            try:
+                self.turn()
+                if self._failing:
+                    logger.warning("outbox relay: working again")
+                self._failing = False
+            except (DelayQError, DatabaseError) as exc:
+                if not self._failing:
+                    logger.warning(
+                        "outbox relay failing (%s); retrying every %.0f s", exc, RELAY_EVERY
+                    )
+                self._failing = True
+            except Exception:  # never let the thread die: the rows would wait for ever
+                logger.exception("outbox relay: unexpected error")

@@ -1,0 +1,182 @@
+"""The outbox side of schedule(), schedule_many() and cancel() (api.py): where a job waits
+when it does not go straight to Redis, and keeping one job per unique key across Redis and
+the database (docs/internals.rst, "The database outbox"). Rows are read and written through
+outbox.py, Redis through the store."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from django.db import DEFAULT_DB_ALIAS, transaction
+
+from . import outbox, signals
+from .conf import delayq_settings
+from .connection import get_store
+from .exceptions import DelayQError
+from .job import DEFERRED, IN_DATABASE, KEPT, PENDING, Job, decode_fields, job_from_raw, make_job
+from .registry import sender
+from .store import Store
+
+if TYPE_CHECKING:
+    from .api import _Prepared as Prepared
+
+logger = logging.getLogger("django_delayq.api")
+
+
+def transaction_alias(on_commit: bool | str) -> str | None:
+    """The database alias whose transaction an on_commit job joins, None when there is
+    none (no on_commit, or no atomic block open on that alias)."""
+    if not on_commit:
+        return None
+    alias = on_commit if isinstance(on_commit, str) else DEFAULT_DB_ALIAS
+    return alias if transaction.get_connection(alias).in_atomic_block else None
+
+
+def row_job(row: outbox.Row, outcome: str | None) -> Job:
+    return make_job(
+        row.id,
+        row.queue,
+        PENDING,
+        decode_fields(row.record),
+        delayq_settings.MAX_RETRIES,
+        score=row.due_at,
+        outcome=outcome,
+        waits_in=IN_DATABASE,
+    )
+
+
+def store_row(prepared: Prepared, alias: str | None, far: bool, now: float) -> Job:
+    """Store a job as an outbox row: in the transaction of ``alias`` (on_commit), else in the
+    routers' database (a job beyond the horizon, in the caller's transaction if one is open).
+    After the commit (at once without a transaction): a row not beyond the horizon is
+    relayed to Redis (the fast path), and job_scheduled is sent."""
+    plan = prepared.plan
+    target = alias or outbox.write_alias()
+    due = plan.due(now)
+    on_conflict = plan.options["on_conflict"]
+    row = outbox.Row(prepared.id, plan.queue, due, prepared.record, plan.key, on_conflict)
+    who = plan.task or plan.name
+    displaced: str | None = None  # a pending job in Redis whose unique key this row takes
+    if far and plan.key is not None:
+        holder = _pending_in_redis(plan.queue, plan.key)
+        if holder is not None and outbox.find_key(plan.queue, plan.key) is None:
+            if on_conflict == "keep":
+                job = replace(holder, outcome=KEPT)
+                signals.send(signals.job_scheduled, who, job=job)
+                return job
+            displaced = holder.id
+    horizon = delayq_settings.HORIZON
+    relay_at = due - horizon if far and horizon is not None else now + outbox.GRACE
+    outcome, row = outbox.save(target, row, relay_at, now)
+    job = row_job(row, DEFERRED if alias is not None and outcome != KEPT else outcome)
+    if outcome == KEPT:
+        signals.send(signals.job_scheduled, who, job=job)
+        return job
+
+    def committed() -> None:
+        store = get_store()
+        if displaced is not None:
+            _displace(store, plan.queue, plan.key, displaced)
+        if not far:
+            outbox.relay_now(store, target, row)
+        signals.send(signals.job_scheduled, who, job=job)
+
+    transaction.on_commit(committed, using=target)
+    return job
+
+
+def _pending_in_redis(queue: str, key: str) -> Job | None:
+    """The pending job in Redis that holds a unique key, or None (also when Redis does not
+    answer: the row is stored anyway, and its relay applies ``on_conflict`` in Redis)."""
+    store = get_store()
+    try:
+        holder = store.id_for_key(queue, key)
+        raw = store.fetch(queue, holder) if holder else None
+    except DelayQError as exc:
+        logger.warning("unique key %r: Redis not asked for its holder (%s)", key, exc)
+        return None
+    if raw is None or raw.status != PENDING:
+        return None
+    return job_from_raw(raw, delayq_settings.MAX_RETRIES)
+
+
+def _displace(store: Store, queue: str, key: str | None, job_id: str) -> None:
+    """Cancel the Redis job whose unique key a database row took (a replace across the two
+    places); never raises (a commit hook runs it)."""
+    try:
+        store.cancel(queue, job_id=job_id)
+    except DelayQError as exc:
+        logger.warning(
+            "job %s keeps unique key %r in Redis beside the database row that replaced it "
+            "(%s): cancel it with django_delayq.cancel(%r)",
+            job_id,
+            key,
+            exc,
+            job_id,
+        )
+
+
+def replace_row(prepared: Prepared, alias: str, held: outbox.Row) -> Job:
+    """A job due within the horizon whose unique key a database row holds: ``keep`` keeps
+    the row; ``replace`` gives the row the new record and due time, and relays it now."""
+    plan = prepared.plan
+    who = plan.task or plan.name
+    if plan.options["on_conflict"] == "keep":
+        job = row_job(held, KEPT)
+        signals.send(signals.job_scheduled, who, job=job)
+        return job
+    now = time.time()
+    row = outbox.Row(prepared.id, plan.queue, plan.due(now), prepared.record, plan.key, "replace")
+    outcome, row = outbox.save(alias, row, now, now)
+    job = row_job(row, outcome)
+
+    def committed() -> None:
+        outbox.relay_now(get_store(), alias, row)
+        signals.send(signals.job_scheduled, who, job=job)
+
+    transaction.on_commit(committed, using=alias)
+    return job
+
+
+def bulk_rows(rows: list[tuple[int, Prepared]], now: float) -> dict[int, Job]:
+    """Jobs without unique keys beyond the horizon: rows, in one transaction."""
+    if not rows:
+        return {}
+    horizon = float(delayq_settings.HORIZON)
+    alias = outbox.write_alias()
+    made = []
+    for _, p in rows:
+        due = p.plan.due(now)
+        made.append((outbox.Row(p.id, p.plan.queue, due, p.record), due - horizon))
+    outbox.save_many(alias, made, now)
+    jobs = {i: row_job(row, "created") for (i, _), (row, _) in zip(rows, made, strict=True)}
+
+    def committed() -> None:
+        for (_, p), job in zip(rows, jobs.values(), strict=True):
+            signals.send(signals.job_scheduled, p.plan.task or p.plan.name, job=job)
+
+    transaction.on_commit(committed, using=alias)
+    return jobs
+
+
+def cancel_rows(queue: str | None, job_id: str | None, key: str | None) -> bool:
+    """Cancel in the database what Redis did not hold. The caller then asks Redis again
+    when nothing was found: a row a relay was moving (its lock is waited for) is in Redis
+    by then, so a job is never missed in both places. (A row a crashed relay left behind
+    beside its copy in Redis: the copy is cancelled first, leaving a tombstone that makes
+    the row's next relay a no-op.)"""
+    rows = outbox.cancel(job_id, key, queue)
+    for row in rows:
+        job = make_job(
+            row.id,
+            row.queue,
+            "cancelled",
+            decode_fields(row.record),
+            delayq_settings.MAX_RETRIES,
+            waits_in=IN_DATABASE,
+        )
+        signals.send(signals.job_cancelled, sender(job.task), job=job)
+    return bool(rows)
