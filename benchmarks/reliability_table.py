@@ -23,6 +23,7 @@ import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(
@@ -31,8 +32,8 @@ RESULTS = Path(
     )
 )
 STANDARD = ("scenario", "jobs", "kills", "lost", "duplicates", "seconds")
-HIDDEN = {"test", "at", "cpus", "python"}
-NOTES = {
+HIDDEN = {"test", "at", "cpus", "python", "slowest_command", "here", "fresh_store"}
+NOTES: dict[str, Any] = {
     "exposed": "{} runs exposed by kills",
     "dead": "{} dead",
     "outage_seconds": "Redis down {} s",
@@ -60,7 +61,33 @@ NOTES = {
     "runs_until_dead": "runs until dead: {}",
     "max_retries_reported": "get_job() said max_retries {}",
     "note": "{}",
+    "variants": "{} kinds of garbage",
+    "hashes": "in {}",
+    "broken": "{} pages or calls broken",
+    "commit_hooks_seconds": "commit hooks took {} s in all",
+    "relayed_by_worker": "relayed per worker: {}",
+    "in_database": "{} waited in the database",
+    "p50_lateness_ms": "p50 {} ms late",
+    "depth": "arguments nested {} deep",
+    "cancel_redis_ms": "cancel took {} ms",
+    "slowest_ms": "slowest Redis command {} ms",
+    "held_by": "job then in {}",
+    "status": "result {}",
+    "new_process": lambda v: (
+        f"a new process finds the result {v['result']['status']} and the job {v['job']['status']}"
+    ),
+    "started_at_kill": "{} started at the kill",
+    "cut_short": "{} cut short",
 }
+
+
+def shown(value: object) -> str:
+    """A note's value for a table cell: lists and dicts without Python's brackets."""
+    if isinstance(value, list):
+        return ", ".join(shown(v) for v in value)
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {shown(v)}" for k, v in value.items())
+    return str(value)
 
 
 def redis_version() -> str:
@@ -96,7 +123,8 @@ def notes(row: dict) -> str:
     for name, value in row.items():
         if name in STANDARD or name in HIDDEN:
             continue
-        parts.append(NOTES.get(name, name + " {}").format(value))
+        note = NOTES.get(name, name + " {}")
+        parts.append(note(value) if callable(note) else note.format(shown(value)))
     return "; ".join(parts)
 
 
