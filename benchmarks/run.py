@@ -32,7 +32,7 @@ Environment and options:
 Every figure is the median of several runs; where a baseline runs beside it in each run
 (raw redis-py, a plain loop), the ratio column is the median of the per-run ratios, so it
 holds on a noisy machine. Workers are real ``python -m django delayq_worker`` processes
-with the default verbosity 1 (a log line per job start and finish), logging to a file;
+with the default verbosity 1 (a log line per finished attempt), logging to a file;
 tasks go through the registry, signals and logging like a user's.
 
 Figures (targets from issues 5 and 11):

@@ -68,26 +68,25 @@ def short(task: str, *args) -> bytes:
     return json.dumps([task, *args], separators=(",", ":")).encode()
 
 
-def headed(task: str, *args, key=None, max_retries=None, **kwargs) -> bytes:
-    """Format 2 with an object head."""
-    head: dict = {"t": task}
+def with_options(head: dict, kwargs=None, key=None, max_retries=None) -> dict:
+    """0.1's optional fields of a record (format 1) or an object head (format 2)."""
     if kwargs:
         head["k"] = kwargs
     if key is not None:
         head["u"] = key
     if max_retries is not None:
         head["r"] = max_retries
+    return head
+
+
+def headed(task: str, *args, key=None, max_retries=None, **kwargs) -> bytes:
+    """Format 2 with an object head."""
+    head = with_options({"t": task}, kwargs, key, max_retries)
     return json.dumps([head, *args], separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def format1(task: str, args, kwargs=None, key=None, max_retries=None) -> bytes:
-    record: dict = {"t": task, "a": list(args)}
-    if kwargs:
-        record["k"] = kwargs
-    if key is not None:
-        record["u"] = key
-    if max_retries is not None:
-        record["r"] = max_retries
+    record = with_options({"t": task, "a": list(args)}, kwargs, key, max_retries)
     return json.dumps(record, separators=(",", ":")).encode()
 
 

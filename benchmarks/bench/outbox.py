@@ -204,7 +204,7 @@ def bench_schedule_in_transaction(client: Any, n: int, runs: int) -> list[dict[s
             f"schedule(on_commit=...) in a transaction, {n:,} jobs, one transaction each",
             totals,
             plain,
-            "us/job",
+            "us",
             "",
             None,
             note="each transaction also INSERTs the caller's own row and COMMITs; on_commit "
@@ -216,7 +216,7 @@ def bench_schedule_in_transaction(client: Any, n: int, runs: int) -> list[dict[s
             "of which inside the transaction (the INSERT)",
             inside,
             [],
-            "us/job",
+            "us",
             "",
             None,
             note="time of the schedule() call itself, before the commit",

@@ -16,7 +16,7 @@ def fmt_value(value: Any, unit: str) -> str:
     if unit == "ms":
         return f"{value:.2f} ms"
     if unit == "us":
-        return f"{value:.0f} us" if value >= 10 else f"{value:.1f} us"
+        return f"{value:,.0f} us" if value >= 10 else f"{value:.1f} us"
     if unit == "bytes":
         return f"{value:.0f} B"
     if unit == "cpu_s":

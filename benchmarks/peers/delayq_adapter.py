@@ -21,8 +21,7 @@ from benchmarks.tasks import record  # noqa: E402 (needs django.setup())
 
 WORKER = ["python", "-m", "django", "delayq_worker", "--concurrency", "1"]
 SETUP = (
-    "python -m django delayq_worker --concurrency 1 (verbosity 1: a log line per job "
-    "start and finish)"
+    "python -m django delayq_worker --concurrency 1 (verbosity 1: a log line per finished attempt)"
 )
 
 
