@@ -471,6 +471,14 @@ class Relay:
         self.relayed += moved
         return moved
 
+    def burst(self) -> None:
+        """--burst: one turn before the worker runs anything; a failure is logged, the rows
+        wait for the next run."""
+        try:
+            self.turn()
+        except Exception as exc:
+            logger.warning("--burst: outbox relay failed (%s); rows wait for the next", exc)
+
     def loop(self) -> None:
         pause = 0.0
         while not self.stopped.wait(pause):

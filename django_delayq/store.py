@@ -17,12 +17,25 @@ import json
 import math
 import re
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from .exceptions import ConnectionError as DelayQConnectionError
 from .old_layout import OldLayout
 from .reads import Reads
+from .replies import (  # the reply types are part of the store's interface
+    Claim,
+    Recovered,
+    Scheduled,
+    parse_cancel,
+    parse_claim,
+    parse_flags,
+    parse_ints,
+    parse_many,
+    parse_outcome,
+    parse_recovered,
+    parse_schedule,
+    text,
+)
 from .roster import Roster
 from .scripts import lib_constant, script
 from .transport import Marker, Op, Policy, Transport, pack
@@ -61,10 +74,6 @@ def check_queue_name(queue: Any) -> str:
     return queue
 
 
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-
-
 # The store speaks epoch seconds (floats); scripts and sorted-set scores use integer epoch
 # milliseconds (lua/_lib.lua says why). These two convert.
 
@@ -77,113 +86,8 @@ def _ms(seconds: float) -> int:
     return round(seconds * 1000)
 
 
-def _seconds(value: Any) -> float | None:
-    """Milliseconds from a reply ('' or None: none) as seconds."""
-    if value in (None, b"", "", False):
-        return None
-    return int(value) / 1000
-
-
 def _now_arg(now: float | None) -> str | int:
     return "" if now is None else _ms(now)
-
-
-@dataclass(frozen=True)
-class Scheduled:
-    outcome: str  # created | replaced | kept | done
-    id: str
-    due_at: float | None
-    record: bytes | None  # the existing record when kept
-
-
-@dataclass(frozen=True)
-class Claimed:
-    id: str
-    record: bytes
-    attempt: int  # the number this attempt has once started
-
-
-@dataclass(frozen=True)
-class Claim:
-    now: float
-    next_due: float | None
-    jobs: list[Claimed]
-    acked: list[int]  # per ack sent with the claim: 1 acked, 0 gone, -1 not ours
-
-
-@dataclass(frozen=True)
-class Recovered:
-    id: str
-    outcome: str  # refund | retry | dead
-    attempts: int
-    record: bytes | None
-    lost_token: str | None
-    error: dict | None  # the error this recovery recorded (None for a refund)
-
-
-def _parse_schedule(reply: list) -> Scheduled:
-    outcome, job_id, due, record = reply
-    return Scheduled(_text(outcome), _text(job_id), _seconds(due), record or None)
-
-
-def _parse_many(reply: list, plan: list[tuple[str, str, int]]) -> list[Scheduled]:
-    now = int(reply[0])
-    stored = {int(reply[i]) - 1: _seconds(reply[i + 1]) for i in range(1, len(reply), 2)}
-    results = []
-    for i, (job_id, mode, value) in enumerate(plan):
-        if i in stored:
-            due = stored[i]
-            results.append(Scheduled("created" if due is not None else "done", job_id, due, None))
-        else:  # what schedule_many.lua computed from its `now`
-            due_ms = now + max(value, 0) if mode == "delay" else max(value, now)
-            results.append(Scheduled("created", job_id, due_ms / 1000, None))
-    return results
-
-
-def _parse_claim(reply: list) -> Claim:
-    now, next_due, acked, flat = reply
-    jobs = [Claimed(_text(flat[i]), flat[i + 1], int(flat[i + 2])) for i in range(0, len(flat), 3)]
-    return Claim(int(now) / 1000, _seconds(next_due), jobs, [int(f) for f in acked])
-
-
-def _parse_ints(reply: list) -> list[int]:
-    return [int(flag) for flag in reply]
-
-
-def _parse_flags(reply: list) -> list[bool]:
-    return [int(flag) == 1 for flag in reply]
-
-
-def _parse_outcome(reply: list) -> tuple[str, float | None]:
-    return _text(reply[0]), _seconds(reply[1])
-
-
-def _parse_recovered(reply: list) -> list[Recovered]:
-    return [
-        Recovered(
-            _text(reply[i]),
-            _text(reply[i + 1]),
-            int(reply[i + 2]),
-            reply[i + 3] or None,
-            _text(reply[i + 4]) if reply[i + 4] else None,
-            _error(reply[i + 5]),
-        )
-        for i in range(0, len(reply), 6)
-    ]
-
-
-def _error(raw: Any) -> dict | None:
-    if not raw:
-        return None
-    try:
-        error = json.loads(raw)
-    except ValueError:
-        return {"type": "unknown", "message": _text(raw)}
-    return error if isinstance(error, dict) else {"message": str(error)}
-
-
-def _parse_cancel(reply: list) -> tuple[str, bytes] | None:
-    return (_text(reply[0]), reply[1]) if reply else None
 
 
 class Store(Reads, Roster, OldLayout):
@@ -307,7 +211,7 @@ class Store(Reads, Roster, OldLayout):
         argv = (job_id, record, mode, _ms(value), key or "", on_conflict, _now_arg(now))
         first = "1" if relay else ""
         return self.op(
-            "schedule", queue, (*argv, first), _parse_schedule, Policy.RESEND, (*argv, "1")
+            "schedule", queue, (*argv, first), parse_schedule, Policy.RESEND, (*argv, "1")
         )
 
     def remember_queue_op(self, queue: str) -> Op:
@@ -381,7 +285,7 @@ class Store(Reads, Roster, OldLayout):
             "schedule_many",
             queue,
             (now_arg, "1" if relay else "", *argv),
-            lambda reply: _parse_many(reply, plan),
+            lambda reply: parse_many(reply, plan),
             Policy.RESEND,
             (now_arg, "1", *argv),
         )
@@ -407,7 +311,7 @@ class Store(Reads, Roster, OldLayout):
         argv: list[Any] = [_now_arg(now), int(limit), _ms(lease), token, instance]
         for entry in acks:
             argv += entry
-        return self.op("claim", queue, argv, _parse_claim)
+        return self.op("claim", queue, argv, parse_claim)
 
     def claim(self, queue: str, limit: int, **options: Any) -> Claim:
         return self.call(self.claim_op(queue, limit, **options), WORKER_BUDGET)
@@ -418,7 +322,7 @@ class Store(Reads, Roster, OldLayout):
         argv: list[Any] = [_now_arg(now)]
         for entry in entries:
             argv += entry
-        return self.op("ack", queue, argv, _parse_ints)
+        return self.op("ack", queue, argv, parse_ints)
 
     def ack(self, queue: str, entries: Iterable[tuple[str, str, str]], **kw: Any) -> list[int]:
         return self.call(self.ack_op(queue, entries, **kw), WORKER_BUDGET)
@@ -448,7 +352,7 @@ class Store(Reads, Roster, OldLayout):
             int(dead_max_count),
             int(max_errors),
         )
-        return self.op("fail", queue, argv, _parse_outcome)
+        return self.op("fail", queue, argv, parse_outcome)
 
     def fail(self, queue: str, job_id: str, token: str, error: dict, **kw: Any) -> tuple:
         return self.call(self.fail_op(queue, job_id, token, error, **kw), WORKER_BUDGET)
@@ -469,7 +373,7 @@ class Store(Reads, Roster, OldLayout):
         argv: list[Any] = [_now_arg(now), _ms(lease)]
         for job_id, token in entries:
             argv += [job_id, token]
-        return self.call(self.op("extend", queue, argv, _parse_flags), WORKER_BUDGET)
+        return self.call(self.op("extend", queue, argv, parse_flags), WORKER_BUDGET)
 
     def recover(
         self,
@@ -494,7 +398,7 @@ class Store(Reads, Roster, OldLayout):
             int(dead_max_count),
             int(max_errors),
         )
-        return self.call(self.op("recover", queue, argv, _parse_recovered), WORKER_BUDGET)
+        return self.call(self.op("recover", queue, argv, parse_recovered), WORKER_BUDGET)
 
     def release(
         self,
@@ -509,11 +413,11 @@ class Store(Reads, Roster, OldLayout):
         argv: list[Any] = [_now_arg(now), instance]
         for job_id, token in entries:
             argv += [job_id, token]
-        return self.call(self.op("release", queue, argv, _parse_ints), budget)
+        return self.call(self.op("release", queue, argv, parse_ints), budget)
 
     def forget_worker(self, queues: Iterable[str], instance: str, budget: float) -> None:
         """Drop a stopping worker's entries in the queues' ``claims`` (one round trip)."""
-        ops = [self.op("release", q, (b"", instance), _parse_ints) for q in queues]
+        ops = [self.op("release", q, (b"", instance), parse_ints) for q in queues]
         for result in self.run(ops, budget):
             if isinstance(result, Exception):
                 raise result
@@ -530,26 +434,26 @@ class Store(Reads, Roster, OldLayout):
         if not job_id and not key:
             raise ValueError("cancel() needs a job id or a key")
         argv = (job_id or "", key or "", _now_arg(now))
-        return self.call(self.op("cancel", queue, argv, _parse_cancel, Policy.ONCE))
+        return self.call(self.op("cancel", queue, argv, parse_cancel, Policy.ONCE))
 
     def requeue(self, queue: str, ids: Sequence[str], now: float | None = None) -> list[int]:
         """Dead -> pending (due now, attempts reset): 1 requeued, 0 not dead, 2 its unique key
         is held by another pending job, 3 its record is missing."""
         if not ids:
             return []
-        op = self.op("requeue", queue, (_now_arg(now), *ids), _parse_ints, Policy.ONCE)
+        op = self.op("requeue", queue, (_now_arg(now), *ids), parse_ints, Policy.ONCE)
         return self.call(op)
 
     def run_now(self, queue: str, ids: Sequence[str], now: float | None = None) -> list[bool]:
         """Pending -> due now; a flag per id."""
         if not ids:
             return []
-        return self.call(self.op("run_now", queue, (_now_arg(now), *ids), _parse_flags))
+        return self.call(self.op("run_now", queue, (_now_arg(now), *ids), parse_flags))
 
     def delete_dead(self, queue: str, ids: Sequence[str], now: float | None = None) -> list[bool]:
         if not ids:
             return []
-        op = self.op("delete", queue, (_now_arg(now), *ids), _parse_flags, Policy.ONCE)
+        op = self.op("delete", queue, (_now_arg(now), *ids), parse_flags, Policy.ONCE)
         return self.call(op)
 
     def purge_dead(self, queue: str, died_before: float | None = None) -> int:
@@ -565,7 +469,7 @@ class Store(Reads, Roster, OldLayout):
                 read = self.command(
                     b"ZRANGEBYSCORE", dead, b"-inf", high, b"LIMIT", 0, PURGE_CHUNK, route=dead
                 )
-            ids = [_text(i) for i in self.call(read)]
+            ids = [text(i) for i in self.call(read)]
             if not ids:
                 return deleted
             deleted += sum(self.delete_dead(queue, ids))

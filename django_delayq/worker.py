@@ -218,7 +218,7 @@ class Worker:
         threads.append(threading.Thread(target=self.heartbeat.loop, name="delayq-heartbeat"))
         threads.append(self.presence.new_thread())
         if self.relay is not None and self.burst:
-            self._burst_relay()
+            self.relay.burst()
         elif self.relay is not None:
             threads.append(threading.Thread(target=self.relay.loop, name="delayq-relay"))
         if not self.burst:
@@ -314,13 +314,6 @@ class Worker:
             timeout = self._sleep_time()
             if timeout > 0:
                 self._wake.wait(timeout)
-
-    def _burst_relay(self) -> None:
-        """--burst: relay the outbox rows whose time has come before running (once)."""
-        try:
-            self.relay.turn()  # type: ignore[union-attr]
-        except Exception as exc:
-            logger.warning("--burst: outbox relay failed (%s); rows wait for the next", exc)
 
     def _burst_recovery(self) -> int | None:
         """--burst: recover every expired lease; how many moved, None when Redis refused
