@@ -54,6 +54,7 @@ from django.utils.module_loading import import_string
 
 from . import signals
 from .api import LATEST_DUE
+from .checks import served
 from .conf import delayq_settings
 from .connection import get_store
 from .exceptions import ConfigurationError, LeaseLost
@@ -175,7 +176,7 @@ class DelayQBackend(BaseTaskBackend):
             except ValueError as exc:
                 messages.append(checks.Error(f"TASKS[{self.alias!r}]: {exc}.", id="delayq.E102"))
                 continue
-            if queue not in delayq_settings.QUEUES:
+            if not served(queue):
                 messages.append(
                     checks.Warning(
                         f"TASKS[{self.alias!r}] allows queue {queue!r}, which is not in "

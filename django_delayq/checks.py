@@ -21,7 +21,10 @@ delayq.W004  (deploy) a queue holds data in the Redis layout of 0.1: run delayq_
 
 from __future__ import annotations
 
+import contextvars
 import math
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from django.conf import settings
@@ -45,6 +48,33 @@ NUMBERS = {
     "MAX_SLEEP": ((int, float), 0, True),
     "SHUTDOWN_TIMEOUT": ((int, float), 0, False),
 }
+
+
+# The queues the command running the checks will serve (delayq_worker --queues): a queue a
+# warning would call unserved is not, in that process.
+_serving: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar(
+    "delayq_serving", default=frozenset()
+)
+
+
+@contextmanager
+def serving(queues: Iterable[str]) -> Iterator[None]:
+    """Run system checks knowing this process serves ``queues`` (delayq_worker --queues)."""
+    reset = _serving.set(frozenset(queues))
+    try:
+        yield
+    finally:
+        _serving.reset(reset)
+
+
+def served(queue: str) -> bool:
+    """Whether workers run ``queue`` by default (DELAYQ['QUEUES']) or this process will."""
+    return queue in delayq_settings.QUEUES or queue in _serving.get()
+
+
+def article(word: str) -> str:
+    """``word`` with its indefinite article: 'an int', 'a list'."""
+    return f"{'an' if word[:1].lower() in 'aeiou' else 'a'} {word}"
 
 
 @register(Tags.compatibility)
@@ -93,7 +123,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list:
             )
     token = delayq_settings.METRICS_TOKEN
     if token is not None and (not isinstance(token, str) or len(token) < MIN_TOKEN):
-        shown = f"a {type(token).__name__}" if not isinstance(token, str) else "too short"
+        shown = article(type(token).__name__) if not isinstance(token, str) else "too short"
         errors.append(
             Error(
                 f"DELAYQ['METRICS_TOKEN'] must be None or a string of at least {MIN_TOKEN} "

@@ -640,3 +640,25 @@ def test_a_task_beyond_the_horizon_waits_in_the_database_and_is_ready(store):
         work(clock=later(3700))
         result.refresh()
         assert result.status == TaskResultStatus.SUCCESSFUL and result.return_value == 4
+
+
+def test_a_worker_serving_the_queue_draws_no_w101(fake_store):
+    """delayq.W101 says workers started without --queues will not run a queue; a worker
+    started with --queues naming it runs its checks without that warning (it used to warn
+    on every start)."""
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    from django_delayq.checks import serving
+
+    with override_settings(TASKS=tasks_setting(queues=("default", "emails"))):
+        with serving(["emails"]):
+            assert default_task_backend.check() == []
+        assert [m.id for m in default_task_backend.check()] == ["delayq.W101"]
+        for served, expected in ((["--queues", "default,emails"], ""), ([], "delayq.W101")):
+            err = StringIO()
+            call_command(
+                "delayq_worker", "--burst", *served, skip_checks=False, stderr=err, stdout=StringIO()
+            )
+            assert (expected in err.getvalue()) if expected else "W101" not in err.getvalue()

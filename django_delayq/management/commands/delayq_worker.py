@@ -10,6 +10,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from django_delayq.checks import serving
 from django_delayq.worker import Worker
 
 LEVELS = {0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
@@ -46,13 +47,15 @@ class Command(BaseCommand):
             "fast path failed, jobs beyond DELAYQ['HORIZON']): some other worker must.",
         )
 
+    def execute(self, *args: Any, **options: Any) -> Any:
+        # The system checks run before handle(): they know the queues this worker serves,
+        # so a queue only --queues covers draws no warning (delayq.W101).
+        with serving(_queues(options.get("queues")) or ()):
+            return super().execute(*args, **options)
+
     def handle(self, *args: Any, **options: Any) -> None:
         self._configure_logging(options["verbosity"])
-        queues = (
-            [q.strip() for q in options["queues"].split(",") if q.strip()]
-            if options["queues"]
-            else None
-        )
+        queues = _queues(options["queues"])
         if options["concurrency"] < 1:
             raise CommandError("--concurrency must be at least 1")
         try:
@@ -94,3 +97,10 @@ class Command(BaseCommand):
             handler = logging.StreamHandler(self.stdout._out)
             handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
             logger.addHandler(handler)
+
+
+def _queues(option: str | None) -> list[str] | None:
+    """--queues as a list, None when not given."""
+    if not option:
+        return None
+    return [q.strip() for q in option.split(",") if q.strip()]
