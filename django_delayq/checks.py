@@ -32,6 +32,7 @@ from django.core.checks import Error, Tags, Warning, register
 
 from .conf import DEFAULTS, delayq_settings
 from .exceptions import ConfigurationError
+from .wording import article
 
 MAXIMUM = 10**9
 MIN_TOKEN = 16  # characters of a METRICS_TOKEN, at least
@@ -70,11 +71,6 @@ def serving(queues: Iterable[str]) -> Iterator[None]:
 def served(queue: str) -> bool:
     """Whether workers run ``queue`` by default (DELAYQ['QUEUES']) or this process will."""
     return queue in delayq_settings.QUEUES or queue in _serving.get()
-
-
-def article(word: str) -> str:
-    """``word`` with its indefinite article: 'an int', 'a list'."""
-    return f"{'an' if word[:1].lower() in 'aeiou' else 'a'} {word}"
 
 
 @register(Tags.compatibility)

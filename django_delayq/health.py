@@ -5,7 +5,10 @@ A queue is healthy unless
 
 - ``lag``: its oldest due job has waited longer than ``max_lag`` seconds (when one is
   given), or
-- ``no_worker``: it has due jobs and no live worker serves it (the roster, roster.py).
+- ``no_worker``: it has due jobs and no live worker serves it (the roster, roster.py), or
+- ``unknown_queue``: it was asked for by name (``delayq_status --queues``) and nothing
+  knows it: no setting, registered task, live worker or job in Redis names it (a typo
+  in a probe must not pass for a healthy, empty queue).
 
 Reads only: per queue one round trip for its counts (and one for its totals, for the
 metrics), plus two for the roster.
@@ -23,6 +26,7 @@ from .store import Store, check_queue_name
 
 LAG = "lag"
 NO_WORKER = "no_worker"
+UNKNOWN = "unknown_queue"
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,7 @@ class Report:
     max_lag: float | None
     queues: list[QueueHealth]
     workers: list[LiveWorker]
+    known: list[str] = field(default_factory=list)  # every queue something names
 
     @property
     def healthy(self) -> bool:
@@ -102,9 +107,11 @@ def report(
     now = store.server_time()
     workers = store.live_workers(now)
     served = workers_per_queue(workers)
-    names = list(queues) if queues is not None else known_queues(store, workers)
+    known = known_queues(store, workers)
+    names = list(queues) if queues is not None else known
     results = []
     for queue in names:
+        unknown = (UNKNOWN,) if queue not in known else ()
         counts = store.counts(queue, now)
         oldest = counts["oldest_due_at"]
         lag = max(now - oldest, 0.0) if oldest is not None and oldest <= now else 0.0
@@ -117,8 +124,8 @@ def report(
                 dead=counts["dead"],
                 lag=lag,
                 workers=served.get(queue, 0),
-                problems=problems(counts["due"], lag, served.get(queue, 0), max_lag),
+                problems=unknown + problems(counts["due"], lag, served.get(queue, 0), max_lag),
                 totals=store.totals(queue) if totals else {},
             )
         )
-    return Report(now, max_lag, results, workers)
+    return Report(now, max_lag, results, workers, known)

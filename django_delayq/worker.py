@@ -61,6 +61,7 @@ from .presence import Presence
 from .registry import sender
 from .store import Claim, Store, check_queue_name
 from .upgrade import refuse_old_layout
+from .wording import counted
 
 logger = logging.getLogger("django_delayq.worker")
 
@@ -248,10 +249,10 @@ class Worker:
                 with contextlib.suppress(DelayQError):
                     self.store.forget_worker(self.queues, self.instance, budget=0.5)
         logger.info(
-            "worker %s stopped: %d jobs done, %d failed attempts",
+            "worker %s stopped: %s done, %s",
             self.name,
-            self.processed,
-            self.failed,
+            counted(self.processed, "job"),
+            counted(self.failed, "failed attempt"),
         )
         return code
 
@@ -398,13 +399,18 @@ class Worker:
         for queue, leases in by_queue(attempts).items():
             try:
                 self.store.release(queue, leases, now=self._now(), budget=budget)
-                logger.info("handed %d %s jobs of %s back to pending", len(leases), what, queue)
+                logger.info(
+                    "handed %s back to pending (%s, queue %s)",
+                    counted(len(leases), "job"),
+                    what,
+                    queue,
+                )
             except DelayQError as exc:
                 ok = False
                 logger.warning(
-                    "could not hand back %d %s jobs of %s (%s); they will be recovered once "
+                    "could not hand back %s (%s, queue %s: %s); they will be recovered once "
                     "their lease expires",
-                    len(leases),
+                    counted(len(leases), "job"),
                     what,
                     queue,
                     exc,

@@ -72,7 +72,7 @@ def test_workers_tab_shows_a_running_worker_and_links_its_jobs(store, admin_clie
         assert f'href="{url("detail", Q, job.id)}" class="dq-task"' in body
         assert "wait_for_gate" in body and running.preview == f'"{gate}"'
         assert 'aria-current="page">Workers</a>' in body
-        assert "1 live worker, running 1 jobs now" in body
+        assert "1 live worker, running 1 job now" in body
         testtasks.gate(gate).set()
         wait_until(lambda: worker.processed == 1)
         worker.request_stop()

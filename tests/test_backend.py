@@ -659,6 +659,11 @@ def test_a_worker_serving_the_queue_draws_no_w101(fake_store):
         for served, expected in ((["--queues", "default,emails"], ""), ([], "delayq.W101")):
             err = StringIO()
             call_command(
-                "delayq_worker", "--burst", *served, skip_checks=False, stderr=err, stdout=StringIO()
+                "delayq_worker",
+                "--burst",
+                *served,
+                skip_checks=False,
+                stderr=err,
+                stdout=StringIO(),
             )
             assert (expected in err.getvalue()) if expected else "W101" not in err.getvalue()

@@ -266,6 +266,18 @@ def test_status_refuses_bad_options(store):
             call_command("delayq_status", "--max-lag", bad)
 
 
+def test_status_calls_a_queue_nothing_names_unhealthy(store):
+    """A typo in a probe (--queues defualt) must not pass for a healthy, empty queue."""
+    code, out, _ = status("--queues", "defualt")
+    assert code == 1 and "UNKNOWN QUEUE: nothing names 'defualt': did you mean 'default'?" in out
+    assert out.splitlines()[-1] == "UNHEALTHY: 1 of 1 queue, 0 live workers"
+    code, out, _ = status("--json", "--queues", "zzz")
+    assert code == 1 and json.loads(out)["queues"][0]["problems"] == ["unknown_queue"]
+    assert status("--queues", Q)[0] == 0  # a configured queue, empty: healthy
+    beat(store, "w~1", queues=["side"])  # a queue a live worker serves is known
+    assert status("--queues", "side")[0] == 0
+
+
 def test_status_exits_2_when_redis_cannot_be_read(store):
     with more_settings(store, REDIS_URL="redis://127.0.0.1:1/0"):
         code, out, err = status()

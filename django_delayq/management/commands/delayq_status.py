@@ -5,6 +5,7 @@ Thin: :func:`django_delayq.health.report` computes the report; this prints it.
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import sys
@@ -17,6 +18,7 @@ from django_delayq import health
 from django_delayq.connection import get_store
 from django_delayq.exceptions import DelayQError
 from django_delayq.store import check_queue_name
+from django_delayq.wording import counted
 
 HEALTHY, UNHEALTHY, UNREACHABLE = 0, 1, 2
 
@@ -148,8 +150,13 @@ def as_json(report: health.Report) -> dict[str, Any]:
     }
 
 
-def _problem_text(q: health.QueueHealth, max_lag: float | None) -> str:
+def _problem_text(q: health.QueueHealth, report: health.Report) -> str:
+    max_lag = report.max_lag
     texts = []
+    if health.UNKNOWN in q.problems:
+        close = difflib.get_close_matches(q.queue, report.known, n=1, cutoff=0.6)
+        hint = f": did you mean {close[0]!r}?" if close else f" (known: {', '.join(report.known)})"
+        texts.append(f"UNKNOWN QUEUE: nothing names {q.queue!r}{hint}")
     if health.LAG in q.problems:
         texts.append(f"LAG: oldest due job waited {q.lag:.1f} s > {max_lag:g} s")
     if health.NO_WORKER in q.problems:
@@ -168,7 +175,7 @@ def as_text(report: health.Report) -> str:
             str(q.dead),
             f"{q.lag:.1f} s",
             str(q.workers),
-            _problem_text(q, report.max_lag),
+            _problem_text(q, report),
         )
         for q in report.queues
     ]
@@ -182,10 +189,10 @@ def as_text(report: health.Report) -> str:
         lines.append("  ".join([*cells, row[-1]]))
     bad = sum(1 for q in report.queues if not q.healthy)
     count = len(report.workers)
-    workers = f"{count} live worker{'' if count == 1 else 's'}"
+    workers = counted(count, "live worker")
     summary = (
-        f"OK: {len(report.queues)} queue{'' if len(report.queues) == 1 else 's'} healthy, {workers}"
+        f"OK: {counted(len(report.queues), 'queue')} healthy, {workers}"
         if not bad
-        else f"UNHEALTHY: {bad} of {len(report.queues)} queues, {workers}"
+        else f"UNHEALTHY: {bad} of {counted(len(report.queues), 'queue')}, {workers}"
     )
     return "\n".join([*lines, summary])
