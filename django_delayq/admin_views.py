@@ -38,6 +38,7 @@ from .job import (
 from .reads import RawJob
 from .registry import find_task
 from .store import Store
+from .wording import shown_call
 
 PER_PAGE = 50
 MAX_PER_PAGE = 500
@@ -163,8 +164,9 @@ def relative(epoch: float | None, now: float, *, future: Promise, past: Promise)
 
 def preview(job: Job, limit: int = PREVIEW_CHARS) -> str:
     """The call's arguments on one line: 42, "x", reason="unpaid" (cut at ``limit``)."""
-    parts = [_dumps(a) for a in job.args]
-    parts += [f"{name}={_dumps(value)}" for name, value in job.kwargs.items()]
+    _, args, kwargs = shown_call(job.task, job.args, job.kwargs)
+    parts = [_dumps(a) for a in args]
+    parts += [f"{name}={_dumps(value)}" for name, value in kwargs.items()]
     text = ", ".join(parts)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
@@ -192,6 +194,7 @@ class Row:
     preview: str
     registered: bool
     task_parts: list[str] = field(default_factory=list)  # the dotted name, split to wrap
+    runner: str = ""  # the task that runs it, when it is a Django Task (run_django_task)
     raw_record: str = ""
     errors: list[dict] = field(default_factory=list)
     url: str = ""  # the job page (admin.py sets it)
@@ -240,6 +243,7 @@ def make_row(raw: RawJob, now: float) -> Row:
     else:
         when = relative(raw.score, now, future=_("in %(time)s"), past=_("%(time)s ago"))
     record = raw.record
+    shown = shown_call(job.task, job.args, job.kwargs)[0]
     return Row(
         job=job,
         gone=record is None,
@@ -248,7 +252,8 @@ def make_row(raw: RawJob, now: float) -> Row:
         overdue=overdue,
         preview=preview(job),
         registered=find_task(job.task) is not None,
-        task_parts=job.task.split("."),
+        task_parts=shown.split("."),
+        runner=job.task if shown != job.task else "",
         raw_record=record.decode("utf-8", "replace") if isinstance(record, bytes) else "",
     )
 

@@ -17,6 +17,7 @@ from .conf import delayq_settings
 from .job import job_from_raw, to_datetime
 from .roster import LiveWorker
 from .store import Store, check_queue_name
+from .wording import shown_call
 
 # Running jobs read from Redis per page (each worker runs at most `concurrency` at once).
 MAX_JOBS_READ = 500
@@ -84,7 +85,7 @@ def worker_rows(
         )
         for job in worker.running:
             found = records.get((job.queue, job.id))
-            task = found.task if found is not None else job.task
+            task = shown_call(found.task, found.args, found.kwargs)[0] if found else job.task
             row.running.append(
                 RunningRow(
                     queue=job.queue,

@@ -73,6 +73,7 @@ from .job import (
 )
 from .registry import task as delayq_task
 from .store import DONE_TTL, check_queue_name
+from .wording import DJANGO_TASK_RUNNER
 
 try:  # Django 6.0+
     from django.tasks import task_backends
@@ -104,7 +105,7 @@ except ImportError:  # Django 5.2 with the django-tasks backport
 
 __all__ = ["DelayQBackend", "run_django_task"]
 
-INTERNAL_TASK = "django_delayq.backends.run_django_task"
+INTERNAL_TASK = DJANGO_TASK_RUNNER  # the name @task registers run_django_task under
 RESULT_FORMAT = 1
 DAY = 24 * 60 * 60
 OPTION_DEFAULTS: dict[str, Any] = {

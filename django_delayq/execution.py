@@ -23,6 +23,7 @@ from . import signals
 from .exceptions import CorruptJob
 from .job import DEAD, EMPTY, RUNNING, Fields, Job, decode_record, make_job, to_datetime
 from .registry import Task, find_task, get_task, sender
+from .wording import shown_call
 
 logger = logging.getLogger("django_delayq.worker")
 
@@ -163,7 +164,7 @@ class Executor:
                 logger.info(
                     "job %s %s succeeded in %.1f ms (attempt %d)",
                     job.id,
-                    job.task,
+                    shown_call(job.task, job.args, job.kwargs)[0],
                     duration * 1000,
                     job.attempts,
                 )
@@ -184,10 +185,12 @@ class Executor:
         if task is not None and task.retry_backoff is not None:
             base = float(task.retry_backoff)
         delay = backoff_delay(job.attempts, base, self.retry_backoff_max) if will_retry else -1.0
-        logger.warning(
+        # One line per failed attempt (a final one at ERROR); died() adds none.
+        logger.log(
+            logging.WARNING if will_retry else logging.ERROR,
             "job %s %s failed in %.1f ms (attempt %d of %d): %s: %s; %s",
             job.id,
-            job.task,
+            shown_call(job.task, job.args, job.kwargs)[0],
             duration * 1000,
             job.attempts,
             job.max_retries + 1,
@@ -223,6 +226,6 @@ class Executor:
         """The failure moved the job to the dead-letter set: log it, send job_dead."""
         job = outcome.job or self.job(outcome.attempt)
         job = replace(job, status=DEAD, died_at=to_datetime(died_at), lease_until=None)
-        logger.error("job %s %s moved to the dead-letter set", job.id, job.task or "?")
+        logger.debug("job %s %s moved to the dead-letter set", job.id, job.task or "?")
         message = f"{outcome.error.get('type')}: {outcome.error.get('message')}"
         signals.send(signals.job_dead, sender(job.task), job=job, error=message)

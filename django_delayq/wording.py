@@ -11,3 +11,21 @@ def counted(n: int, singular: str, plural: str | None = None) -> str:
 def article(word: str) -> str:
     """``word`` with its indefinite article: ``an int``, ``a list``."""
     return f"{'an' if word[:1].lower() in 'aeiou' else 'a'} {word}"
+
+
+# The task that runs a Django Task (backends.py): its jobs are shown as the Task they run.
+DJANGO_TASK_RUNNER = "django_delayq.backends.run_django_task"
+
+
+def shown_call(task: str, args: list, kwargs: dict) -> tuple[str, list, dict]:
+    """The call a job makes as people know it: for a Django Task (``run_django_task(path,
+    args, kwargs, spec)``) the Task's own path and arguments, else the job's."""
+    if (
+        task == DJANGO_TASK_RUNNER
+        and len(args) == 4
+        and isinstance(args[0], str)
+        and isinstance(args[1], list)
+        and isinstance(args[2], dict)
+    ):
+        return args[0], args[1], args[2]
+    return task, args, kwargs

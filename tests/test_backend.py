@@ -667,3 +667,29 @@ def test_a_worker_serving_the_queue_draws_no_w101(fake_store):
                 stdout=StringIO(),
             )
             assert (expected in err.getvalue()) if expected else "W101" not in err.getvalue()
+
+
+def test_a_django_task_shows_and_logs_as_itself_once(store, admin_client, caplog):
+    """Jobs of Django Tasks are shown under the Task's path (not run_django_task), and a
+    final failure logs one line of django-delayq's (beside django.tasks' own)."""
+    from django.urls import reverse
+
+    pending = dt.add.using(run_after=timezone.now() + timedelta(hours=1)).enqueue(2, 3)
+    page = admin_client.get(reverse("admin:django_delayq_job_pending")).content.decode()
+    assert "tests.<wbr>testapp.<wbr>django_tasks.<wbr>add" in page and "2, 3" in page
+    assert "backends.<wbr>run_django_task" not in page  # (the task filter still lists it)
+    detail = reverse("admin:django_delayq_job_detail", args=["default", pending.id])
+    page = admin_client.get(detail).content.decode()
+    assert "tests.testapp.django_tasks.add</span>" in page
+    assert "(a Django task, run by django_delayq.backends.run_django_task)" in page
+    failing = dt.fail.enqueue("nope")
+    with caplog.at_level("DEBUG", logger="django_delayq"):
+        work()
+    ours = [
+        r
+        for r in caplog.records
+        if r.name.startswith("django_delayq") and failing.id in r.getMessage() and r.levelno >= 30
+    ]
+    assert len(ours) == 1, [r.getMessage() for r in ours]
+    assert ours[0].levelname == "ERROR"
+    assert "tests.testapp.django_tasks.fail failed" in ours[0].getMessage()
