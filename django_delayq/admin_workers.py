@@ -1,5 +1,8 @@
 """What the admin's Workers tab shows (admin.py serves it): one row per live worker of the
-roster (roster.py) with the jobs it is running, read in one round trip per queue.
+roster (roster.py) with the jobs it is running. Those come from the queues' running sets
+(the lease token names the worker), read in one round trip per queue, so the tab agrees
+with the In progress list; the roster's own list is up to a heartbeat old and only lends
+each job its start time.
 
 The templates autoescape everything that comes from here.
 """
@@ -14,7 +17,8 @@ from django.utils.translation import gettext_lazy as _
 
 from .admin_views import duration, preview, relative
 from .conf import delayq_settings
-from .job import job_from_raw, to_datetime
+from .job import job_from_raw, parse_state, to_datetime, worker_of
+from .reads import RawJob
 from .roster import LiveWorker
 from .store import Store, check_queue_name
 from .wording import shown_call
@@ -54,6 +58,27 @@ def _valid(queue: str) -> bool:
     return True
 
 
+def _running(store: Store, workers: Sequence[LiveWorker]) -> dict[str, list[RawJob]]:
+    """instance -> the attempts it holds now (started, or claimed and waiting for a
+    runner, as In progress lists them), read from the running sets of the queues the
+    workers serve (MAX_JOBS_READ at most in all)."""
+    live = {w.instance for w in workers}
+    held: dict[str, list[RawJob]] = {}
+    budget = MAX_JOBS_READ
+    for queue in dict.fromkeys(q for w in workers for q in w.queues):
+        if not _valid(queue) or budget <= 0:
+            continue
+        found = store.page(queue, "running", 0, budget)
+        budget -= len(found)
+        for raw in found:
+            if raw.record is None or raw.score is None:
+                continue  # finished meanwhile
+            instance = worker_of(parse_state(raw.state)[1])
+            if instance in live:
+                held.setdefault(instance, []).append(raw)
+    return held
+
+
 def worker_rows(
     store: Store,
     workers: Sequence[LiveWorker],
@@ -62,16 +87,8 @@ def worker_rows(
     list_url: Callable[[str], str],
 ) -> list[WorkerRow]:
     """Rows of the Workers tab; ``job_url(queue, id)`` and ``list_url(queue)`` make links."""
-    wanted: dict[str, list[str]] = {}
-    for worker in workers:
-        for job in worker.running:
-            if _valid(job.queue) and sum(map(len, wanted.values())) < MAX_JOBS_READ:
-                wanted.setdefault(job.queue, []).append(job.id)
-    records = {}
-    for queue, ids in wanted.items():
-        for raw in store.fetch_many(queue, "running", [(i, None) for i in ids]):
-            if raw.record is not None:
-                records[queue, raw.id] = job_from_raw(raw, delayq_settings.MAX_RETRIES)
+    held = _running(store, workers)
+    since = {(j.queue, j.id): j.since for w in workers for j in w.running}
     ago = {"future": _("in %(time)s"), "past": _("%(time)s ago")}
     rows = []
     for worker in workers:
@@ -83,19 +100,21 @@ def worker_rows(
             beat_at=to_datetime(worker.beat),
             queues=[(q, list_url(q) if _valid(q) else "") for q in worker.queues],
         )
-        for job in worker.running:
-            found = records.get((job.queue, job.id))
-            task = shown_call(found.task, found.args, found.kwargs)[0] if found else job.task
+        for raw in held.get(worker.instance, []):
+            job = job_from_raw(raw, delayq_settings.MAX_RETRIES)
+            started = since.get((raw.queue, raw.id))
             row.running.append(
                 RunningRow(
-                    queue=job.queue,
-                    id=job.id,
-                    task_parts=task.split(".") if task else [],
-                    preview=preview(found) if found is not None else "",
-                    since=_("for %(time)s") % {"time": duration(job.since, now)}
-                    if job.since is not None
+                    queue=raw.queue,
+                    id=raw.id,
+                    task_parts=shown_call(job.task, job.args, job.kwargs)[0].split("."),
+                    preview=preview(job),
+                    since=_("waiting for a runner")
+                    if raw.score < 0
+                    else _("for %(time)s") % {"time": duration(started, now)}
+                    if started is not None
                     else "",
-                    url=job_url(job.queue, job.id) if _valid(job.queue) else "",
+                    url=job_url(raw.queue, raw.id),
                 )
             )
         rows.append(row)
