@@ -7,7 +7,8 @@
   defines may only use settings that exist. Listings of the example shop are
   ``literalinclude`` of its real files: the build fails when one of them is gone, and
   tests/test_example_project.py runs them;
-- every system check id the code defines is listed in docs/reference/checks.rst;
+- every system check id the code defines is listed in docs/reference/checks.rst, every
+  setting in docs/reference/settings.rst;
 - README.rst stays the front door (under 250 lines) and its links into docs/ resolve.
 """
 
@@ -164,6 +165,12 @@ def test_every_check_id_is_documented():
     page = (DOCS / "reference" / "checks.rst").read_text()
     missing = sorted(i for i in defined if f"``{i}``" not in page)
     assert not missing, f"check ids defined in the code, missing from the docs: {missing}"
+
+
+def test_every_setting_is_documented():
+    page = (DOCS / "reference" / "settings.rst").read_text()
+    missing = sorted(name for name in conf.DEFAULTS if f"``{name}``" not in page)
+    assert not missing, f"settings missing from docs/reference/settings.rst: {missing}"
 
 
 # -- README.rst, the front door ---------------------------------------------------------
