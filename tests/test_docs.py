@@ -21,6 +21,7 @@ import sys
 import types
 from pathlib import Path
 
+import docutils.core
 import pytest
 
 from django_delayq import conf, registry, task
@@ -184,3 +185,7 @@ def test_readme_is_the_front_door():
     missing = sorted(link for link in links if not (ROOT / link).is_file())
     assert not missing, f"README.rst links to docs pages that do not exist: {missing}"
     assert "./runtests" in text
+    # It is the package's long description too: valid reST, no warning.
+    docutils.core.publish_string(
+        text, writer_name="html", settings_overrides={"halt_level": 2, "report_level": 2}
+    )
