@@ -24,6 +24,7 @@ from pathlib import Path
 import docutils.core
 import pytest
 
+import django_delayq
 from django_delayq import conf, registry, task
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -166,6 +167,13 @@ def test_every_check_id_is_documented():
     page = (DOCS / "reference" / "checks.rst").read_text()
     missing = sorted(i for i in defined if f"``{i}``" not in page)
     assert not missing, f"check ids defined in the code, missing from the docs: {missing}"
+
+
+def test_every_public_name_is_autodocumented():
+    page = (DOCS / "reference" / "api.rst").read_text()
+    documented = set(re.findall(r"^\.\. auto\w+:: django_delayq\.(\w+)$", page, re.MULTILINE))
+    missing = sorted(set(django_delayq.__all__) - documented)
+    assert not missing, f"public names without an autodoc entry in reference/api.rst: {missing}"
 
 
 def test_every_setting_is_documented():
