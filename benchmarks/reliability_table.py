@@ -6,7 +6,7 @@
 
 Every scenario of tests/reliability appends one JSON line to
 benchmarks/results/reliability.jsonl (``DELAYQ_RELIABILITY_RESULTS`` overrides the path);
-this script empties that file, runs the suite, and prints the table README.rst shows.
+this script empties that file, runs the suite, and prints the table docs/guarantees.rst shows.
 Needs redis-server and redis-cli (6.2+) on PATH; nothing touches 127.0.0.1:6379.
 """
 

@@ -1,4 +1,4 @@
-"""System checks. Ids are stable; README.rst lists them.
+"""System checks. Ids are stable; docs/reference/checks.rst lists them.
 
 delayq.E001  the Redis connection cannot be built from CACHE (missing alias, or not Redis)
 delayq.E002  REDIS_URL is not a redis://, rediss:// or unix:// URL

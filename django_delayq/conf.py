@@ -1,6 +1,6 @@
 """Settings: one ``DELAYQ`` dict, read on every access so ``override_settings`` works.
 
-Every default lives in :data:`DEFAULTS`; README.rst documents each one and
+Every default lives in :data:`DEFAULTS`; docs/reference/settings.rst documents each one and
 ``checks.py`` validates them (``delayq.E0xx``).
 """
 

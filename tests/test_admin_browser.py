@@ -6,7 +6,7 @@ browser fails the test; elsewhere it skips.
 
 The dashboard and Workers tab screenshots go to the tests' tmp dirs; with
 ``DELAYQ_SCREENSHOT=1`` they also refresh ``docs/admin-dashboard.png`` and
-``docs/admin-workers.png`` (the README's pictures). The layout test leaves its
+``docs/admin-workers.png`` (the docs' pictures). The layout test leaves its
 screenshots (1280 x 800 and 420 x 800) in its tmp dir too, for a look.
 """
 

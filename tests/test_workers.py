@@ -126,7 +126,7 @@ def test_the_age_of_a_beat_comes_from_the_keys_time_to_live():
 
 def test_beat_interval_and_expiry_follow_the_visibility_timeout():
     assert beat_interval(60) == 5.0 and beat_interval(3) == 1.0 and beat_interval(0.01) == 0.05
-    assert MISSED_BEATS == 3  # README: a killed worker leaves within 3 beats (15 s by default)
+    assert MISSED_BEATS == 3  # the docs: a killed worker leaves within 3 beats (15 s by default)
 
 
 def test_a_running_worker_is_on_the_roster_with_its_running_jobs(store):

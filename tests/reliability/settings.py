@@ -25,7 +25,7 @@ if os.environ.get("DELAYQ_REDIS_URL"):
     DELAYQ["CLUSTER"] = os.environ.get("DELAYQ_CLUSTER") == "1"
 
 if os.environ.get("DELAYQ_SENTINELS"):
-    # django-redis's Sentinel client, as README.rst documents it.
+    # django-redis's Sentinel client, as docs/howto/cluster.rst documents it.
     CACHES["sentinel"] = {
         "BACKEND": "django_redis.cache.RedisCache",
         "LOCATION": f"redis://{os.environ.get('DELAYQ_SENTINEL_SERVICE', 'mymaster')}/0",

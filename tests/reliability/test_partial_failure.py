@@ -38,7 +38,7 @@ def test_forced_stop_acknowledges_finished_jobs_and_exits_1(
     """Item 1. A worker gets SIGTERM, then a second SIGTERM while jobs have finished but
     their acknowledgement is not sent yet (the reply of its acknowledging round trip is
     held by the proxy, so the jobs finishing meanwhile wait for the next one). Wanted:
-    every finished job acknowledged before exit, exit code 1 (README). Today the finished
+    every finished job acknowledged before exit, exit code 1 (the docs). Today the finished
     jobs stay in progress and run again after their lease; the exit code is 0."""
     visibility = 2
     data = servers.redis("data")
@@ -97,7 +97,7 @@ def test_forced_stop_acknowledges_finished_jobs_and_exits_1(
         f"forced stop with {unacked} finished jobs not acknowledged: at exit {left}; "
         f"jobs run again: {again}; exit code {code}"
     )
-    assert code == 1, f"exit code {code} after a forced stop (README.rst: 1)\n{victim.output()}"
+    assert code == 1, f"exit code {code} after a forced stop (the docs: 1)\n{victim.output()}"
     assert sizes(store) == EMPTY
 
 

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.reliability
 
 
 def sentinel_cache(setup) -> dict:
-    """The CACHES entry README.rst documents for Sentinel (django-redis)."""
+    """The CACHES entry docs/howto/cluster.rst documents for Sentinel (django-redis)."""
     return {
         "BACKEND": "django_redis.cache.RedisCache",
         "LOCATION": f"redis://{setup.service}/0",

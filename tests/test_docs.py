@@ -1,0 +1,197 @@
+"""The documentation (docs/, Sphinx) builds without a warning, and its code runs.
+
+- the HTML build runs with ``-W`` (warnings are errors), as docs/contributing.rst says;
+- every ``.. code-block:: python`` of docs/ and README.rst is executed, one namespace per
+  file (later blocks use the names earlier ones define), against a real Redis, with
+  stand-ins for the example shop's ``Order`` model and tasks; a ``DELAYQ`` dict a block
+  defines may only use settings that exist. Listings of the example shop are
+  ``literalinclude`` of its real files: the build fails when one of them is gone, and
+  tests/test_example_project.py runs them;
+- every system check id the code defines is listed in docs/reference/checks.rst, every
+  setting in docs/reference/settings.rst;
+- README.rst stays the front door (under 250 lines) and its links into docs/ resolve.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import docutils.core
+import pytest
+
+import django_delayq
+from django_delayq import conf, registry, task
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+PAGES = sorted(p for p in DOCS.rglob("*.rst") if "_build" not in p.parts)
+README = ROOT / "README.rst"
+
+
+def test_docs_build_with_warnings_as_errors(tmp_path):
+    command = [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html"]
+    result = subprocess.run(
+        [*command, str(DOCS), str(tmp_path / "html")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
+    assert result.returncode == 0, f"sphinx failed:\n{result.stdout}\n{result.stderr}"
+    assert (tmp_path / "html" / "reference" / "api.html").exists()
+    # autodoc found the docstrings (an import failure is a warning, so -W catches it too).
+    assert "Store a job that runs" in (tmp_path / "html" / "reference" / "api.html").read_text()
+
+
+DIRECTIVE = re.compile(r"^(?P<indent> *)\.\. code-block:: python\s*$")
+
+
+def python_blocks(path: Path) -> list[tuple[int, str]]:
+    """(line number, code) of each ``.. code-block:: python`` in an reST file."""
+    lines = path.read_text().splitlines()
+    blocks = []
+    i = 0
+    while i < len(lines):
+        match = DIRECTIVE.match(lines[i])
+        i += 1
+        if not match:
+            continue
+        outer = len(match["indent"])
+        # options (":name: x"), then a blank line, then the indented body
+        while i < len(lines) and lines[i].strip().startswith(":"):
+            i += 1
+        start = i
+        body = []
+        while i < len(lines) and (not lines[i].strip() or _indent(lines[i]) > outer):
+            body.append(lines[i])
+            i += 1
+        code = "\n".join(body).strip("\n")
+        width = min(_indent(line) for line in code.splitlines() if line.strip())
+        blocks.append((start + 1, "\n".join(line[width:] for line in code.splitlines())))
+    return blocks
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip(" "))
+
+
+def test_python_blocks_are_found():
+    """The extractor sees the blocks (a test that executes nothing proves nothing)."""
+    found = {path.name: len(python_blocks(path)) for path in [*PAGES, README]}
+    assert found["api.rst"] >= 1
+    assert found["README.rst"] >= 2
+    assert sum(found.values()) >= 10, found
+
+
+# -- stand-ins for the example shop (example_project/shop) --------------------------------
+
+_ids = itertools.count(1)
+
+
+class _Orders:
+    def create(self, **fields):
+        return types.SimpleNamespace(pk=next(_ids), **fields)
+
+
+class Order:
+    """Stand-in for shop.models.Order: enough for the snippets' ``Order.objects.create``."""
+
+    objects = _Orders()
+
+
+def _shop_task(name, **options):
+    def run(*args, **kwargs):
+        raise AssertionError("the docs' snippets schedule shop tasks, they never run them")
+
+    run.__module__ = "shop.tasks"
+    run.__name__ = run.__qualname__ = name
+    return task(**options)(run)
+
+
+@pytest.fixture
+def shop(monkeypatch):
+    """The names the snippets take from the tutorial: ``Order``, ``cancel_unpaid_order``,
+    ``send_reminder``, a customer and a total; ``shop.models`` importable."""
+    before = set(registry.registered())
+    package = types.ModuleType("shop")
+    package.__path__ = []
+    models = types.ModuleType("shop.models")
+    models.Order = Order
+    package.models = models
+    monkeypatch.setitem(sys.modules, "shop", package)
+    monkeypatch.setitem(sys.modules, "shop.models", models)
+    names = {
+        "Order": Order,
+        "customer": "ada@example.com",
+        "total": 42,
+        "cancel_unpaid_order": _shop_task("cancel_unpaid_order", max_retries=5),
+        "send_reminder": _shop_task("send_reminder"),
+    }
+    yield names
+    for name in set(registry.registered()) - before:
+        registry.unregister(name)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("path", [*PAGES, README], ids=lambda p: str(p.relative_to(ROOT)))
+def test_python_blocks_run(path, real_store, shop):
+    namespace = {"__name__": "docs_snippets", **shop}
+    for line, code in python_blocks(path):
+        where = f"{path.relative_to(ROOT)}:{line}"
+        # Blank lines first, so a traceback gives the line number in the page.
+        padded = "\n" * (line - 1) + code
+        exec(compile(padded, str(path.relative_to(ROOT)), "exec"), namespace)
+        delayq = namespace.pop("DELAYQ", None)
+        if delayq is not None:
+            unknown = set(delayq) - set(conf.DEFAULTS)
+            assert not unknown, f"{where}: DELAYQ has settings that do not exist: {unknown}"
+
+
+# -- system checks ----------------------------------------------------------------------
+
+CHECK_ID = re.compile(r"""id=["'](delayq\.[EW]\d{3})["']""")
+
+
+def test_every_check_id_is_documented():
+    defined = {
+        found
+        for source in (ROOT / "django_delayq").rglob("*.py")
+        for found in CHECK_ID.findall(source.read_text())
+    }
+    assert {"delayq.E001", "delayq.W101", "delayq.E101", "delayq.E102"} <= defined
+    page = (DOCS / "reference" / "checks.rst").read_text()
+    missing = sorted(i for i in defined if f"``{i}``" not in page)
+    assert not missing, f"check ids defined in the code, missing from the docs: {missing}"
+
+
+def test_every_public_name_is_autodocumented():
+    page = (DOCS / "reference" / "api.rst").read_text()
+    documented = set(re.findall(r"^\.\. auto\w+:: django_delayq\.(\w+)$", page, re.MULTILINE))
+    missing = sorted(set(django_delayq.__all__) - documented)
+    assert not missing, f"public names without an autodoc entry in reference/api.rst: {missing}"
+
+
+def test_every_setting_is_documented():
+    page = (DOCS / "reference" / "settings.rst").read_text()
+    missing = sorted(name for name in conf.DEFAULTS if f"``{name}``" not in page)
+    assert not missing, f"settings missing from docs/reference/settings.rst: {missing}"
+
+
+# -- README.rst, the front door ---------------------------------------------------------
+
+
+def test_readme_is_the_front_door():
+    text = README.read_text()
+    assert len(text.splitlines()) < 250
+    links = set(re.findall(r"<(docs/[\w/.-]+\.rst)>", text))
+    assert len(links) >= 5, links
+    missing = sorted(link for link in links if not (ROOT / link).is_file())
+    assert not missing, f"README.rst links to docs pages that do not exist: {missing}"
+    assert "./runtests" in text
+    # It is the package's long description too: valid reST, no warning.
+    docutils.core.publish_doctree(text, settings_overrides={"halt_level": 2})
