@@ -178,7 +178,7 @@ def _check_connection() -> list:
         _cache_client(delayq_settings.CACHE)  # builds a client; does not connect
     except ConfigurationError as exc:
         return [
-            Error(str(exc), hint="See README.rst, 'Install into your project'.", id="delayq.E001")
+            Error(str(exc), hint="See docs/tutorial.rst, '1. Install' and '2. Configure'.", id="delayq.E001")
         ]
     return []
 
@@ -240,7 +240,7 @@ def check_layout(app_configs: Any = None, **kwargs: Any) -> list:
     return [
         Warning(
             f"django-delayq: {refused}.",
-            hint="See README.rst, 'Upgrading from 0.1'.",
+            hint="See docs/howto/upgrading.rst.",
             id="delayq.W004",
         )
     ]
