@@ -178,7 +178,11 @@ def _check_connection() -> list:
         _cache_client(delayq_settings.CACHE)  # builds a client; does not connect
     except ConfigurationError as exc:
         return [
-            Error(str(exc), hint="See docs/tutorial.rst, '1. Install' and '2. Configure'.", id="delayq.E001")
+            Error(
+                str(exc),
+                hint="See docs/tutorial.rst, '1. Install' and '2. Configure'.",
+                id="delayq.E001",
+            )
         ]
     return []
 
