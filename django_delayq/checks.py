@@ -317,7 +317,7 @@ def check_outbox(app_configs: Any = None, databases: Any = None, **kwargs: Any) 
                     "schedule(..., on_commit=True) in a transaction and DELAYQ['HORIZON'] "
                     "store jobs there, and workers relay from it.",
                     hint=f"Run: python manage.py migrate django_delayq --database {alias}, or "
-                    "keep the table off that database with a router's allow_migrate().",
+                    "name the databases that hold rows in DELAYQ['OUTBOX_DATABASES'].",
                     id="delayq.E008",
                 )
             )
@@ -334,8 +334,9 @@ def check_outbox(app_configs: Any = None, databases: Any = None, **kwargs: Any) 
                     f"database {name!r} does not support transactions: a job scheduled with "
                     "on_commit=True is stored at once, whether or not the caller's changes "
                     "commit.",
-                    hint="Use a transactional engine (InnoDB on MySQL), or keep the outbox "
-                    "table off this database with a router's allow_migrate().",
+                    hint="Use a transactional engine (InnoDB on MySQL), or leave this "
+                    "database out of DELAYQ['OUTBOX_DATABASES'] (and the routers' "
+                    "db_for_write() for django_delayq.OutboxJob).",
                     id="delayq.W003",
                 )
             )

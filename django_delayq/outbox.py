@@ -493,8 +493,8 @@ class Relay:
             if again is None:
                 logger.warning(
                     "outbox relay: database %r has no outbox table; skipped (run manage.py "
-                    "migrate django_delayq --database %s, or keep the table off it with a "
-                    "router's allow_migrate())",
+                    "migrate django_delayq --database %s, or leave it out of "
+                    "DELAYQ['OUTBOX_DATABASES'])",
                     alias,
                     alias,
                 )

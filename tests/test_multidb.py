@@ -238,3 +238,15 @@ def test_aliases_with_routers_are_the_write_alias():
 def test_the_setting_names_the_aliases():
     with override_settings(DELAYQ={**settings.DELAYQ, "OUTBOX_DATABASES": ["pg", "default"]}):
         assert outbox.aliases() == ["pg", "default"]
+
+
+def test_a_far_job_is_refused_when_the_routers_write_outside_the_outbox_databases(store):
+    """delayq.E010's configuration at run time: the row would wait where no relay reads."""
+    from django_delayq import ConfigurationError
+
+    delayq = {**settings.DELAYQ, "HORIZON": 60, "OUTBOX_DATABASES": ["pg"]}
+    with override_settings(DELAYQ=delayq):
+        connection._stores[(None, False, "default", store.prefix)] = store
+        with pytest.raises(ConfigurationError, match=r"'default'.*OUTBOX_DATABASES"):
+            t.add.schedule(1, 2, delay=3600)
+    assert rows("default") == [] and pending_ids(store) == []
