@@ -11,6 +11,11 @@ delayq.E007  METRICS_TOKEN is neither None nor a string of at least 16 character
 delayq.E008  HORIZON is neither None nor a number of seconds >= 5; (deploy, --database) the
              outbox table (migration django_delayq 0002) is missing from a database that
              holds or relays rows
+delayq.E009  OUTBOX_DATABASES is neither None nor a non-empty list of aliases in DATABASES
+             that the routers let the outbox table migrate to
+delayq.E010  the routers write the outbox table to a database outside the outbox's databases
+             (OUTBOX_DATABASES), so rows written there (DELAYQ['HORIZON']) would never be
+             relayed
 delayq.W001  DELAYQ has a key django-delayq does not know (a typo?)
 delayq.W002  (deploy) Redis does not answer, or is older than 6.2
 delayq.W003  (deploy, --database) a database that may hold outbox rows does not support
@@ -130,7 +135,70 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list:
         )
     errors += _check_queues()
     errors += _check_horizon()
+    errors += _check_outbox_databases()
     return errors
+
+
+def _check_outbox_databases() -> list:
+    """E009: OUTBOX_DATABASES names databases that exist and may hold the table. E010: the
+    alias the routers write the table to (where HORIZON rows go) is one of the outbox's
+    databases. Neither touches a database."""
+    from django.db import connections, router
+
+    from . import outbox
+
+    named = delayq_settings.OUTBOX_DATABASES
+    if named is not None:
+        if (
+            not isinstance(named, (list, tuple))
+            or not named
+            or not all(isinstance(a, str) for a in named)
+        ):
+            return [
+                Error(
+                    "DELAYQ['OUTBOX_DATABASES'] must be None or a non-empty list of database "
+                    f"aliases, got {named!r}.",
+                    id="delayq.E009",
+                )
+            ]
+        errors = []
+        for alias in named:
+            if alias not in connections:
+                errors.append(
+                    Error(
+                        f"DELAYQ['OUTBOX_DATABASES'] names database {alias!r}, which is not in "
+                        "DATABASES.",
+                        hint=f"Databases: {', '.join(connections)}.",
+                        id="delayq.E009",
+                    )
+                )
+            elif not router.allow_migrate_model(alias, outbox._model()):
+                errors.append(
+                    Error(
+                        f"DELAYQ['OUTBOX_DATABASES'] names database {alias!r}, but the routers' "
+                        "allow_migrate() keeps the outbox table (django_delayq.OutboxJob) off "
+                        "it.",
+                        hint=f"Let the table migrate to {alias!r}, or leave it out of "
+                        "OUTBOX_DATABASES.",
+                        id="delayq.E009",
+                    )
+                )
+        if errors:
+            return errors
+    routed = outbox.routed_alias()
+    held = outbox.aliases()
+    if routed in held or not (router.routers or delayq_settings.HORIZON is not None):
+        return []
+    return [
+        Error(
+            f"the routers' db_for_write() sends django_delayq.OutboxJob to database {routed!r}, "
+            f"which is not one of the outbox's databases {held}: jobs due beyond "
+            "DELAYQ['HORIZON'] would be written there and never relayed.",
+            hint=f"Add {routed!r} to DELAYQ['OUTBOX_DATABASES'], or route the table's writes "
+            "to one of them (never to a read replica).",
+            id="delayq.E010",
+        )
+    ]
 
 
 def _check_horizon() -> list:
@@ -261,8 +329,11 @@ def check_outbox(app_configs: Any = None, databases: Any = None, **kwargs: Any) 
 
     problems: list = []
     table = outbox._model()._meta.db_table
-    # Where rows are written, and every database workers relay from.
-    for alias in dict.fromkeys([outbox.write_alias(), *outbox.aliases()]):
+    try:  # where rows are written and workers relay from (write_alias() is one: E010)
+        held = [a for a in outbox.aliases() if a in connections]
+    except ConfigurationError:
+        return []  # delayq.E009 says why
+    for alias in held:
         if databases is not None and alias not in databases:
             continue  # check --database names the ones to look at
         try:
@@ -276,11 +347,11 @@ def check_outbox(app_configs: Any = None, databases: Any = None, **kwargs: Any) 
                     "schedule(..., on_commit=True) in a transaction and DELAYQ['HORIZON'] "
                     "store jobs there, and workers relay from it.",
                     hint=f"Run: python manage.py migrate django_delayq --database {alias}, or "
-                    "keep the table off that database with a router's allow_migrate().",
+                    "name the databases that hold rows in DELAYQ['OUTBOX_DATABASES'].",
                     id="delayq.E008",
                 )
             )
-    for name in outbox.aliases():
+    for name in held:
         if databases is not None and name not in databases:
             continue
         try:
@@ -293,8 +364,9 @@ def check_outbox(app_configs: Any = None, databases: Any = None, **kwargs: Any) 
                     f"database {name!r} does not support transactions: a job scheduled with "
                     "on_commit=True is stored at once, whether or not the caller's changes "
                     "commit.",
-                    hint="Use a transactional engine (InnoDB on MySQL), or keep the outbox "
-                    "table off this database with a router's allow_migrate().",
+                    hint="Use a transactional engine (InnoDB on MySQL), or leave this "
+                    "database out of DELAYQ['OUTBOX_DATABASES'] (and the routers' "
+                    "db_for_write() for django_delayq.OutboxJob).",
                     id="delayq.W003",
                 )
             )

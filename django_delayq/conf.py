@@ -52,6 +52,11 @@ DEFAULTS: dict[str, Any] = {
     # table) instead of in Redis; workers move it into Redis when it comes within HORIZON.
     # None: every job goes to Redis (on_commit=True jobs still pass through the outbox).
     "HORIZON": None,
+    # The database aliases that hold outbox rows (read, locked and relayed there, nowhere
+    # else). None: the alias your routers' db_for_write() gives django_delayq.OutboxJob, or
+    # without DATABASE_ROUTERS every database except TEST MIRROR ones. List every alias you
+    # pass as schedule(..., on_commit="alias"); never a read replica.
+    "OUTBOX_DATABASES": None,
 }
 
 

@@ -32,7 +32,13 @@ def transaction_alias(on_commit: bool | str) -> str | None:
     if not on_commit:
         return None
     alias = on_commit if isinstance(on_commit, str) else DEFAULT_DB_ALIAS
-    return alias if transaction.get_connection(alias).in_atomic_block else None
+    if isinstance(on_commit, str):  # checked even outside a transaction: it names a database
+        outbox.check_on_commit(alias, on_commit)
+    if not transaction.get_connection(alias).in_atomic_block:
+        return None
+    if not isinstance(on_commit, str):
+        outbox.check_on_commit(alias, on_commit)
+    return alias
 
 
 def row_job(row: outbox.Row, outcome: str | None) -> Job:

@@ -1,9 +1,10 @@
-"""The test settings' database router: which aliases may hold outbox rows.
+"""The test settings' database router: which aliases the outbox table may migrate to.
 
-``outbox.aliases()`` asks ``allow_migrate``. While pytest-django migrates the test databases
-every alias is allowed, so the outbox table exists on SQLite and on PostgreSQL; after that
-only "default", unless a test turns PostgreSQL on (tests/test_outbox.py does), so tests that
-never name the "pg" alias never query it."""
+While pytest-django migrates the test databases every alias is allowed, so the outbox table
+exists on SQLite and on PostgreSQL; after that only "default", unless a test turns PostgreSQL
+on (tests/test_outbox.py does). It routes no writes, so ``outbox.aliases()`` (with routers:
+the one db_for_write() gives the table) is "default" and tests that never name the "pg" alias
+never query it; DELAYQ["OUTBOX_DATABASES"] naming "pg" needs "pg" allowed (delayq.E009)."""
 
 from __future__ import annotations
 

@@ -65,6 +65,11 @@ DATABASES["pg"] = {
     "NAME": "postgres",
     "TEST": {"NAME": os.environ.get("DELAYQ_TEST_PG_NAME", f"test_delayq_{os.getpid()}")},
 }
+# Read replicas of both, as Django's multi-db docs set them up for tests: the same database
+# through another alias (TEST MIRROR). tests/test_multidb.py makes their connections read-only,
+# as a hot standby's are, and routes reads to them with the docs' primary/replica router.
+DATABASES["replica"] = {**DATABASES["default"], "TEST": {"MIRROR": "default"}}
+DATABASES["pg_replica"] = {**DATABASES["pg"], "TEST": {"MIRROR": "pg"}}
 DATABASE_ROUTERS = ["tests.routers.OutboxDatabases"]
 CACHES = {
     "default": {

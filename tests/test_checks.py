@@ -134,8 +134,51 @@ def test_w003_a_database_without_transactions(monkeypatch):
 
     monkeypatch.setattr(OutboxDatabases, "extra", {"pg"})
     monkeypatch.setattr(connections["pg"].features, "supports_transactions", False)
-    (warning,) = check_outbox()
+    assert check_outbox() == []  # rows go to "default" only (the routers' db_for_write)
+    with override_settings(DELAYQ={"OUTBOX_DATABASES": ["default", "pg"]}):
+        (warning,) = check_outbox()
     assert warning.id == "delayq.W003" and "'pg'" in warning.msg
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        ("default", "'default'"),
+        ([], "[]"),
+        ([1], "[1]"),
+        (["nowhere"], "'nowhere', which is not in DATABASES"),
+        (["pg"], "'pg', but the routers' allow_migrate() keeps"),  # tests/routers.py
+        (["default", "nowhere"], "'nowhere'"),
+    ],
+)
+def test_e009_outbox_databases(value, shown):
+    with override_settings(DELAYQ={"OUTBOX_DATABASES": value}):
+        (error,) = check_settings()
+    assert error.id == "delayq.E009" and "OUTBOX_DATABASES" in error.msg and shown in error.msg
+
+
+def test_e009_outbox_databases_valid(monkeypatch):
+    from tests.routers import OutboxDatabases
+
+    assert ids(OUTBOX_DATABASES=None) == [] and ids(OUTBOX_DATABASES=["default"]) == []
+    monkeypatch.setattr(OutboxDatabases, "extra", {"pg"})
+    assert ids(OUTBOX_DATABASES=("pg", "default")) == []
+
+
+def test_e010_routers_write_the_outbox_outside_the_outbox_databases(monkeypatch):
+    from tests.routers import OutboxDatabases
+
+    monkeypatch.setattr(OutboxDatabases, "extra", {"pg"})
+    # The test settings' router writes the table to "default".
+    with override_settings(DELAYQ={"OUTBOX_DATABASES": ["pg"]}):
+        (error,) = check_settings()
+    assert error.id == "delayq.E010" and "'default'" in error.msg and "['pg']" in error.msg
+    assert "OUTBOX_DATABASES" in error.hint
+    # Without routers HORIZON rows go to "default": an error only when HORIZON is on.
+    with override_settings(DATABASE_ROUTERS=[]):
+        assert ids(OUTBOX_DATABASES=["pg"]) == []
+        assert ids(OUTBOX_DATABASES=["pg"], HORIZON=60) == ["delayq.E010"]
+        assert ids(OUTBOX_DATABASES=["pg", "default"], HORIZON=60) == []
 
 
 def test_manage_py_check_runs_them():
