@@ -8,14 +8,14 @@ delayq.E004  a number setting has the wrong type or range (numbers must be finit
 delayq.E005  QUEUES / DEFAULT_QUEUE are not valid queue names
 delayq.E006  DELAYQ is not a dict
 delayq.E007  METRICS_TOKEN is neither None nor a string of at least 16 characters
-delayq.E008  HORIZON is neither None nor a number of seconds >= 5; (deploy, --database) the
-             outbox table (migration django_delayq 0002) is missing from a database that
-             holds or relays rows
+delayq.E008  HORIZON is neither None nor a number of seconds >= 5
 delayq.E009  OUTBOX_DATABASES is neither None nor a non-empty list of aliases in DATABASES
              that the routers let the outbox table migrate to
 delayq.E010  the routers write the outbox table to a database outside the outbox's databases
              (OUTBOX_DATABASES), so rows written there (DELAYQ['HORIZON']) would never be
              relayed
+delayq.E011  (deploy, --database) the outbox table (migration django_delayq 0002) is missing
+             from a database that holds or relays rows
 delayq.W001  DELAYQ has a key django-delayq does not know (a typo?)
 delayq.W002  (deploy) Redis does not answer, or is older than 6.2
 delayq.W003  (deploy, --database) a database that may hold outbox rows does not support
@@ -320,7 +320,7 @@ def check_layout(app_configs: Any = None, **kwargs: Any) -> list:
 
 @register(Tags.database, deploy=True)
 def check_outbox(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list:
-    """E008: the outbox table exists where rows are written; W003: every database that may
+    """E011: the outbox table exists where rows are written; W003: every database that may
     hold rows supports transactions. A database that does not answer is not reported here
     (Django's own checks and the first query say so)."""
     from django.db import DatabaseError, connections
@@ -348,7 +348,7 @@ def check_outbox(app_configs: Any = None, databases: Any = None, **kwargs: Any) 
                     "store jobs there, and workers relay from it.",
                     hint=f"Run: python manage.py migrate django_delayq --database {alias}, or "
                     "name the databases that hold rows in DELAYQ['OUTBOX_DATABASES'].",
-                    id="delayq.E008",
+                    id="delayq.E011",
                 )
             )
     for name in held:

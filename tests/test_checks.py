@@ -116,13 +116,13 @@ def test_e008_horizon_valid():
 
 
 @pytest.mark.django_db(databases=["default", "pg"])
-def test_e008_outbox_table_missing_is_a_deploy_check(monkeypatch):
+def test_e011_outbox_table_missing_is_a_deploy_check(monkeypatch):
     from django.db import connections
 
     assert check_outbox() == []
     monkeypatch.setattr(connections["default"].introspection, "table_names", lambda: ["x"])
     (error,) = check_outbox()
-    assert error.id == "delayq.E008" and "django_delayq_outbox" in error.msg
+    assert error.id == "delayq.E011" and "django_delayq_outbox" in error.msg
     assert "'default'" in error.msg and "migrate django_delayq" in error.hint
 
 
@@ -199,6 +199,6 @@ def test_outbox_checks_run_with_check_deploy_database(monkeypatch):
 
     call_command("check", deploy=True, databases=["default"], fail_level="ERROR")
     monkeypatch.setattr(connections["default"].introspection, "table_names", lambda: [])
-    with pytest.raises(SystemCheckError, match=r"delayq\.E008"):
+    with pytest.raises(SystemCheckError, match=r"delayq\.E011"):
         call_command("check", deploy=True, databases=["default"], fail_level="ERROR")
     assert check_outbox(databases=["pg"]) == []  # only the databases named are looked at
