@@ -362,6 +362,36 @@ def frame_error(error: dict) -> bytes:
     return b"%d\n%s" % (len(data), data)
 
 
+# What a worker name may not hold as is in its instance name, which starts every lease token
+# (``<instance>#<counter>``, kept in the state hash as ``<n>|<token>`` or ``<n>|~<token>``)
+# and names its fields of the claims hash (``<instance>`` and ``<instance>/r``, whose values
+# are ``<token>\n<ids>``): '%' (the escape), '~' (a settled attempt; also the separator of
+# the name and the instance's random suffix), '|', '#', '/', braces (a cluster hash tag in a
+# roster key), whitespace and every other character that is not printable.
+_NAME_RESERVED = frozenset("%~|#/{}")
+
+
+def encode_instance_name(name: str) -> str:
+    """``name`` with its reserved characters percent-encoded (their UTF-8 bytes, as in URLs),
+    so that any name a worker is given ("~x", "a|b", "w/r") starts an instance name and lease
+    tokens the scripts read back unchanged; distinct names stay distinct. Plain names
+    ("web-1:4242", "café") are left as they are. ValueError when UTF-8 cannot carry the name
+    (a lone surrogate)."""
+    try:
+        name.encode()
+    except UnicodeEncodeError:
+        raise ValueError(
+            f"worker name {name!r} holds characters UTF-8 cannot carry (a lone surrogate, "
+            "from bytes the terminal could not decode): pass a name of printable text"
+        ) from None
+    return "".join(
+        "".join(f"%{b:02X}" for b in c.encode())
+        if c in _NAME_RESERVED or c.isspace() or not c.isprintable()
+        else c
+        for c in name
+    )
+
+
 def worker_of(token: str | None) -> str | None:
     """The worker instance named in a lease token (``<instance>#<counter>``)."""
     if not token:

@@ -21,6 +21,7 @@ started) are durations, placed on Redis's clock the same way.
 from __future__ import annotations
 
 import json
+from urllib.parse import unquote
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -146,7 +147,7 @@ def decode_description(instance: str, raw: bytes, pttl: int, now: float) -> Live
     queues = data.get("queues")
     return LiveWorker(
         instance=instance,
-        name=str(data.get("name") or instance.rsplit("~", 1)[0]),
+        name=str(data.get("name") or unquote(instance.rsplit("~", 1)[0])),
         host=str(data.get("host") or ""),
         pid=_number(data.get("pid"), int),
         queues=tuple(str(q) for q in queues) if isinstance(queues, list) else (),

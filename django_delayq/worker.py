@@ -54,7 +54,7 @@ from .exceptions import DelayQError
 from .execution import FINISHED, STARTED, Attempt, Executor, Outcome
 from .execution import backoff_delay as backoff_delay  # re-exported
 from .execution import current_job as current_job  # re-exported
-from .job import PENDING, decode_fields
+from .job import PENDING, decode_fields, encode_instance_name
 from .maintenance import Backoff, Heartbeat, Recovery, Waker, by_queue
 from .outbox import Relay
 from .presence import Presence
@@ -94,10 +94,13 @@ class Worker:
         self.concurrency = concurrency
         self.burst = burst
         self.store = store or get_store()
+        if name is not None and type(name) is not str:
+            raise ValueError(f"worker name {name!r} is a {type(name).__name__}: pass a str")
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         # Lease tokens: <instance>#<counter>; the instance differs between two workers even
-        # when they share a --name.
-        self.instance = f"{self.name}~{secrets.token_hex(4)}"
+        # when they share a --name. Any name works: the characters the scripts read as
+        # markers ('~', '|', '#', '/', whitespace...) are percent-encoded in it.
+        self.instance = f"{encode_instance_name(self.name)}~{secrets.token_hex(4)}"
         self.clock = clock
         self.shutdown_timeout = float(
             delayq_settings.SHUTDOWN_TIMEOUT if shutdown_timeout is None else shutdown_timeout
