@@ -21,10 +21,10 @@ started) are durations, placed on Redis's clock the same way.
 from __future__ import annotations
 
 import json
-from urllib.parse import unquote
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
 
 if TYPE_CHECKING:
     from .transport import Op, Policy
