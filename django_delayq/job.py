@@ -12,9 +12,16 @@ whole). Format 3 (since 0.2) is a header the Lua scripts read, then a body only 
 The header is everything scripts need (``header()`` in ``lua/_lib.lua``), so they never
 decode user data, whatever its size or nesting: ``max_retries`` (decided once, when the job is
 scheduled), flags (``i``: keep a tombstone when it finishes, see ``store.py``; ``k``: has
-keyword arguments) and the unique key. A record of 0.1 (a JSON array, format 2, or object,
-format 1) is still decoded here; scripts treat it as having no unique key and the
-``MAX_RETRIES`` setting.
+keyword arguments; ``u``: max_retries undecided, see below) and the unique key.
+
+A process that schedules a task by name without importing it (``CHECK_NAMES`` off) does not
+know the task's ``max_retries``: it writes its ``MAX_RETRIES`` setting and flag ``u``, and
+the worker that runs the job writes the task's own into the header (``settle_record``,
+``lua/settle.lua``) as it starts it. A reader that does not know flag ``u`` (0.2.0) reads
+the digits, as before; a new flag letter keeps the format at 3.
+
+A record of 0.1 (a JSON array, format 2, or object, format 1) is still decoded here;
+scripts treat it as having no unique key and the ``MAX_RETRIES`` setting.
 
 The mutable state lives beside the record: ``state`` (``"<attempts>|<lease token>"``) and
 ``errors`` (each error framed as ``"<length>\\n<JSON>"``), written by the scripts.
@@ -56,6 +63,7 @@ IN_DATABASE = "database"
 RESERVED = 10_000_000_000
 FLAG_TOMBSTONE = "i"
 FLAG_KWARGS = "k"
+FLAG_UNDECIDED = "u"
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 # Two base-32 digits (10 bits) per lookup: 13 lookups write a ULID.
@@ -254,6 +262,21 @@ class Fields:
 
 EMPTY = Fields("", [], {})
 _HEADER = re.compile(rb"(\d{1,9})([a-z]*)")
+
+
+def undecided(record: bytes) -> bool:
+    """Whether the record's header leaves max_retries to the worker (flag 'u')."""
+    match = _HEADER.match(record)
+    return match is not None and b"u" in match.group(2)
+
+
+def settle_record(record: bytes, max_retries: int) -> bytes:
+    """The record with ``max_retries`` decided (flag 'u' dropped), as settle.lua writes it."""
+    match = _HEADER.match(record)
+    if match is None:
+        return record
+    flags = match.group(2).replace(b"u", b"")
+    return b"%d%s%s" % (max_retries, flags, record[match.end() :])
 
 
 def decode_record(raw: bytes | str) -> Fields:

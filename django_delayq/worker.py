@@ -7,7 +7,8 @@ Threads of one Worker:
   a few to prefetch (see below); then it sleeps until the next due time (at most
   ``MAX_SLEEP``), a refill, a failure, a wake-up or a stop request;
 - ``concurrency`` runner threads (execution.py), each running one attempt at a time; a runner
-  marks an attempt started in Redis just before running it (a write nobody waits for);
+  marks an attempt started in Redis just before running it (starts.py: a write nobody waits
+  for, or a script call it waits for when the worker settles the job's retry policy);
 - a waker thread (not in burst mode), blocked in BLPOP on the queues' wake lists only while a
   runner is idle, so a ``schedule()`` of a job due sooner than anything pending starts it at
   once;
@@ -59,6 +60,7 @@ from .maintenance import Backoff, Heartbeat, Recovery, Waker, by_queue
 from .outbox import Relay
 from .presence import Presence
 from .registry import sender
+from .starts import Starts
 from .store import Claim, Store, check_queue_name
 from .upgrade import refuse_old_layout
 
@@ -140,6 +142,13 @@ class Worker:
         self._stopping = False
         self._forced = False
         self.marker = self.store.marker()
+        self.starts = Starts(
+            self.store,
+            self.marker,
+            self.lease,
+            self.default_max_retries,
+            lambda: self._clock_offset,
+        )
         self.heartbeat = Heartbeat(self.store, self.lease, self.holding, self._stopped, self._now)
         self.recovery = Recovery(
             self.store,
@@ -548,7 +557,9 @@ class Worker:
                 attempt.state = STARTED
                 attempt.started = time.monotonic()
                 self._running += 1
-            self._mark_started(attempt)
+            if not self.starts.start(attempt):
+                self._drop(attempt)
+                continue
             outcome = self.executor.run(attempt)
             took = time.monotonic() - attempt.started
             with self._lock:
@@ -569,11 +580,15 @@ class Worker:
             if wake:
                 self._wake.set()
 
-    def _mark_started(self, attempt: Attempt) -> None:
-        """Tell Redis the attempt starts (it counts from now on) before running it."""
-        lease_until = time.time() + self._clock_offset + self.lease
-        if not self.marker.mark(attempt.queue, attempt.id, lease_until):
-            logger.debug("job %s: start mark not written", attempt.id)
+    def _drop(self, attempt: Attempt) -> None:
+        """A runner took ``attempt`` and will not run it (see _settle): forget its lease."""
+        with self._lock:
+            self._running -= 1
+            attempt.state = FINISHED
+            self._leases.pop(attempt.lease, None)
+            if len(self._waiting) + self._running < self.concurrency:
+                self._idle_runner.notify()
+        self._wake.set()
 
     # -- the waker's view of the runners --------------------------------------------
 
