@@ -400,6 +400,8 @@ def encode_instance_name(name: str) -> str:
     tokens the scripts read back unchanged; distinct names stay distinct. Plain names
     ("web-1:4242", "café") are left as they are. ValueError when UTF-8 cannot carry the name
     (a lone surrogate)."""
+    if type(name) is not str or not name:
+        raise ValueError(f"worker name {name!r} is not a name: pass a non-empty str")
     try:
         name.encode()
     except UnicodeEncodeError:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .exceptions import CorruptJob, DelayQError, OutcomeUnknown
@@ -40,14 +39,13 @@ class Starts:
         marker: StartMarks,
         lease: float,
         default_max_retries: int,
-        redis_offset: Callable[[], float],
     ) -> None:
         self.store, self.marker, self.lease = store, marker, lease
         self.default_max_retries = default_max_retries
-        self.redis_offset = redis_offset  # Redis's clock minus this machine's
+        self.offset = 0.0  # Redis's clock minus this machine's (the worker sets it per claim)
 
     def _lease_until(self) -> float:
-        return time.time() + self.redis_offset() + self.lease
+        return time.time() + self.offset + self.lease
 
     def start(self, attempt: Attempt) -> bool:
         """Tell Redis the attempt starts; False when it must not run (see settle)."""

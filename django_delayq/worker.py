@@ -96,9 +96,7 @@ class Worker:
         self.concurrency = concurrency
         self.burst = burst
         self.store = store or get_store()
-        if name is not None and type(name) is not str:
-            raise ValueError(f"worker name {name!r} is a {type(name).__name__}: pass a str")
-        self.name = name or f"{socket.gethostname()}:{os.getpid()}"
+        self.name = f"{socket.gethostname()}:{os.getpid()}" if name is None else name
         # Lease tokens: <instance>#<counter>; the instance differs between two workers even
         # when they share a --name. Any name works: the characters the scripts read as
         # markers ('~', '|', '#', '/', whitespace...) are percent-encoded in it.
@@ -138,17 +136,10 @@ class Worker:
         self._deadline: float | None = None  # monotonic time of the next due job
         self._more_due = False  # the last claim left due jobs behind
         self._rotation = 0
-        self._clock_offset = 0.0  # Redis time - local time, from the last claim
         self._stopping = False
         self._forced = False
         self.marker = self.store.marker()
-        self.starts = Starts(
-            self.store,
-            self.marker,
-            self.lease,
-            self.default_max_retries,
-            lambda: self._clock_offset,
-        )
+        self.starts = Starts(self.store, self.marker, self.lease, self.default_max_retries)
         self.heartbeat = Heartbeat(self.store, self.lease, self.holding, self._stopped, self._now)
         self.recovery = Recovery(
             self.store,
@@ -534,7 +525,7 @@ class Worker:
             raise error
 
     def _take(self, queue: str, token: str, claim: Claim) -> None:
-        self._clock_offset = claim.now - time.time()
+        self.starts.offset = claim.now - time.time()
         if not claim.jobs:
             return
         attempts = [Attempt(queue, c.id, token, c.record, c.attempt) for c in claim.jobs]
@@ -581,7 +572,7 @@ class Worker:
                 self._wake.set()
 
     def _drop(self, attempt: Attempt) -> None:
-        """A runner took ``attempt`` and will not run it (see _settle): forget its lease."""
+        """A runner took ``attempt`` and will not run it (Starts.settle): forget its lease."""
         with self._lock:
             self._running -= 1
             attempt.state = FINISHED

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from django_delayq import get_job, registry, schedule, task
+from django_delayq.job import Fields, decode_record, encode_record, new_job_id, settle_record, undecided
 from django_delayq.worker import Worker
 from tests.conftest import more_settings, names_unchecked
 from tests.test_admin import text, url
@@ -154,3 +155,73 @@ def test_a_job_whose_worker_was_stopped_while_settling_is_not_run_by_it(store):
         del worker.store.settle
     assert gate.is_set() and runs == [1]  # run once, by the second claim, settled then
     assert get_job(job.id) is None
+
+
+# -- the record's header and settle.lua -------------------------------------------------
+
+
+def raw_record(store, job_id: str) -> bytes:
+    return store.client.hget(store.key("default", "jobs"), job_id)
+
+
+def test_only_a_producer_that_does_not_know_the_task_leaves_the_policy_undecided(store):
+    from django.db import transaction
+
+    from django_delayq.models import OutboxJob
+    from tests.testapp import tasks as t
+
+    with names_unchecked(store):
+        by_name = schedule("tests.undecided.api", 1)
+        explicit = schedule("tests.undecided.api", 1, max_retries=2)
+        with transaction.atomic():
+            deferred = schedule("tests.undecided.api", 1, on_commit=True)
+            row = OutboxJob.objects.get(id=deferred.id)
+    known = t.add.schedule(1, 2)
+    assert undecided(raw_record(store, by_name.id))
+    assert raw_record(store, by_name.id).startswith(b"5iu\n")  # the setting, flag 'u'
+    assert not undecided(raw_record(store, explicit.id))
+    assert raw_record(store, explicit.id).startswith(b"2i\n")
+    assert not undecided(raw_record(store, known.id))
+    assert undecided(bytes(row.record)) and bytes(row.record).startswith(b"5iu\n")
+
+
+def test_settle_decides_once_checks_the_lease_and_marks_the_start(store):
+    """A store-level run of a dying worker: claimed, settled with the task's 0, its lease
+    then expires (recover with a passed now): dead, not pending."""
+    job_id = new_job_id()
+    record = encode_record("x.settled", [1], {"a": 2}, "k1", 5, "iu")
+    store.schedule("default", job_id, record, key="k1")
+    claim = store.claim("default", 1, lease=60, token="w~1#1", instance="w~1")
+    running = store.key("default", "running")
+    assert store.client.zscore(running, job_id) < 0  # claimed, not started
+    lease_until = claim.now + 60
+    assert store.settle("default", job_id, "other~1#1", 0, lease_until) is False
+    assert raw_record(store, job_id) == record and store.client.zscore(running, job_id) < 0
+    assert store.settle("default", job_id, "w~1#1", 0, lease_until) is True
+    settled = raw_record(store, job_id)
+    assert settled == settle_record(record, 0) and settled.startswith(b"0ik=2:k1\n")
+    assert decode_record(settled) == Fields("x.settled", [1], {"a": 2}, "k1", 0, "i")
+    assert store.client.zscore(running, job_id) == round(lease_until * 1000)  # started
+    assert store.settle("default", job_id, "w~1#1", 3, lease_until) is True  # sent again
+    assert raw_record(store, job_id) == settled  # decided already: unchanged
+    (moved,) = store.recover(
+        "default",
+        token="peer~1#r1",
+        instance="peer~1",
+        default_max_retries=5,
+        now=claim.now + 120,
+        **DEAD,
+    )
+    assert moved.outcome == "dead" and moved.attempts == 1
+    job = get_job(job_id)
+    assert job.status == "dead" and job.max_retries == 0 and job.key == "k1"
+
+
+def test_an_undecided_record_read_by_an_older_reader_keeps_the_setting():
+    """Flag 'u' is a flag letter: a reader that does not know it reads the digits."""
+    record = encode_record("x.y", [1], {}, None, 5, "u")
+    fields = decode_record(record)
+    assert fields.max_retries == 5 and fields.task == "x.y"
+    assert settle_record(record, 0) == b"0\nx.y\n1"
+    assert settle_record(b'["x.y",1]', 0) == b'["x.y",1]'  # 0.1's format: left alone
+    assert not undecided(b'["x.y",1]') and not undecided(b"12ik=1:u\nx\n")
