@@ -11,7 +11,14 @@ import time
 import pytest
 
 from django_delayq import get_job, registry, schedule, task
-from django_delayq.job import Fields, decode_record, encode_record, new_job_id, settle_record, undecided
+from django_delayq.job import (
+    Fields,
+    decode_record,
+    encode_record,
+    new_job_id,
+    settle_record,
+    undecided,
+)
 from django_delayq.worker import Worker
 from tests.conftest import more_settings, names_unchecked
 from tests.test_admin import text, url
