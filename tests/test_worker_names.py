@@ -76,3 +76,15 @@ def test_a_name_utf8_cannot_carry_is_refused_naming_it(fake_store):
         Worker(["default"], name="\udcff")
     with pytest.raises(CommandError, match=r"worker name '\\udcff'"):
         call_command("delayq_worker", "--burst", "--name", "\udcff")
+
+
+def test_the_roster_names_a_worker_by_its_given_name(store):
+    from django_delayq.roster import decode_description
+
+    worker = Worker(["default"], name="~x y")
+    worker.presence.beat()
+    (live,) = store.live_workers(store.server_time())
+    assert live.name == "~x y" and live.instance == worker.instance
+    assert live.instance.startswith("%7Ex%20y~")
+    # A description without its name (garbage): the name is read back from the instance.
+    assert decode_description(worker.instance, b"{}", 1000, 0.0).name == "~x y"
