@@ -48,6 +48,9 @@ class Report:
     max_lag: float | None
     queues: list[QueueHealth]
     workers: list[LiveWorker]
+    # Keys on the roster where a worker's description should be, that Redis refused to read
+    # (another type): left out of ``workers``.
+    unreadable: list[str] = field(default_factory=list)
 
     @property
     def healthy(self) -> bool:
@@ -100,7 +103,8 @@ def report(
     """The health of ``queues`` (default: :func:`known_queues`). Raises DelayQError when
     Redis cannot be read."""
     now = store.server_time()
-    workers = store.live_workers(now)
+    unreadable: list[str] = []
+    workers = store.live_workers(now, unreadable)
     served = workers_per_queue(workers)
     names = list(queues) if queues is not None else known_queues(store, workers)
     results = []
@@ -121,4 +125,4 @@ def report(
                 totals=store.totals(queue) if totals else {},
             )
         )
-    return Report(now, max_lag, results, workers)
+    return Report(now, max_lag, results, workers, sorted(store.worker_key(i) for i in unreadable))

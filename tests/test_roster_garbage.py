@@ -73,13 +73,14 @@ def test_metrics_answer(store, client):
 
 def test_delayq_status_answers(store):
     plant(store)
-    code, out, _ = status()
+    code, out, err = status()
     last = out.splitlines()[-1]
     assert code == 0 and last.startswith("OK: ") and last.endswith("healthy, 2 live workers")
+    keys = [store.worker_key("hash~1"), store.worker_key("list~2")]
+    assert f"roster entries of another type, left out: {keys[0]}, {keys[1]}" in err
     code, out, _ = status("--json")
-    assert code == 0 and sorted(w["instance"] for w in json.loads(out)["workers"]) == [
-        "junk~3",
-        "web-1~1",
-    ]
+    report = json.loads(out)
+    assert code == 0 and sorted(w["instance"] for w in report["workers"]) == ["junk~3", "web-1~1"]
+    assert report["unreadable_roster_entries"] == keys
     report = health.report(store)
     assert {q.queue: q.workers for q in report.queues}[Q] == 1
