@@ -218,7 +218,7 @@ class JobAdmin(admin.ModelAdmin):
             crumbs=[(gettext("Dashboard"), self._url("changelist")), (gettext("Workers"), "")],
             workers_page=True,
             rows=rows,
-            unreadable=", ".join(sorted(store.worker_key(i) for i in unreadable)),
+            unreadable=", ".join(sorted(unreadable)),
             unreadable_count=len(unreadable),
             busy=sum(len(r.running) for r in rows),
             now=to_datetime(now),

@@ -125,4 +125,4 @@ def report(
                 totals=store.totals(queue) if totals else {},
             )
         )
-    return Report(now, max_lag, results, workers, sorted(store.worker_key(i) for i in unreadable))
+    return Report(now, max_lag, results, workers, sorted(unreadable))

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from .exceptions import ConnectionError as DelayQConnectionError
+from .exceptions import DelayQError
 
 if TYPE_CHECKING:
     from .transport import Op, Policy
@@ -204,15 +205,21 @@ class Roster:
     def live_workers(self, now: float, unreadable: list[str] | None = None) -> list[LiveWorker]:
         """Every live worker (at most MAX_LISTED, the most recently beating first), sorted
         by name; ``now`` is Redis's time. Members whose description is gone are dropped.
-        An entry Redis refuses to read as a description (a key of another type, written by
-        hand or by another program) is skipped, logged once per process, and its instance
+        A key Redis refuses to read (of another type, written by hand or by another program:
+        a worker's entry, or the roster itself) is skipped, logged once per process, and
         appended to ``unreadable`` when a list is given; it is left in place for the
-        operator. Raises DelayQError only when the roster itself cannot be read."""
+        operator. Raises DelayQError when Redis cannot be reached."""
         roster = self.workers_key
-        members = [
-            _text(m)
-            for m in self.call(self.command(b"ZREVRANGE", roster, 0, MAX_LISTED - 1, route=roster))
-        ]
+        try:
+            listed = self.call(self.command(b"ZREVRANGE", roster, 0, MAX_LISTED - 1, route=roster))
+        except DelayQConnectionError:
+            raise
+        except DelayQError as exc:
+            _report_unreadable(roster, exc)
+            if unreadable is not None:
+                unreadable.append(roster)
+            return []
+        members = [_text(m) for m in listed]
         ops = []
         for instance in members:
             key = self.worker_key(instance)
@@ -228,7 +235,7 @@ class Roster:
             if refused is not None:
                 _report_unreadable(self.worker_key(instance), refused)
                 if unreadable is not None:
-                    unreadable.append(instance)
+                    unreadable.append(self.worker_key(instance))
             elif raw is None or int(pttl) == -2:
                 gone.append(instance)
             else:
@@ -250,8 +257,8 @@ def _report_unreadable(key: str, error: Exception) -> None:
     if len(_reported) < 1000:
         _reported.add(key)
     logger.warning(
-        "roster entry %s is not a worker's description (%s): skipped; delete it "
-        "(redis-cli DEL) if no django-delayq worker wrote it",
+        "roster key %s cannot be read (%s): skipped; delete it (redis-cli DEL) if no "
+        "django-delayq worker wrote it",
         key,
         error,
     )

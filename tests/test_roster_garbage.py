@@ -38,7 +38,7 @@ def test_the_roster_read_skips_wrong_typed_entries_and_names_them(store, caplog)
     unreadable: list[str] = []
     workers = store.live_workers(store.server_time(), unreadable)
     assert sorted(w.instance for w in workers) == ["junk~3", "web-1~1"]  # garbage: no details
-    assert sorted(unreadable) == ["hash~1", "list~2"]
+    assert sorted(unreadable) == [store.worker_key("hash~1"), store.worker_key("list~2")]
     assert "hash~1" in caplog.text and "WRONGTYPE" in caplog.text
     caplog.clear()
     store.live_workers(store.server_time())
@@ -56,7 +56,7 @@ def test_dashboard_and_workers_tab_answer(store, admin_client):
     assert workers.status_code == 200
     assert sorted(r.worker.instance for r in workers.context["rows"]) == ["junk~3", "web-1~1"]
     body = text(workers)
-    assert "2 roster entries could not be read" in body
+    assert "2 keys of the workers' roster could not be read" in body
     assert f"{store.worker_key('hash~1')}, {store.worker_key('list~2')}" in body
 
 
@@ -84,3 +84,17 @@ def test_delayq_status_answers(store):
     assert report["unreadable_roster_entries"] == keys
     report = health.report(store)
     assert {q.queue: q.workers for q in report.queues}[Q] == 1
+
+
+def test_a_roster_of_the_wrong_type_reads_as_no_worker_and_is_named(store, admin_client, client):
+    store.client.hset(store.workers_key, "x", "1")
+    unreadable: list[str] = []
+    assert store.live_workers(store.server_time(), unreadable) == []
+    assert unreadable == [store.workers_key]
+    assert admin_client.get(url("changelist")).status_code == 200
+    workers = admin_client.get(url("workers"))
+    assert workers.status_code == 200 and store.workers_key in text(workers)
+    with more_settings(store, METRICS_TOKEN=TOKEN):
+        assert client.get(URL, HTTP_AUTHORIZATION=f"Bearer {TOKEN}").status_code == 200
+    code, _, err = status()
+    assert code == 0 and store.workers_key in err  # nothing due: healthy
