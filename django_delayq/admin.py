@@ -204,9 +204,10 @@ class JobAdmin(admin.ModelAdmin):
             except NoReverseMatch:  # an id no URL can carry (garbage in a description)
                 return ""
 
+        unreadable: list[str] = []
         rows = worker_rows(
             store,
-            store.live_workers(now),
+            store.live_workers(now, unreadable),
             now,
             job_url,
             lambda queue: self._url(PENDING, queue=queue),
@@ -217,6 +218,8 @@ class JobAdmin(admin.ModelAdmin):
             crumbs=[(gettext("Dashboard"), self._url("changelist")), (gettext("Workers"), "")],
             workers_page=True,
             rows=rows,
+            unreadable=", ".join(sorted(unreadable)),
+            unreadable_count=len(unreadable),
             busy=sum(len(r.running) for r in rows),
             now=to_datetime(now),
         )

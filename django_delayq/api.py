@@ -27,6 +27,7 @@ from .exceptions import OutcomeUnknown
 from .job import (
     DEFERRED,
     FLAG_TOMBSTONE,
+    FLAG_UNDECIDED,
     PENDING,
     Fields,
     Job,
@@ -165,7 +166,7 @@ class _Plan:
     """What a schedule() call decides before looking at the task's arguments: task,
     queue, retries, unique key and due time. schedule_many() works it out once."""
 
-    __slots__ = ("flags", "key", "max_retries", "name", "options", "queue", "task")
+    __slots__ = ("flags", "key", "max_retries", "name", "options", "policy", "queue", "task")
 
     def __init__(self, task: Any, options: dict[str, Any]) -> None:
         if not _OPTION_NAMES.issuperset(options):
@@ -181,6 +182,9 @@ class _Plan:
             default = self.task.queue if self.task is not None else None
             self.queue = check_queue_name(default or delayq_settings.DEFAULT_QUEUE)
         max_retries = options.get("max_retries")
+        # A task this process does not import: its max_retries is unknown here; the setting
+        # goes in the header with flag 'u', and the worker writes the task's (job.py).
+        self.policy = FLAG_UNDECIDED if max_retries is None and self.task is None else ""
         if max_retries is None and self.task is not None:
             max_retries = self.task.max_retries
         if max_retries is None:
@@ -190,7 +194,7 @@ class _Plan:
         self.max_retries = max_retries  # decided here, once: the record's header carries it
         self.key = key
         when = _when(options.get("delay"), options.get("at"))
-        self.flags = FLAG_TOMBSTONE if _soon(when) else ""
+        self.flags = (FLAG_TOMBSTONE if _soon(when) else "") + self.policy
         self.options = {**when, "key": key, "on_conflict": on_conflict}
 
     def due(self, now: float) -> float:
@@ -215,7 +219,7 @@ class _Prepared:
         self.args, self.kwargs = list(args), kwargs
         # A record bound for the outbox may be relayed twice: flag 'i' makes a finished job
         # leave a tombstone, so the second relay never stores it again.
-        flags = FLAG_TOMBSTONE if outbox else plan.flags
+        flags = FLAG_TOMBSTONE + plan.policy if outbox else plan.flags
         self.record = encode_record(plan.name, self.args, kwargs, plan.key, plan.max_retries, flags)
         self.id = new_job_id()
 

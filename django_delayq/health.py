@@ -52,6 +52,9 @@ class Report:
     max_lag: float | None
     queues: list[QueueHealth]
     workers: list[LiveWorker]
+    # Keys on the roster where a worker's description should be, that Redis refused to read
+    # (another type): left out of ``workers``.
+    unreadable: list[str] = field(default_factory=list)
     known: list[str] = field(default_factory=list)  # every queue something names
 
     @property
@@ -105,7 +108,8 @@ def report(
     """The health of ``queues`` (default: :func:`known_queues`). Raises DelayQError when
     Redis cannot be read."""
     now = store.server_time()
-    workers = store.live_workers(now)
+    unreadable: list[str] = []
+    workers = store.live_workers(now, unreadable)
     served = workers_per_queue(workers)
     known = known_queues(store, workers)
     names = list(queues) if queues is not None else known
@@ -128,4 +132,4 @@ def report(
                 totals=store.totals(queue) if totals else {},
             )
         )
-    return Report(now, max_lag, results, workers, known)
+    return Report(now, max_lag, results, workers, sorted(unreadable), known)

@@ -12,9 +12,16 @@ whole). Format 3 (since 0.2) is a header the Lua scripts read, then a body only 
 The header is everything scripts need (``header()`` in ``lua/_lib.lua``), so they never
 decode user data, whatever its size or nesting: ``max_retries`` (decided once, when the job is
 scheduled), flags (``i``: keep a tombstone when it finishes, see ``store.py``; ``k``: has
-keyword arguments) and the unique key. A record of 0.1 (a JSON array, format 2, or object,
-format 1) is still decoded here; scripts treat it as having no unique key and the
-``MAX_RETRIES`` setting.
+keyword arguments; ``u``: max_retries undecided, see below) and the unique key.
+
+A process that schedules a task by name without importing it (``CHECK_NAMES`` off) does not
+know the task's ``max_retries``: it writes its ``MAX_RETRIES`` setting and flag ``u``, and
+the worker that runs the job writes the task's own into the header (``settle_record``,
+``lua/settle.lua``) as it starts it. A reader that does not know flag ``u`` (0.2.0) reads
+the digits, as before; a new flag letter keeps the format at 3.
+
+A record of 0.1 (a JSON array, format 2, or object, format 1) is still decoded here;
+scripts treat it as having no unique key and the ``MAX_RETRIES`` setting.
 
 The mutable state lives beside the record: ``state`` (``"<attempts>|<lease token>"``) and
 ``errors`` (each error framed as ``"<length>\\n<JSON>"``), written by the scripts.
@@ -56,6 +63,7 @@ IN_DATABASE = "database"
 RESERVED = 10_000_000_000
 FLAG_TOMBSTONE = "i"
 FLAG_KWARGS = "k"
+FLAG_UNDECIDED = "u"
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 # Two base-32 digits (10 bits) per lookup: 13 lookups write a ULID.
@@ -256,6 +264,21 @@ EMPTY = Fields("", [], {})
 _HEADER = re.compile(rb"(\d{1,9})([a-z]*)")
 
 
+def undecided(record: bytes) -> bool:
+    """Whether the record's header leaves max_retries to the worker (flag 'u')."""
+    match = _HEADER.match(record)
+    return match is not None and b"u" in match.group(2)
+
+
+def settle_record(record: bytes, max_retries: int) -> bytes:
+    """The record with ``max_retries`` decided (flag 'u' dropped), as settle.lua writes it."""
+    match = _HEADER.match(record)
+    if match is None:
+        return record
+    flags = match.group(2).replace(b"u", b"")
+    return b"%d%s%s" % (max_retries, flags, record[match.end() :])
+
+
 def decode_record(raw: bytes | str) -> Fields:
     """Decode a record (format 3, or 0.1's formats 1 and 2); raise CorruptJob."""
     if isinstance(raw, str):
@@ -360,6 +383,38 @@ def frame_error(error: dict) -> bytes:
     """One error as fail.lua appends it (what parse_errors reads)."""
     data = json.dumps(error, ensure_ascii=False, default=str).encode()
     return b"%d\n%s" % (len(data), data)
+
+
+# What a worker name may not hold as is in its instance name, which starts every lease token
+# (``<instance>#<counter>``, kept in the state hash as ``<n>|<token>`` or ``<n>|~<token>``)
+# and names its fields of the claims hash (``<instance>`` and ``<instance>/r``, whose values
+# are ``<token>\n<ids>``): '%' (the escape), '~' (a settled attempt; also the separator of
+# the name and the instance's random suffix), '|', '#', '/', braces (a cluster hash tag in a
+# roster key), whitespace and every other character that is not printable.
+_NAME_RESERVED = frozenset("%~|#/{}")
+
+
+def encode_instance_name(name: str) -> str:
+    """``name`` with its reserved characters percent-encoded (their UTF-8 bytes, as in URLs),
+    so that any name a worker is given ("~x", "a|b", "w/r") starts an instance name and lease
+    tokens the scripts read back unchanged; distinct names stay distinct. Plain names
+    ("web-1:4242", "café") are left as they are. ValueError when UTF-8 cannot carry the name
+    (a lone surrogate)."""
+    if type(name) is not str or not name:
+        raise ValueError(f"worker name {name!r} is not a name: pass a non-empty str")
+    try:
+        name.encode()
+    except UnicodeEncodeError:
+        raise ValueError(
+            f"worker name {name!r} holds characters UTF-8 cannot carry (a lone surrogate, "
+            "from bytes the terminal could not decode): pass a name of printable text"
+        ) from None
+    return "".join(
+        "".join(f"%{b:02X}" for b in c.encode())
+        if c in _NAME_RESERVED or c.isspace() or not c.isprintable()
+        else c
+        for c in name
+    )
 
 
 def worker_of(token: str | None) -> str | None:

@@ -21,12 +21,19 @@ started) are durations, placed on Redis's clock the same way.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
+
+from .exceptions import ConnectionError as DelayQConnectionError
+from .exceptions import DelayQError
 
 if TYPE_CHECKING:
     from .transport import Op, Policy
+
+logger = logging.getLogger("django_delayq.roster")
 
 FORMAT = 1
 # Members read per look at the roster (the most recently beating first).
@@ -146,7 +153,7 @@ def decode_description(instance: str, raw: bytes, pttl: int, now: float) -> Live
     queues = data.get("queues")
     return LiveWorker(
         instance=instance,
-        name=str(data.get("name") or instance.rsplit("~", 1)[0]),
+        name=str(data.get("name") or unquote(instance.rsplit("~", 1)[0])),
         host=str(data.get("host") or ""),
         pid=_number(data.get("pid"), int),
         queues=tuple(str(q) for q in queues) if isinstance(queues, list) else (),
@@ -195,26 +202,41 @@ class Roster:
             self.command(b"ZREM", roster, instance, route=roster),
         ]
 
-    def live_workers(self, now: float) -> list[LiveWorker]:
+    def live_workers(self, now: float, unreadable: list[str] | None = None) -> list[LiveWorker]:
         """Every live worker (at most MAX_LISTED, the most recently beating first), sorted
-        by name; ``now`` is Redis's time. Members whose description is gone are dropped."""
+        by name; ``now`` is Redis's time. Members whose description is gone are dropped.
+        A key Redis refuses to read (of another type, written by hand or by another program:
+        a worker's entry, or the roster itself) is skipped, logged once per process, and
+        appended to ``unreadable`` when a list is given; it is left in place for the
+        operator. Raises DelayQError when Redis cannot be reached."""
         roster = self.workers_key
-        members = [
-            _text(m)
-            for m in self.call(self.command(b"ZREVRANGE", roster, 0, MAX_LISTED - 1, route=roster))
-        ]
+        try:
+            listed = self.call(self.command(b"ZREVRANGE", roster, 0, MAX_LISTED - 1, route=roster))
+        except DelayQConnectionError:
+            raise
+        except DelayQError as exc:
+            _report_unreadable(roster, exc)
+            if unreadable is not None:
+                unreadable.append(roster)
+            return []
+        members = [_text(m) for m in listed]
         ops = []
         for instance in members:
             key = self.worker_key(instance)
             ops += [self.command(b"GET", key, route=key), self.command(b"PTTL", key, route=key)]
         replies = self.run(ops, budget=2.0) if ops else []
         for reply in replies:
-            if isinstance(reply, Exception):
+            if isinstance(reply, DelayQConnectionError):
                 raise reply
         workers, gone = [], []
         for i, instance in enumerate(members):
             raw, pttl = replies[2 * i], replies[2 * i + 1]
-            if raw is None or int(pttl) == -2:
+            refused = next((r for r in (raw, pttl) if isinstance(r, Exception)), None)
+            if refused is not None:
+                _report_unreadable(self.worker_key(instance), refused)
+                if unreadable is not None:
+                    unreadable.append(self.worker_key(instance))
+            elif raw is None or int(pttl) == -2:
                 gone.append(instance)
             else:
                 workers.append(decode_description(instance, raw, int(pttl), now))
@@ -224,3 +246,19 @@ class Roster:
             cleanup.append(self.command(b"ZREM", roster, *gone, route=roster))
         self.run(cleanup, budget=0)  # best effort: the next reader tries again
         return sorted(workers, key=lambda w: (w.name, w.instance))
+
+
+_reported: set[str] = set()  # unreadable roster entries already logged by this process
+
+
+def _report_unreadable(key: str, error: Exception) -> None:
+    if key in _reported:
+        return
+    if len(_reported) < 1000:
+        _reported.add(key)
+    logger.warning(
+        "roster key %s cannot be read (%s): skipped; delete it (redis-cli DEL) if no "
+        "django-delayq worker wrote it",
+        key,
+        error,
+    )

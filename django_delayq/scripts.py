@@ -25,6 +25,7 @@ SCRIPTS = (
     "ack",
     "fail",
     "extend",
+    "settle",
     "recover",
     "release",
     "cancel",

@@ -86,6 +86,10 @@ def _ms(seconds: float) -> int:
     return round(seconds * 1000)
 
 
+def _is_one(reply: Any) -> bool:
+    return int(reply) == 1
+
+
 def _now_arg(now: float | None) -> str | int:
     return "" if now is None else _ms(now)
 
@@ -362,6 +366,14 @@ class Store(Reads, Roster, OldLayout):
         it changes only a not-started score of a job still leased, never a later lease."""
         running = self.key(queue, "running")
         return self.command(b"ZADD", running, b"XX", b"GT", _ms(lease_until), job_id, route=running)
+
+    def settle(
+        self, queue: str, job_id: str, token: str, max_retries: int, lease_until: float
+    ) -> bool:
+        """Write the task's ``max_retries`` into an undecided record (flag 'u') and mark the
+        job started (lua/settle.lua); False when the token no longer holds the job."""
+        argv = (job_id, token, int(max_retries), _ms(lease_until))
+        return self.call(self.op("settle", queue, argv, _is_one), WORKER_BUDGET)
 
     def extend(
         self,

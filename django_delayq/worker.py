@@ -7,7 +7,8 @@ Threads of one Worker:
   a few to prefetch (see below); then it sleeps until the next due time (at most
   ``MAX_SLEEP``), a refill, a failure, a wake-up or a stop request;
 - ``concurrency`` runner threads (execution.py), each running one attempt at a time; a runner
-  marks an attempt started in Redis just before running it (a write nobody waits for);
+  marks an attempt started in Redis just before running it (starts.py: a write nobody waits
+  for, or a script call it waits for when the worker settles the job's retry policy);
 - a waker thread (not in burst mode), blocked in BLPOP on the queues' wake lists only while a
   runner is idle, so a ``schedule()`` of a job due sooner than anything pending starts it at
   once;
@@ -54,11 +55,12 @@ from .exceptions import DelayQError
 from .execution import FINISHED, STARTED, Attempt, Executor, Outcome
 from .execution import backoff_delay as backoff_delay  # re-exported
 from .execution import current_job as current_job  # re-exported
-from .job import PENDING, decode_fields
+from .job import PENDING, decode_fields, encode_instance_name
 from .maintenance import Backoff, Heartbeat, Recovery, Waker, by_queue
 from .outbox import Relay
 from .presence import Presence
 from .registry import sender
+from .starts import Starts
 from .store import Claim, Store, check_queue_name
 from .upgrade import refuse_old_layout
 from .wording import counted
@@ -95,10 +97,11 @@ class Worker:
         self.concurrency = concurrency
         self.burst = burst
         self.store = store or get_store()
-        self.name = name or f"{socket.gethostname()}:{os.getpid()}"
+        self.name = f"{socket.gethostname()}:{os.getpid()}" if name is None else name
         # Lease tokens: <instance>#<counter>; the instance differs between two workers even
-        # when they share a --name.
-        self.instance = f"{self.name}~{secrets.token_hex(4)}"
+        # when they share a --name. Any name works: the characters the scripts read as
+        # markers ('~', '|', '#', '/', whitespace...) are percent-encoded in it.
+        self.instance = f"{encode_instance_name(self.name)}~{secrets.token_hex(4)}"
         self.clock = clock
         self.shutdown_timeout = float(
             delayq_settings.SHUTDOWN_TIMEOUT if shutdown_timeout is None else shutdown_timeout
@@ -134,10 +137,10 @@ class Worker:
         self._deadline: float | None = None  # monotonic time of the next due job
         self._more_due = False  # the last claim left due jobs behind
         self._rotation = 0
-        self._clock_offset = 0.0  # Redis time - local time, from the last claim
         self._stopping = False
         self._forced = False
         self.marker = self.store.marker()
+        self.starts = Starts(self.store, self.marker, self.lease, self.default_max_retries)
         self.heartbeat = Heartbeat(self.store, self.lease, self.holding, self._stopped, self._now)
         self.recovery = Recovery(
             self.store,
@@ -528,7 +531,7 @@ class Worker:
             raise error
 
     def _take(self, queue: str, token: str, claim: Claim) -> None:
-        self._clock_offset = claim.now - time.time()
+        self.starts.offset = claim.now - time.time()
         if not claim.jobs:
             return
         attempts = [Attempt(queue, c.id, token, c.record, c.attempt) for c in claim.jobs]
@@ -551,7 +554,9 @@ class Worker:
                 attempt.state = STARTED
                 attempt.started = time.monotonic()
                 self._running += 1
-            self._mark_started(attempt)
+            if not self.starts.start(attempt):
+                self._drop(attempt)
+                continue
             outcome = self.executor.run(attempt)
             took = time.monotonic() - attempt.started
             with self._lock:
@@ -572,11 +577,15 @@ class Worker:
             if wake:
                 self._wake.set()
 
-    def _mark_started(self, attempt: Attempt) -> None:
-        """Tell Redis the attempt starts (it counts from now on) before running it."""
-        lease_until = time.time() + self._clock_offset + self.lease
-        if not self.marker.mark(attempt.queue, attempt.id, lease_until):
-            logger.debug("job %s: start mark not written", attempt.id)
+    def _drop(self, attempt: Attempt) -> None:
+        """A runner took ``attempt`` and will not run it (Starts.settle): forget its lease."""
+        with self._lock:
+            self._running -= 1
+            attempt.state = FINISHED
+            self._leases.pop(attempt.lease, None)
+            if len(self._waiting) + self._running < self.concurrency:
+                self._idle_runner.notify()
+        self._wake.set()
 
     # -- the waker's view of the runners --------------------------------------------
 

@@ -21,6 +21,7 @@ import shutil
 import struct
 import subprocess
 import sys
+import time
 import tomllib
 from html.parser import HTMLParser
 from pathlib import Path
@@ -251,6 +252,11 @@ def test_every_text_of_the_admin_is_translated(real_store, admin_client, pseudo,
     beat(store, "w-1~1", running=[[Q, running, "tests.testapp.tasks.add", 75.0]], stopping=True)
     beat(store, "w-2~2", queues=[Q, "emails"], burst=True)
     seen("workers", client.get(url("workers")))
+    store.client.hset(store.worker_key("bad~9"), "x", "1")  # a roster entry of another type
+    store.client.zadd(store.workers_key, {"bad~9": int(time.time() * 1000)})
+    data.append(store.worker_key("bad~9"))
+    seen("workers, an unreadable entry", client.get(url("workers")))
+    assert 'id="dq-unreadable"' in pages["workers, an unreadable entry"]
     seen("dashboard with workers", client.get(url("changelist")))
     seen("pending", client.get(url("pending")))
     seen("pending page 2", client.get(url("pending", per_page="1", p="2")))

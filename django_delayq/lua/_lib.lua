@@ -32,7 +32,11 @@
 -- scores as integers, where a decimal score would be parsed on every comparison. "now" is
 -- Redis's TIME unless a test passes one. Scripts touch no other key and check the types of
 -- the keys they write before their first write, so an error never leaves a job half moved.
--- Record flags: 'i' keep a tombstone when finished, 'k' has keyword arguments.
+-- Record flags: 'i' keep a tombstone when finished, 'k' has keyword arguments, 'u' max_retries
+-- undecided (scheduled by name from a process that does not import the task: the digits are
+-- that process's MAX_RETRIES; the worker writes the task's with settle.lua as it starts the
+-- job, so a started job is decided, except one a worker older than 'u' started: scripts
+-- then read the digits, as that worker did).
 local RESERVED = 10000000000000
 local DONE_TTL = 120000
 

@@ -6,6 +6,8 @@
 -- ARGV[4] error (JSON object: type, message, traceback, attempt, at, worker)
 -- ARGV[5] retry delay (integer milliseconds); negative: never retry (dead-letter now)
 -- ARGV[6] max_retries for a record without a header (written by 0.1); the header's wins
+--         (a record with flag 'u' was settled by settle.lua when its attempt started; one
+--         a worker older than flag 'u' ran is read by its digits, the producer's setting)
 -- ARGV[7] dead max age (integer milliseconds): older dead jobs are trimmed
 -- ARGV[8] dead max count (integer): the oldest beyond it are trimmed
 -- ARGV[9] errors kept per job (integer >= 1)

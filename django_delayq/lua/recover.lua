@@ -6,6 +6,9 @@
 -- ARGV[3] token of this recovery (string, unique per call)
 -- ARGV[4] worker instance of the caller (the field "<instance>/r" of `claims` remembers the call)
 -- ARGV[5] max_retries for a record without a header (written by 0.1); the header's wins
+--         (flag 'u', undecided: such a job was never started by a worker that knows the
+--         flag, as settle.lua decides and marks in one step, so it is refunded; one a worker
+--         older than the flag started is read by its digits, as that worker would)
 -- ARGV[6] dead max age (integer milliseconds): older dead jobs are trimmed (a bounded batch
 --         on every call, so a quiet queue's dead set is trimmed too: workers call this
 --         periodically)

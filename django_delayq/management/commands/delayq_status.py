@@ -108,6 +108,11 @@ class Command(BaseCommand):
             self.stdout.write(json.dumps(as_json(result), indent=2))
         else:
             self.stdout.write(as_text(result))
+            if result.unreadable:  # not a queue's health: the exit code says nothing of it
+                self.stderr.write(
+                    f"WARNING: roster entries of another type, left out: "
+                    f"{', '.join(result.unreadable)} (delete them if no worker wrote them)"
+                )
         if not result.healthy:
             sys.exit(UNHEALTHY)
 
@@ -147,6 +152,7 @@ def as_json(report: health.Report) -> dict[str, Any]:
             }
             for w in report.workers
         ],
+        "unreadable_roster_entries": report.unreadable,
     }
 
 
