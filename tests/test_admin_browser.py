@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 from django.contrib.auth.models import Permission, User
 
+import django_delayq
 from django_delayq import get_job, schedule, task
 from django_delayq.execution import STARTED
 from django_delayq.job import encode_record, new_job_id
@@ -407,7 +408,14 @@ def test_workers_tab_in_a_browser(real_store, live_server, settings, tmp_path):
             testtasks.add.schedule(i, i)
         for i in range(3):  # a queue nobody serves, with due jobs
             schedule(testtasks.add, i, i, queue="reports")
-        beat(real_store, "web-2~5117", host="web-2.internal", pid=5117, queues=["emails"])
+        beat(
+            real_store,
+            "web-2~5117",
+            host="web-2.internal",
+            pid=5117,
+            queues=["emails"],
+            version=django_delayq.__version__,  # the screenshot shows one release
+        )
         thread.start()
 
         def started() -> bool:
