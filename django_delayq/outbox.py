@@ -45,6 +45,7 @@ from django.db import (
     transaction,
 )
 
+from .conf import delayq_settings
 from .exceptions import DelayQError
 from .store import Scheduled, Store
 
@@ -249,11 +250,16 @@ def queues() -> list[str]:
 
 
 def cancel(
-    job_id: str | None = None, key: str | None = None, queue: str | None = None
+    job_id: str | None = None,
+    key: str | None = None,
+    queue: str | None = None,
+    committed: Callable[[Row], None] | None = None,
 ) -> list[Row]:
     """Delete the rows of a job id or unique key (in ``queue`` if given); the rows deleted.
-    A row a relay holds is waited for (its lock): once relayed, it is not found here and
-    the caller cancels it in Redis."""
+    The deletion joins the caller's transaction on an alias where one is open (a rollback
+    restores the row); ``committed(row)`` runs once the deletion of ``row`` commits (at
+    once without a transaction). A row a relay holds is waited for (its lock): once
+    relayed, it is not found here and the caller cancels it in Redis."""
     gone: list[Row] = []
     for alias in aliases():
         rows = _rows(alias)
@@ -263,7 +269,10 @@ def cancel(
         with transaction.atomic(using=alias):
             for obj in rows.select_for_update():
                 if _rows(alias).filter(id=obj.id)._raw_delete(alias):
-                    gone.append(_row(obj))
+                    row = _row(obj)
+                    gone.append(row)
+                    if committed is not None:
+                        transaction.on_commit(lambda row=row: committed(row), using=alias)
     return gone
 
 
@@ -324,39 +333,33 @@ def relay(
     return done, error
 
 
-def relay_now(store: Store, alias: str, row: Row, after: Callable[[], None] | None = None) -> bool:
-    """The fast path, run by the committing process after the commit: relay ``row`` and
-    delete it. Never raises (it runs in a commit hook): a failure is logged and the row
-    waits for a worker. True if the row reached Redis.
+def relay_now(store: Store, alias: str, ids: Sequence[str]) -> bool:
+    """The fast path, a commit hook of the committing process: relay the rows of ``ids``
+    *as the table holds them now* (read by id under the relay's row lock, so a row
+    cancelled or replaced later in the committed transaction relays as cancelled, nothing,
+    or as replaced), except rows beyond the horizon, and delete them. Never raises (it runs
+    in a commit hook): a failure is logged and the rows wait for a worker. True if the
+    pass ran.
 
     One attempt, nothing re-sent (``FAST_BUDGET``): with Redis down, a request that
     commits jobs is not held up for seconds per job; the workers relay the rows. After a
-    failure this process skips the fast path for ``FAST_PAUSE`` seconds."""
+    Redis failure this process skips the fast path for ``FAST_PAUSE`` seconds."""
     global _fast_failed_at
     if time.monotonic() - _fast_failed_at < FAST_PAUSE:
-        logger.info("job %s stays in the database outbox for a worker's relay", row.id)
+        logger.info("job %s stays in the database outbox for a worker's relay", ", ".join(ids))
         return False
     try:
-        if after is not None:
-            after()
-        done, error = relay(store, [row], budget=FAST_BUDGET)
-        if row.id not in done:
-            raise error or DelayQError("not relayed")
+        relay_pass(store, alias, limit=len(ids), ids=ids, near=True, budget=FAST_BUDGET)
     except Exception as exc:
-        _fast_failed_at = time.monotonic()
+        if not isinstance(exc, DatabaseError):
+            _fast_failed_at = time.monotonic()
         logger.warning(
             "job %s stays in the database outbox (%s): a delayq_worker relays it to Redis "
             "within seconds",
-            row.id,
+            ", ".join(ids),
             exc,
         )
         return False
-    try:
-        delete(alias, [row.id])
-    except Exception as exc:  # stored in Redis: a relay sent again is a no-op
-        logger.warning(
-            "job %s: relayed, but its outbox row stays until a worker's relay (%s)", row.id, exc
-        )
     return True
 
 
@@ -376,14 +379,24 @@ def relay_pass(
     limit: int = RELAY_BATCH,
     now: float | None = None,
     ids: Sequence[str] | None = None,
+    near: bool = False,
+    budget: float = 2.0,
 ) -> int:
-    """Relay up to ``limit`` rows of ``alias`` whose relay time has come (or the rows of
-    ``ids``, whatever their relay time) and delete them, in one transaction; how many."""
+    """Relay up to ``limit`` rows of ``alias`` and delete them, in one transaction; how
+    many. Which rows: those of ``ids`` whatever their relay time (with ``near``, not those
+    beyond the horizon); else those whose relay time has come, every row when
+    ``DELAYQ["HORIZON"]`` is off (rows left from when it was on move at once)."""
     now = time.time() if now is None else now
+    horizon = delayq_settings.HORIZON
     with transaction.atomic(using=alias):
         _lock(alias)
         rows = _rows(alias)
-        rows = rows.filter(id__in=ids) if ids is not None else rows.filter(relay_at__lte=_dt(now))
+        if ids is not None:
+            rows = rows.filter(id__in=ids)
+            if near and horizon is not None:
+                rows = rows.filter(due_at__lte=_dt(now + horizon))
+        elif horizon is not None:
+            rows = rows.filter(relay_at__lte=_dt(now))
         rows = rows.order_by("relay_at")
         if connections[alias].features.has_select_for_update_skip_locked:
             rows = rows.select_for_update(skip_locked=True)
@@ -393,7 +406,7 @@ def relay_pass(
         ]
         if not batch:
             return 0
-        done, error = relay(store, batch)
+        done, error = relay(store, batch, budget)
         delete(alias, done)
     # Committed. (A pass whose transaction fails after its Redis write, a deadlock say,
     # leaves its rows for the next pass: relaying them again is a no-op in Redis.)

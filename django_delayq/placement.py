@@ -80,8 +80,8 @@ def store_row(prepared: Prepared, alias: str | None, far: bool, now: float) -> J
         store = get_store()
         if displaced is not None:
             _displace(store, plan.queue, plan.key, displaced)
-        if not far:
-            outbox.relay_now(store, target, row)
+        if not far:  # the row as the table holds it at commit (see outbox.relay_now)
+            outbox.relay_now(store, target, [row.id])
         signals.send(signals.job_scheduled, who, job=job)
 
     transaction.on_commit(committed, using=target)
@@ -134,7 +134,7 @@ def replace_row(prepared: Prepared, alias: str, held: outbox.Row) -> Job:
     job = row_job(row, outcome)
 
     def committed() -> None:
-        outbox.relay_now(get_store(), alias, row)
+        outbox.relay_now(get_store(), alias, [row.id])
         signals.send(signals.job_scheduled, who, job=job)
 
     transaction.on_commit(committed, using=alias)
@@ -163,13 +163,14 @@ def bulk_rows(rows: list[tuple[int, Prepared]], now: float) -> dict[int, Job]:
 
 
 def cancel_rows(queue: str | None, job_id: str | None, key: str | None) -> bool:
-    """Cancel in the database what Redis did not hold. The caller then asks Redis again
-    when nothing was found: a row a relay was moving (its lock is waited for) is in Redis
-    by then, so a job is never missed in both places. (A row a crashed relay left behind
-    beside its copy in Redis: the copy is cancelled first, leaving a tombstone that makes
-    the row's next relay a no-op.)"""
-    rows = outbox.cancel(job_id, key, queue)
-    for row in rows:
+    """Cancel in the database: the rows of ``job_id`` or ``key``, in the caller's
+    transaction where one is open (job_cancelled is sent when the deletion commits).
+    For an id, the caller asks Redis again when nothing was found: a row a relay was moving
+    (its lock is waited for) is in Redis by then, so a job is never missed in both places.
+    (A row a crashed relay left behind beside its copy in Redis: the copy is cancelled
+    first, leaving a tombstone that makes the row's next relay a no-op.)"""
+
+    def committed(row: outbox.Row) -> None:
         job = make_job(
             row.id,
             row.queue,
@@ -179,4 +180,5 @@ def cancel_rows(queue: str | None, job_id: str | None, key: str | None) -> bool:
             waits_in=IN_DATABASE,
         )
         signals.send(signals.job_cancelled, sender(job.task), job=job)
-    return bool(rows)
+
+    return bool(outbox.cancel(job_id, key, queue, committed))
