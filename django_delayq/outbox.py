@@ -306,6 +306,7 @@ def relay(
                     key=row.key,
                     on_conflict=row.on_conflict,
                     relay=True,
+                    adopt=True,  # the row's id is the job (SPEC-17 I1, I3)
                 )
             )
             owners.append([row])

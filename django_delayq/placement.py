@@ -60,14 +60,15 @@ def store_row(prepared: Prepared, alias: str | None, far: bool, now: float) -> J
     row = outbox.Row(prepared.id, plan.queue, due, prepared.record, plan.key, on_conflict)
     who = plan.task or plan.name
     displaced: str | None = None  # a pending job in Redis whose unique key this row takes
-    if far and plan.key is not None:
+    if plan.key is not None and (far or on_conflict == "keep"):
+        # A near replace needs no look: its relay adopts the key (schedule.lua ARGV[9]).
         holder = _pending_in_redis(plan.queue, plan.key)
         if holder is not None and outbox.find_key(plan.queue, plan.key) is None:
             if on_conflict == "keep":
                 job = replace(holder, outcome=KEPT)
                 signals.send(signals.job_scheduled, who, job=job)
                 return job
-            displaced = holder.id
+            displaced = holder.id  # far: the holder must not run before the row is due
     horizon = delayq_settings.HORIZON
     relay_at = due - horizon if far and horizon is not None else now + outbox.GRACE
     outcome, row = outbox.save(target, row, relay_at, now)

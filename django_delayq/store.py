@@ -202,16 +202,25 @@ class Store(Reads, Roster, OldLayout):
         on_conflict: str = "replace",
         now: float | None = None,
         relay: bool = False,
+        adopt: bool = False,
     ) -> Op:
         """``relay``: the job may have reached Redis before (a row of the outbox, relayed
         again after a crash between the Redis write and the row's delete), so even the first
         send is marked as sent again: a stored or finished job of that id is not stored
-        again (its record carries flag 'i', so a finished one leaves a tombstone)."""
+        again (its record carries flag 'i', so a finished one leaves a tombstone).
+        ``adopt``: a pending job of another id holding ``key`` is removed and this one takes
+        the key under ``job_id`` (the relay of a row that took the key in the database)."""
         mode, value = ("delay", delay or 0.0) if at is None else ("at", at)
         argv = (job_id, record, mode, _ms(value), key or "", on_conflict, _now_arg(now))
         first = "1" if relay else ""
+        last = "1" if adopt else ""
         return self.op(
-            "schedule", queue, (*argv, first), parse_schedule, Policy.RESEND, (*argv, "1")
+            "schedule",
+            queue,
+            (*argv, first, last),
+            parse_schedule,
+            Policy.RESEND,
+            (*argv, "1", last),
         )
 
     def remember_queue_op(self, queue: str) -> Op:

@@ -14,6 +14,7 @@ from django.db import connections, transaction
 from django.test import override_settings
 
 from django_delayq import cancel, connection, get_job, outbox, signals
+from django_delayq.job import encode_record
 from django_delayq.models import OutboxJob
 from tests.test_outbox import alias, horizon, pending_ids, rows, run_burst  # noqa: F401
 from tests.testapp import tasks as t
@@ -123,7 +124,6 @@ def test_far_then_near_in_one_transaction_is_relayed(store, alias, horizon):  # 
     assert get_job(far.id).args == [2]
 
 
-@pytest.mark.xfail(strict=True, reason="needs the relay's adopt mode (item 9, next commit)")
 def test_two_transactions_racing_on_a_key_the_second_to_commit_wins(store):
     """PostgreSQL: T1 writes the key's row, T2 (another connection) writes it too and waits
     on T1's row; T1 commits (its hook relays), then T2: T2's call is the job."""
@@ -176,6 +176,42 @@ class _OutboxTo:
         if model_name == "outboxjob":
             return db == self.alias
         return None
+
+
+# -- a row over a pending Redis job: the relay adopts the key (item 9) -------------------
+
+
+def test_on_commit_replace_over_a_redis_job_runs_under_the_returned_id(store, alias):  # noqa: F811
+    held = t.remember.schedule(1, key="k")  # due now: flag 'i', a tombstone when removed
+    with transaction.atomic(using=alias):
+        job = t.remember.schedule(2, key="k", delay=30, on_commit=alias)
+        assert job.id != held.id
+    assert pending_ids(store) == [job.id]
+    assert get_job(job.id).args == [2] and get_job(held.id) is None
+    # The removed holder left a tombstone: a lost-reply re-send of it stores nothing.
+    assert store.client.zscore(store.key("default", "done"), held.id) is not None
+    assert cancel(job.id) is True and pending_ids(store) == []
+
+
+def test_the_adopting_relay_sent_again_changes_nothing(store):
+    t.remember.schedule(1, key="k", delay=30)
+    record = encode_record("tests.testapp.tasks.remember", [2], {}, "k", 0, "i")
+    row = outbox.Row("01J0000000000000000000ADPT", "default", 0.0, record, "k")
+    first, error = outbox.relay(store, [row])
+    assert error is None and first[row.id].outcome == "created"
+    again, error = outbox.relay(store, [row])
+    assert error is None and again[row.id].outcome == "created"
+    assert pending_ids(store) == [row.id]
+    assert store.client.hget(store.key("default", "keys"), "k") == row.id.encode()
+
+
+def test_on_commit_keep_over_a_redis_job_returns_the_kept_job(store, alias):  # noqa: F811
+    held = t.remember.schedule(1, key="k", delay=30)
+    with transaction.atomic(using=alias):
+        kept = t.remember.schedule(2, key="k", on_conflict="keep", on_commit=alias)
+    assert kept.id == held.id and kept.outcome == "kept"
+    assert pending_ids(store) == [held.id] and get_job(held.id).args == [1]
+    assert rows(alias) == []
 
 
 # -- HORIZON turned off while rows wait (item 8) ----------------------------------------

@@ -1,5 +1,5 @@
 -- schedule.lua: store a new job as pending, honouring its unique key.
--- KEYS: pending jobs state keys wake done
+-- KEYS: pending jobs state keys wake done errors
 -- ARGV[1] job id (string, ULID)
 -- ARGV[2] job record (bytes: header "\n" body, see job.py)
 -- ARGV[3] 'delay' (ARGV[4] is milliseconds from Redis's now) or 'at' (ARGV[4] is an epoch in
@@ -10,6 +10,12 @@
 -- ARGV[7] now (epoch milliseconds) or '' for Redis TIME
 -- ARGV[8] '1' when this call is sent again because the reply to an earlier one was lost,
 --         else ''
+-- ARGV[9] '1' to adopt the unique key (the relay of an outbox row that took the key in the
+--         database, SPEC-17 I3), else '' or absent: a pending job of another id holding the
+--         key is removed (a tombstone of it if its record has flag 'i', as cancel.lua
+--         leaves) and this job is created under ARGV[1], so it runs under the id the row
+--         had; with on_conflict 'keep' the holder is kept as without ARGV[9]. Idempotent:
+--         sent again it finds its own record (or its tombstone) and changes nothing.
 -- Returns {outcome, id, due_at, record}: outcome 'created' | 'replaced' | 'kept' | 'done';
 -- due_at in epoch milliseconds; for 'kept' the id, due_at and record are the existing job's,
 -- else record is ''.
@@ -23,6 +29,7 @@
 -- ULIDs); 'DELAYQ_BAD_DUE' if the due time is not an epoch before year 2286.
 local id, record, mode, value, ukey, on_conflict = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5], ARGV[6]
 local now = clock(ARGV[7])
+local adopt = ARGV[9] == '1'
 local due
 if mode == 'delay' then due = now + math.max(value, 0) else due = math.max(value, now) end
 if not (due < RESERVED) then return redis.error_reply('DELAYQ_BAD_DUE ' .. tostring(due)) end
@@ -37,7 +44,7 @@ if ARGV[8] == '1' then
     -- This very call replaced the key's job, which still holds its record (pending, or
     -- claimed since: then it must not be stored again beside it).
     local holder = ukey ~= '' and redis.call('HGET', U, ukey)
-    if holder and redis.call('HGET', J, holder) == record then
+    if holder and not adopt and redis.call('HGET', J, holder) == record then
       return {'replaced', holder, tonumber(redis.call('ZSCORE', P, holder)) or due, ''}
     end
     if redis.call('ZSCORE', F, id) then return {'done', id, '', ''} end
@@ -53,6 +60,17 @@ if score then
   if on_conflict == 'keep' then
     return {'kept', existing, tonumber(score), redis.call('HGET', J, existing) or ''}
   end
+  if adopt then
+    -- The holder goes (as cancel.lua removes it); the new job below takes the key.
+    zsets(F) hashes(S, E)
+    local _, held_flags = header(redis.call('HGET', J, existing) or '')
+    redis.call('ZREM', P, existing)
+    forget(existing)
+    if held_flags and has(held_flags, 'i') then tombstone({existing}, now) end
+    score = nil
+  end
+end
+if score then
   -- Replace: the pending job takes the new record and due time and starts over (its
   -- attempts count from 0 again; errors of earlier attempts stay on record).
   local n, token = state_of(existing)
