@@ -60,6 +60,12 @@ RELAY_PASSES = 10  # passes per turn at most while full batches keep coming
 RELAY_EVERY = 1.0  # seconds between two turns of a worker's relay
 TABLE_RECHECK = 60.0  # seconds before a relay looks again for a missing outbox table
 DELETE_CHUNK = 500  # ids per DELETE (SQLite allows 999 parameters)
+# A relay marks the ids it stored ("relayed", SPEC-17 I6) until their rows' DELETE commits;
+# a worker's relay sweeps, every SWEEP_EVERY seconds, marks older than SWEEP_AGE whose rows
+# are gone (SWEEP_BATCH per queue).
+SWEEP_AGE = 300.0
+SWEEP_EVERY = 60.0
+SWEEP_BATCH = 500
 FAST_BUDGET = 0.0  # seconds the fast path re-sends a relay that failed: none
 # Seconds a process leaves rows to the workers after one of its fast paths failed: a
 # connection attempt to a Redis that is down can take seconds (redis-py retries connects),
@@ -409,13 +415,49 @@ def relay_pass(
             return 0
         done, error = relay(store, batch, budget)
         delete(alias, done)
-    # Committed. (A pass whose transaction fails after its Redis write, a deadlock say,
-    # leaves its rows for the next pass: relaying them again is a no-op in Redis.)
+    # Committed. (A pass whose transaction fails after its Redis write, a refused DELETE
+    # say, leaves its rows for the next pass: they are marked relayed in Redis, so relaying
+    # them again stores nothing, however long that lasts.) The marks can go now.
     if done:
+        unmark(store, [row for row in batch if row.id in done])
         logger.info("outbox relay: %d rows moved into Redis from database %r", len(done), alias)
     if error is not None and not done:
         raise error
     return len(done)
+
+
+def unmark(store: Store, rows: Sequence[Row]) -> None:
+    """Remove the relayed marks of rows whose DELETE committed (one round trip, one try:
+    a mark left behind is swept by a worker's relay)."""
+    by_queue: dict[str, list[str]] = {}
+    for row in rows:
+        by_queue.setdefault(row.queue, []).append(row.id)
+    ops = [store.unmark_relayed_op(queue, ids) for queue, ids in by_queue.items()]
+    for result in store.run(ops, budget=0.0):
+        if isinstance(result, Exception):
+            logger.info("outbox relay: relayed marks left for the sweep (%s)", result)
+            return
+
+
+def sweep_marks(
+    store: Store, in_aliases: Sequence[str], now: float | None = None, limit: int = SWEEP_BATCH
+) -> int:
+    """Remove relayed marks older than SWEEP_AGE whose rows are in no outbox database (their
+    relayer's ZREM was lost), ``limit`` per queue; how many."""
+    before = (time.time() if now is None else now) - SWEEP_AGE
+    removed = 0
+    for queue in store.queues():
+        old = store.old_relayed(queue, before, limit)
+        if not old:
+            continue
+        waiting: set[str] = set()
+        for alias in in_aliases:
+            waiting.update(_rows(alias).filter(id__in=old).values_list("id", flat=True))
+        gone = [i for i in old if i not in waiting]
+        if gone:
+            store.call(store.unmark_relayed_op(queue, gone))
+            removed += len(gone)
+    return removed
 
 
 def run_now(store: Store, queue: str, ids: Sequence[str], now: float | None = None) -> list[str]:
@@ -443,6 +485,7 @@ class Relay:
         self.relayed = 0
         self._failing = False
         self._no_table: dict[str, float] = {}  # alias -> when to look for the table again
+        self._sweep_at = time.monotonic() + SWEEP_EVERY  # the relayed marks' next sweep
 
     def _has_table(self, alias: str) -> bool:
         """Whether ``alias`` has the outbox table (looked up again every TABLE_RECHECK
@@ -472,14 +515,16 @@ class Relay:
         moved = 0
         close_old_connections()
         try:
-            for alias in aliases():
-                if not self._has_table(alias):
-                    continue
+            present = [alias for alias in aliases() if self._has_table(alias)]
+            for alias in present:
                 for _ in range(RELAY_PASSES):
                     n = relay_pass(self.store, alias)
                     moved += n
                     if n < RELAY_BATCH or self.stopped.is_set():
                         break
+            if time.monotonic() >= self._sweep_at:
+                self._sweep_at = time.monotonic() + SWEEP_EVERY
+                sweep_marks(self.store, present)
         finally:
             close_old_connections()
         self.relayed += moved
