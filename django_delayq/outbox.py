@@ -32,10 +32,11 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from django.conf import settings
 from django.db import (
     DatabaseError,
     IntegrityError,
@@ -44,6 +45,9 @@ from django.db import (
     router,
     transaction,
 )
+from django.db.models import DateTimeField, DurationField, ExpressionWrapper, Value
+from django.db.models.functions import Now
+from django.utils import timezone
 
 from .conf import delayq_settings
 from .exceptions import DelayQError
@@ -76,17 +80,32 @@ _fast_failed_at = -FAST_PAUSE  # time.monotonic() of the last failed fast path
 
 @dataclass(frozen=True)
 class Row:
-    """A job in the outbox: what a relay needs."""
+    """A job in the outbox: what a relay needs.
+
+    ``delay``: None for a job due at an absolute time (``at=``, relayed as 'at': Redis
+    clamps it at its now); for a job scheduled with ``delay=``, the seconds from the
+    database's now to its due time (when written: the delay; when read by a relay: what
+    remains, sent to Redis as 'delay' so Redis's clock counts it: SPEC-17 I7)."""
 
     id: str
     queue: str
-    due_at: float  # epoch seconds
+    due_at: float  # epoch seconds (for a delay row, as this process's clock sees it)
     record: bytes
     key: str | None = None
     on_conflict: str = "replace"
+    delay: float | None = None
 
 
-ROW_FIELDS = ("id", "queue", "due_at", "record", "key", "on_conflict")  # a Row's, in order
+ROW_FIELDS = ("id", "queue", "due_at", "record", "key", "on_conflict", "relative")
+
+
+@dataclass(frozen=True)
+class When:
+    """A time the database's clock makes: ``seconds`` after its now (``relative``), else
+    the epoch ``seconds``."""
+
+    seconds: float
+    relative: bool = True
 
 
 def key_hash(key: str | None) -> str | None:
@@ -94,7 +113,55 @@ def key_hash(key: str | None) -> str | None:
 
 
 def _dt(epoch: float) -> datetime:
-    return datetime.fromtimestamp(epoch, UTC)
+    """An epoch as the DateTimeFields take it: aware (UTC), naive in the default time zone
+    when USE_TZ is off (SPEC-17 I9)."""
+    moment = datetime.fromtimestamp(epoch, UTC)
+    if not settings.USE_TZ:
+        return timezone.make_naive(moment, timezone.get_default_timezone())
+    return moment
+
+
+def _epoch(moment: datetime) -> float:
+    if timezone.is_naive(moment):
+        moment = timezone.make_aware(moment, timezone.get_default_timezone())
+    return moment.timestamp()
+
+
+def _now_sql(alias: str, now: float | None = None) -> Any:
+    """The database's now as an SQL expression (SQLite runs in this process: its clock is
+    this process's, passed as a value, in the form the column holds)."""
+    if now is not None or connections[alias].vendor == "sqlite":
+        return Value(_dt(time.time() if now is None else now), output_field=DateTimeField())
+    return Now()
+
+
+def _sql_time(alias: str, when: When | float) -> Any:
+    """``when`` as a value or an SQL expression on the database's clock."""
+    if not isinstance(when, When):
+        return _dt(when)
+    if not when.relative:
+        return _dt(when.seconds)
+    return ExpressionWrapper(
+        _now_sql(alias) + Value(timedelta(seconds=when.seconds), output_field=DurationField()),
+        output_field=DateTimeField(),
+    )
+
+
+def db_now(alias: str) -> float:
+    """The database's clock now (epoch seconds): one query, except on SQLite."""
+    if connections[alias].vendor == "sqlite":
+        return time.time()
+    with connections[alias].cursor() as cursor:
+        sql, params = _now_sql(alias).as_sql(
+            _rows(alias).query.get_compiler(alias), connections[alias]
+        )
+        cursor.execute(f"SELECT {sql}", params)
+        (moment,) = cursor.fetchone()
+    if isinstance(moment, str):  # pragma: no cover - a backend without a converter
+        moment = datetime.fromisoformat(moment)
+    if timezone.is_naive(moment) and settings.USE_TZ:
+        moment = moment.replace(tzinfo=UTC)
+    return _epoch(moment)
 
 
 def _model() -> type[OutboxJob]:
@@ -106,14 +173,7 @@ def _model() -> type[OutboxJob]:
 
 
 def _row(obj: OutboxJob) -> Row:
-    return Row(
-        obj.id,
-        obj.queue,
-        obj.due_at.timestamp(),
-        bytes(obj.record),
-        obj.key,
-        obj.on_conflict,
-    )
+    return Row(obj.id, obj.queue, _epoch(obj.due_at), bytes(obj.record), obj.key, obj.on_conflict)
 
 
 def aliases() -> list[str]:
@@ -134,8 +194,10 @@ def _rows(alias: str) -> Any:
 # -- writing ---------------------------------------------------------------------------
 
 
-def save(alias: str, row: Row, relay_at: float, now: float | None = None) -> tuple[str, Row]:
+def save(alias: str, row: Row, relay_at: When | float, now: float | None = None) -> tuple[str, Row]:
     """Insert ``row`` (in the current transaction of ``alias``, if any, inside a savepoint).
+    A row with a ``delay`` is due that long after the database's now, computed in SQL;
+    ``relay_at`` is an epoch or a :class:`When` on the database's clock (SPEC-17 I7).
     With a unique key held by another row of its queue: ``replace`` gives that row this
     record, due time and relay time (it keeps its id), ``keep`` leaves it. Returns
     (outcome, the row as stored): 'created', 'replaced' or 'kept'."""
@@ -153,7 +215,11 @@ def save(alias: str, row: Row, relay_at: float, now: float | None = None) -> tup
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _save(alias: str, row: Row, relay_at: float, now: float) -> tuple[str, Row]:
+def _due_sql(alias: str, row: Row) -> Any:
+    return _sql_time(alias, When(row.due_at, False) if row.delay is None else When(row.delay))
+
+
+def _save(alias: str, row: Row, relay_at: When | float, now: float) -> tuple[str, Row]:
     hashed = key_hash(row.key)
     if hashed is not None:
         held = _rows(alias).select_for_update().filter(queue=row.queue, key_hash=hashed).first()
@@ -162,18 +228,18 @@ def _save(alias: str, row: Row, relay_at: float, now: float) -> tuple[str, Row]:
                 return "kept", _row(held)
             _rows(alias).filter(id=held.id).update(
                 record=row.record,
-                due_at=_dt(row.due_at),
-                relay_at=_dt(relay_at),
+                due_at=_due_sql(alias, row),
+                relay_at=_sql_time(alias, relay_at),
+                relative=row.delay is not None,
                 on_conflict=row.on_conflict,
             )
-            return "replaced", Row(
-                held.id, row.queue, row.due_at, row.record, row.key, row.on_conflict
-            )
+            return "replaced", replace(row, id=held.id)
     _rows(alias).create(
         id=row.id,
         queue=row.queue,
-        due_at=_dt(row.due_at),
-        relay_at=_dt(relay_at),
+        due_at=_due_sql(alias, row),
+        relay_at=_sql_time(alias, relay_at),
+        relative=row.delay is not None,
         key=row.key,
         key_hash=hashed,
         on_conflict=row.on_conflict,
@@ -183,15 +249,22 @@ def _save(alias: str, row: Row, relay_at: float, now: float) -> tuple[str, Row]:
     return "created", row
 
 
-def save_many(alias: str, rows: Sequence[tuple[Row, float]], now: float | None = None) -> None:
-    """Insert rows without unique keys ((row, relay_at) pairs), in batches."""
+def save_many(alias: str, rows: Sequence[tuple[Row, When]], now: float | None = None) -> None:
+    """Insert rows without unique keys ((row, relay_at) pairs), in batches: times on the
+    database's clock, read once (:func:`db_now`)."""
     created = _dt(time.time() if now is None else now)
+    base = db_now(alias)
+
+    def epoch(when: When) -> float:
+        return base + when.seconds if when.relative else when.seconds
+
     objs = [
         _model()(
             id=row.id,
             queue=row.queue,
-            due_at=_dt(row.due_at),
-            relay_at=_dt(relay_at),
+            due_at=_dt(row.due_at if row.delay is None else base + row.delay),
+            relay_at=_dt(epoch(relay_at)),
+            relative=row.delay is not None,
             record=row.record,
             on_conflict=row.on_conflict,
             created_at=created,
@@ -308,7 +381,7 @@ def relay(
                     row.queue,
                     row.id,
                     row.record,
-                    at=row.due_at,
+                    **_when(row),
                     key=row.key,
                     on_conflict=row.on_conflict,
                     relay=True,
@@ -318,7 +391,7 @@ def relay(
             owners.append([row])
     for queue, group in plain.items():
         if group:
-            jobs = [(r.id, r.record, {"at": r.due_at}) for r in group]
+            jobs = [(r.id, r.record, _when(r)) for r in group]
             ops.append(store.schedule_many_op(queue, jobs, relay=True))
             owners.append(group)
     done: dict[str, Scheduled] = {}
@@ -338,6 +411,12 @@ def relay(
             "outbox relay: %d of %d rows not relayed (%s)", len(rows) - len(done), len(rows), error
         )
     return done, error
+
+
+def _when(row: Row) -> dict[str, float]:
+    """How a relay tells Redis the due time: the remaining delay (Redis's clock counts it),
+    or the absolute time of an ``at=`` job."""
+    return {"at": row.due_at} if row.delay is None else {"delay": max(row.delay, 0.0)}
 
 
 def relay_now(store: Store, alias: str, ids: Sequence[str]) -> bool:
@@ -393,23 +472,33 @@ def relay_pass(
     many. Which rows: those of ``ids`` whatever their relay time (with ``near``, not those
     beyond the horizon); else those whose relay time has come, every row when
     ``DELAYQ["HORIZON"]`` is off (rows left from when it was on move at once)."""
-    now = time.time() if now is None else now
     horizon = delayq_settings.HORIZON
+    db_now = _now_sql(alias, now)  # the database's clock (``now``: a test's)
     with transaction.atomic(using=alias):
         _lock(alias)
         rows = _rows(alias)
         if ids is not None:
             rows = rows.filter(id__in=ids)
             if near and horizon is not None:
-                rows = rows.filter(due_at__lte=_dt(now + horizon))
+                rows = rows.filter(due_at__lte=_sql_time_from(db_now, horizon))
         elif horizon is not None:
-            rows = rows.filter(relay_at__lte=_dt(now))
+            rows = rows.filter(relay_at__lte=db_now)
         rows = rows.order_by("relay_at")
         if connections[alias].features.has_select_for_update_skip_locked:
             rows = rows.select_for_update(skip_locked=True)
         batch = [
-            Row(i, q, due.timestamp(), bytes(record), key, on_conflict)
-            for i, q, due, record, key, on_conflict in rows.values_list(*ROW_FIELDS)[:limit]
+            Row(
+                i,
+                q,
+                _epoch(due),
+                bytes(record),
+                key,
+                on_conflict,
+                (due - read_at).total_seconds() if relative else None,
+            )
+            for i, q, due, record, key, on_conflict, relative, read_at in rows.values_list(
+                *ROW_FIELDS, db_now
+            )[:limit]
         ]
         if not batch:
             return 0
@@ -424,6 +513,13 @@ def relay_pass(
     if error is not None and not done:
         raise error
     return len(done)
+
+
+def _sql_time_from(db_now: Any, seconds: float) -> Any:
+    return ExpressionWrapper(
+        db_now + Value(timedelta(seconds=seconds), output_field=DurationField()),
+        output_field=DateTimeField(),
+    )
 
 
 def unmark(store: Store, rows: Sequence[Row]) -> None:
@@ -466,7 +562,10 @@ def run_now(store: Store, queue: str, ids: Sequence[str], now: float | None = No
     moved: list[str] = []
     for alias in aliases():
         with transaction.atomic(using=alias):
-            _rows(alias).filter(queue=queue, id__in=ids).update(due_at=_dt(now), relay_at=_dt(now))
+            at = _now_sql(alias, now)
+            _rows(alias).filter(queue=queue, id__in=ids).update(
+                due_at=at, relay_at=at, relative=True
+            )
         found = list(_rows(alias).filter(queue=queue, id__in=ids).values_list("id", flat=True))
         if found:
             relay_pass(store, alias, limit=len(found), now=now, ids=found)

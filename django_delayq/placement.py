@@ -57,7 +57,8 @@ def store_row(prepared: Prepared, alias: str | None, far: bool, now: float) -> J
     target = alias or outbox.write_alias()
     due = plan.due(now)
     on_conflict = plan.options["on_conflict"]
-    row = outbox.Row(prepared.id, plan.queue, due, prepared.record, plan.key, on_conflict)
+    delay = plan.options.get("delay")  # None for at=: the row keeps the absolute time
+    row = outbox.Row(prepared.id, plan.queue, due, prepared.record, plan.key, on_conflict, delay)
     who = plan.task or plan.name
     displaced: str | None = None  # a pending job in Redis whose unique key this row takes
     if plan.key is not None and (far or on_conflict == "keep"):
@@ -70,7 +71,13 @@ def store_row(prepared: Prepared, alias: str | None, far: bool, now: float) -> J
                 return job
             displaced = holder.id  # far: the holder must not run before the row is due
     horizon = delayq_settings.HORIZON
-    relay_at = due - horizon if far and horizon is not None else now + outbox.GRACE
+    # On the database's clock (SPEC-17 I7): never the producer's for a delay.
+    if far and horizon is not None:
+        relay_at = (
+            outbox.When(due - horizon, False) if delay is None else outbox.When(delay - horizon)
+        )
+    else:
+        relay_at = outbox.When(outbox.GRACE)
     outcome, row = outbox.save(target, row, relay_at, now)
     job = row_job(row, DEFERRED if alias is not None and outcome != KEPT else outcome)
     if outcome == KEPT:
@@ -130,8 +137,11 @@ def replace_row(prepared: Prepared, alias: str, held: outbox.Row) -> Job:
         signals.send(signals.job_scheduled, who, job=job)
         return job
     now = time.time()
-    row = outbox.Row(prepared.id, plan.queue, plan.due(now), prepared.record, plan.key, "replace")
-    outcome, row = outbox.save(alias, row, now, now)
+    delay = plan.options.get("delay")
+    row = outbox.Row(
+        prepared.id, plan.queue, plan.due(now), prepared.record, plan.key, "replace", delay
+    )
+    outcome, row = outbox.save(alias, row, outbox.When(0.0), now)
     job = row_job(row, outcome)
 
     def committed() -> None:
@@ -151,7 +161,10 @@ def bulk_rows(rows: list[tuple[int, Prepared]], now: float) -> dict[int, Job]:
     made = []
     for _, p in rows:
         due = p.plan.due(now)
-        made.append((outbox.Row(p.id, p.plan.queue, due, p.record), due - horizon))
+        delay = p.plan.options.get("delay")
+        row = outbox.Row(p.id, p.plan.queue, due, p.record, delay=delay)
+        relay = outbox.When(due - horizon, False) if delay is None else outbox.When(delay - horizon)
+        made.append((row, relay))
     outbox.save_many(alias, made, now)
     jobs = {i: row_job(row, "created") for (i, _), (row, _) in zip(rows, made, strict=True)}
 
