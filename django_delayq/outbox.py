@@ -130,9 +130,10 @@ def _epoch(moment: datetime) -> float:
 def _now_sql(alias: str, now: float | None = None) -> Any:
     """The database's now as an SQL expression (SQLite runs in this process: its clock is
     this process's, passed as a value, in the form the column holds)."""
-    if now is not None or connections[alias].vendor == "sqlite":
+    vendor = connections[alias].vendor
+    if now is not None or vendor == "sqlite":
         return Value(_dt(time.time() if now is None else now), output_field=DateTimeField())
-    return Now()
+    return Now()  # STATEMENT_TIMESTAMP() on PostgreSQL: not the transaction's start
 
 
 def _sql_time(alias: str, when: When | float) -> Any:
@@ -152,9 +153,7 @@ def db_now(alias: str) -> float:
     if connections[alias].vendor == "sqlite":
         return time.time()
     with connections[alias].cursor() as cursor:
-        sql, params = _now_sql(alias).as_sql(
-            _rows(alias).query.get_compiler(alias), connections[alias]
-        )
+        sql, params = _rows(alias).query.get_compiler(alias).compile(_now_sql(alias))
         cursor.execute(f"SELECT {sql}", params)
         (moment,) = cursor.fetchone()
     if isinstance(moment, str):  # pragma: no cover - a backend without a converter

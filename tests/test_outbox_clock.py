@@ -10,10 +10,10 @@ from datetime import timedelta
 
 import pytest
 from django.conf import settings
-from django.db import transaction
+from django.db import connections, transaction
 from django.test import override_settings
 
-from django_delayq import api, cancel, connection, get_job, outbox, placement
+from django_delayq import api, cancel, connection, get_job, outbox, placement, schedule_many
 from django_delayq.models import OutboxJob
 from django_delayq.store import Store
 from tests.test_outbox import alias, pending_ids, rows, run_burst  # noqa: F401
@@ -60,14 +60,29 @@ def test_a_horizon_job_of_a_slow_producer_is_not_early(store, slow_producer):
         connection._stores[(None, False, "default", store.prefix)] = store
         try:
             job = t.remember.schedule(1, delay=3600)
+            (bulk,) = schedule_many(t.remember, [{"args": [2], "delay": 3600}])  # save_many
             slow_producer.undo()
-            assert job.waits_in == "database"
-            (row,) = OutboxJob.objects.using("pg").all()
-            assert row.relative is True
-            # Its relay time comes (without waiting 10 s): a worker's relay moves it.
-            OutboxJob.objects.using("pg").update(relay_at=row.created_at)
-            assert outbox.relay_pass(store, "pg") == 1
+            assert job.waits_in == "database" and bulk.waits_in == "database"
+            found = OutboxJob.objects.using("pg").all()
+            assert [r.relative for r in found] == [True, True]
+            # Their relay time comes (without waiting 10 s): a worker's relay moves them.
+            OutboxJob.objects.using("pg").update(relay_at=found[0].created_at)
+            assert outbox.relay_pass(store, "pg") == 2
             assert due_in_redis(store, job.id) >= redis_now(store) + 3600 - 1
+            assert due_in_redis(store, bulk.id) >= redis_now(store) + 3600 - 1
+        finally:
+            OutboxJob.objects.using("pg").all().delete()
+
+
+def test_postgresql_due_counts_from_the_call_not_the_transaction_start(store):
+    """PostgreSQL's now() is the transaction's start: a delay counts from the statement."""
+    with override_settings(DATABASE_ROUTERS=[_OutboxTo("pg")]):
+        try:
+            with transaction.atomic(using="pg"):
+                with connections["pg"].cursor() as cursor:
+                    cursor.execute("SELECT pg_sleep(3)")
+                job = t.remember.schedule(1, delay=60, on_commit="pg")
+            assert due_in_redis(store, job.id) >= redis_now(store) + 60 - 1
         finally:
             OutboxJob.objects.using("pg").all().delete()
 
