@@ -13,11 +13,16 @@ Two kinds of rows:
   ``relay_at`` is ``due_at - HORIZON``: workers move it into Redis as it comes within the
   horizon, long before it is due, so it runs as on time as a job held in Redis.
 
-A relay sends the row's id and record through schedule.lua / schedule_many.lua marked as
-sent again (``relay=True``), and deletes the row after Redis took it. A row relayed twice
-(a crash between the Redis write and the delete, or a fast path racing a worker) finds its
-job stored (same id, same record: nothing changes) or finished (records in the outbox carry
-flag 'i', so a finished job leaves a tombstone for DONE_TTL seconds): never a second job.
+A relay reads its rows under their row lock, with the database's now() in the same query,
+and sends each row's id and record through schedule.lua / schedule_many.lua in relay mode:
+a delay= row as the delay that remains on the database's clock (Redis's clock counts it,
+so a producer's clock never makes a job early), an at= row as its absolute time; a keyed
+row adopts its key (a pending Redis holder is removed: the job runs under the row's id).
+The scripts mark each relayed id in the queue's "relayed" set; a marked id is never stored
+again, however long the row's DELETE is refused. The marks are removed once the DELETE
+committed (:func:`unmark`), and a worker's relay sweeps old marks of rows that are gone
+(:func:`sweep_marks`). The commit hook relays the row *as the table holds it at commit*
+(read by id): a cancel or a replace later in the transaction is what the commit applies.
 
 Several workers relay at once without duplicates: on PostgreSQL and MySQL/MariaDB each pass
 takes its rows with ``SELECT ... FOR UPDATE SKIP LOCKED`` in a transaction that deletes what
