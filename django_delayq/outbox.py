@@ -253,13 +253,17 @@ def _save(alias: str, row: Row, relay_at: When | float, now: float) -> tuple[str
     return "created", row
 
 
-def save_many(alias: str, rows: Sequence[tuple[Row, When]], now: float | None = None) -> None:
-    """Insert rows without unique keys ((row, relay_at) pairs), in batches: times on the
-    database's clock, read once (:func:`db_now`)."""
+def save_many(
+    alias: str, rows: Sequence[tuple[Row, When | float]], now: float | None = None
+) -> None:
+    """Insert rows without unique keys ((row, relay_at) pairs, relay_at an epoch or a
+    :class:`When`), in batches: times on the database's clock, read once (:func:`db_now`)."""
     created = _dt(time.time() if now is None else now)
     base = db_now(alias)
 
-    def epoch(when: When) -> float:
+    def epoch(when: When | float) -> float:
+        if not isinstance(when, When):
+            return when
         return base + when.seconds if when.relative else when.seconds
 
     objs = [
