@@ -295,8 +295,11 @@ def delete(alias: str, ids: Iterable[str]) -> int:
 
 
 def find(job_id: str, queue: str | None = None) -> Row | None:
-    """The row of a job id, in whichever alias holds it."""
+    """The row of a job id, in whichever alias holds it (get_job() asks on every miss in
+    Redis: a miss is one plain SELECT by primary key per alias)."""
     for alias in aliases():
+        if not _holds(alias, "id", job_id):
+            continue
         rows = _rows(alias).filter(id=job_id)
         if queue is not None:
             rows = rows.filter(queue=queue)
@@ -307,12 +310,30 @@ def find(job_id: str, queue: str | None = None) -> Row | None:
 
 
 def find_key(queue: str, key: str) -> tuple[str, Row] | None:
-    """(alias, row) of the row holding a unique key in a queue."""
+    """(alias, row) of the row holding a unique key in a queue. The plain keyed schedule()
+    asks this every time: a miss is one plain indexed SELECT per alias (no ORM compile)."""
+    hashed = key_hash(key)
     for alias in aliases():
-        obj = _rows(alias).filter(queue=queue, key_hash=key_hash(key)).first()
+        if not _holds(alias, "key_hash", hashed, queue):
+            continue
+        obj = _rows(alias).filter(queue=queue, key_hash=hashed).first()
         if obj is not None:
             return alias, _row(obj)
     return None
+
+
+def _holds(alias: str, column: str, value: Any, queue: str | None = None) -> bool:
+    """Whether a row has ``column`` = ``value`` (in ``queue`` if given)."""
+    conn = connections[alias]
+    table = conn.ops.quote_name(_model()._meta.db_table)
+    sql = f"SELECT 1 FROM {table} WHERE {conn.ops.quote_name(column)} = %s"
+    params = [value]
+    if queue is not None:
+        sql += " AND queue = %s"
+        params.append(queue)
+    with conn.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchone() is not None
 
 
 def count(queue: str) -> int:
