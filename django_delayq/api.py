@@ -284,7 +284,7 @@ def _schedule_planned(
     far = plan.far(now)
     if alias is None and not far:
         # Outside a transaction on_commit stores at once, as Django runs the hook at once.
-        if plan.key is not None and delayq_settings.HORIZON is not None:
+        if plan.key is not None:  # one indexed query, whatever HORIZON is (rows it left)
             held = outbox.find_key(plan.queue, plan.key)
             if held is not None:  # the key's job waits in the database: it stays one job
                 return placement.replace_row(_Prepared(plan, args, kwargs, True), *held)
@@ -446,34 +446,33 @@ def search_queues(queue: str | None = None) -> Iterator[str]:
 
 def get_job(job_id: str, queue: str | None = None) -> Job | None:
     """The job with that id as it is now, or None (finished, cancelled or unknown): in
-    Redis, else (with DELAYQ["HORIZON"] on) in the database outbox.
-
-    Without a horizon, rows live only between a commit and its relay (milliseconds; while
-    Redis is down this raises ConnectionError anyway, and after a producer crash a worker
-    relays the row within ``outbox.GRACE`` + 1 s), so the outbox is not read: polling
-    get_job() for a finished job costs no database query."""
+    Redis, else in the database outbox (a job beyond DELAYQ["HORIZON"], an on_commit job
+    inside the transaction that scheduled it or waiting for its relay, whatever HORIZON
+    is now). A miss in Redis costs one indexed query per outbox database."""
     if not isinstance(job_id, str):
         raise TypeError(f"job id must be a string, got {job_id!r}")
     raw = get_store().find(job_id, search_queues(queue))
     if raw is not None:
         return job_from_raw(raw, delayq_settings.MAX_RETRIES)
-    if delayq_settings.HORIZON is None:
-        return None
     row = outbox.find(job_id, queue)
     return None if row is None else placement.row_job(row, None)
 
 
 def cancel(job_id: str | None = None, *, key: str | None = None, queue: str | None = None) -> bool:
     """Delete a pending job, by id or unique key, in Redis or in the database outbox. True
-    if it was pending and is now gone."""
+    if it was pending and is now gone. ``key=`` removes both a row holding the key (in the
+    caller's transaction when one is open on its database: job_cancelled is sent when it
+    commits) and a Redis job holding it (at once)."""
     if (job_id is None) == (key is None):
         raise TypeError("cancel() takes a job id or key=, exactly one of them")
+    in_queue = None if queue is None else check_queue_name(queue)
     for attempt in range(2):
-        if any(_cancel_redis(name, job_id=job_id, key=key) for name in search_queues(queue)):
+        found = any(_cancel_redis(name, job_id=job_id, key=key) for name in search_queues(queue))
+        if found and key is None:
             return True
-        if attempt == 0 and placement.cancel_rows(
-            None if queue is None else check_queue_name(queue), job_id, key
-        ):
+        if attempt == 0 and placement.cancel_rows(in_queue, job_id, key):
+            return True
+        if found:
             return True
     return False
 
@@ -481,9 +480,12 @@ def cancel(job_id: str | None = None, *, key: str | None = None, queue: str | No
 def cancel_in(queue: str, *, job_id: str | None = None, key: str | None = None) -> bool:
     """Cancel a pending job of one queue and send ``job_cancelled``; True if it was pending.
     (The admin's cancel action uses it too.)"""
+    found = _cancel_redis(queue, job_id=job_id, key=key)
+    if found and key is None:
+        return True
     return (
-        _cancel_redis(queue, job_id=job_id, key=key)
-        or placement.cancel_rows(queue, job_id, key)
+        placement.cancel_rows(queue, job_id, key)
+        or found
         or _cancel_redis(queue, job_id=job_id, key=key)
     )
 

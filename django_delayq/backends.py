@@ -278,8 +278,9 @@ class DelayQBackend(BaseTaskBackend):
         get_store().save_result(job_id, _encode(state), self.result_ttl(due_in))
         now = time.time()
         due = now + due_in
-        row = outbox.Row(job_id, task.queue_name, due, record)
-        outbox.save(outbox.write_alias(), row, due - float(delayq_settings.HORIZON), now)
+        row = outbox.Row(job_id, task.queue_name, due, record, delay=due_in)
+        relay_in = outbox.When(due_in - float(delayq_settings.HORIZON))  # the database's clock
+        outbox.save(outbox.write_alias(), row, relay_in, now)
         max_retries = self.option("MAX_RETRIES")
         fields = Fields(INTERNAL_TASK, job_args, {}, None, max_retries)
         job = make_job(

@@ -53,6 +53,9 @@ class OutboxJob(models.Model):
     key = models.TextField(null=True, blank=True)  # noqa: DJ001 - NULL: no key, never unique
     key_hash = models.CharField(max_length=64, null=True, blank=True, db_index=True)  # noqa: DJ001
     on_conflict = models.CharField(max_length=8, default="replace")
+    # True: due_at is the database's now() + a delay= when written; a relay sends Redis the
+    # remaining delay on the database's clock. False: an absolute at= time (migration 0003).
+    relative = models.BooleanField(default=False)
     record = models.BinaryField()
     created_at = models.DateTimeField()
 

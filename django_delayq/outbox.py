@@ -13,11 +13,16 @@ Two kinds of rows:
   ``relay_at`` is ``due_at - HORIZON``: workers move it into Redis as it comes within the
   horizon, long before it is due, so it runs as on time as a job held in Redis.
 
-A relay sends the row's id and record through schedule.lua / schedule_many.lua marked as
-sent again (``relay=True``), and deletes the row after Redis took it. A row relayed twice
-(a crash between the Redis write and the delete, or a fast path racing a worker) finds its
-job stored (same id, same record: nothing changes) or finished (records in the outbox carry
-flag 'i', so a finished job leaves a tombstone for DONE_TTL seconds): never a second job.
+A relay reads its rows under their row lock, with the database's now() in the same query,
+and sends each row's id and record through schedule.lua / schedule_many.lua in relay mode:
+a delay= row as the delay that remains on the database's clock (Redis's clock counts it,
+so a producer's clock never makes a job early), an at= row as its absolute time; a keyed
+row adopts its key (a pending Redis holder is removed: the job runs under the row's id).
+The scripts mark each relayed id in the queue's "relayed" set; a marked id is never stored
+again, however long the row's DELETE is refused. The marks are removed once the DELETE
+committed (:func:`unmark`), and a worker's relay sweeps old marks of rows that are gone
+(:func:`sweep_marks`). The commit hook relays the row *as the table holds it at commit*
+(read by id): a cancel or a replace later in the transaction is what the commit applies.
 
 Several workers relay at once without duplicates: on PostgreSQL and MySQL/MariaDB each pass
 takes its rows with ``SELECT ... FOR UPDATE SKIP LOCKED`` in a transaction that deletes what
@@ -32,10 +37,11 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from django.conf import settings
 from django.db import (
     DatabaseError,
     IntegrityError,
@@ -44,6 +50,9 @@ from django.db import (
     router,
     transaction,
 )
+from django.db.models import DateTimeField, DurationField, ExpressionWrapper, Value
+from django.db.models.functions import Now
+from django.utils import timezone
 
 from .conf import delayq_settings
 from .exceptions import ConfigurationError, DelayQError
@@ -60,6 +69,12 @@ RELAY_PASSES = 10  # passes per turn at most while full batches keep coming
 RELAY_EVERY = 1.0  # seconds between two turns of a worker's relay
 TABLE_RECHECK = 60.0  # seconds before a relay looks again for a missing outbox table
 DELETE_CHUNK = 500  # ids per DELETE (SQLite allows 999 parameters)
+# A relay marks the ids it stored ("relayed", SPEC-17 I6) until their rows' DELETE commits;
+# a worker's relay sweeps, every SWEEP_EVERY seconds, marks older than SWEEP_AGE whose rows
+# are gone (SWEEP_BATCH per queue).
+SWEEP_AGE = 300.0
+SWEEP_EVERY = 60.0
+SWEEP_BATCH = 500
 FAST_BUDGET = 0.0  # seconds the fast path re-sends a relay that failed: none
 # Seconds a process leaves rows to the workers after one of its fast paths failed: a
 # connection attempt to a Redis that is down can take seconds (redis-py retries connects),
@@ -70,17 +85,32 @@ _fast_failed_at = -FAST_PAUSE  # time.monotonic() of the last failed fast path
 
 @dataclass(frozen=True)
 class Row:
-    """A job in the outbox: what a relay needs."""
+    """A job in the outbox: what a relay needs.
+
+    ``delay``: None for a job due at an absolute time (``at=``, relayed as 'at': Redis
+    clamps it at its now); for a job scheduled with ``delay=``, the seconds from the
+    database's now to its due time (when written: the delay; when read by a relay: what
+    remains, sent to Redis as 'delay' so Redis's clock counts it: SPEC-17 I7)."""
 
     id: str
     queue: str
-    due_at: float  # epoch seconds
+    due_at: float  # epoch seconds (for a delay row, as this process's clock sees it)
     record: bytes
     key: str | None = None
     on_conflict: str = "replace"
+    delay: float | None = None
 
 
-ROW_FIELDS = ("id", "queue", "due_at", "record", "key", "on_conflict")  # a Row's, in order
+ROW_FIELDS = ("id", "queue", "due_at", "record", "key", "on_conflict", "relative")
+
+
+@dataclass(frozen=True)
+class When:
+    """A time the database's clock makes: ``seconds`` after its now (``relative``), else
+    the epoch ``seconds``."""
+
+    seconds: float
+    relative: bool = True
 
 
 def key_hash(key: str | None) -> str | None:
@@ -88,7 +118,54 @@ def key_hash(key: str | None) -> str | None:
 
 
 def _dt(epoch: float) -> datetime:
-    return datetime.fromtimestamp(epoch, UTC)
+    """An epoch as the DateTimeFields take it: aware (UTC), naive in the default time zone
+    when USE_TZ is off (SPEC-17 I9)."""
+    moment = datetime.fromtimestamp(epoch, UTC)
+    if not settings.USE_TZ:
+        return timezone.make_naive(moment, timezone.get_default_timezone())
+    return moment
+
+
+def _epoch(moment: datetime) -> float:
+    if timezone.is_naive(moment):
+        moment = timezone.make_aware(moment, timezone.get_default_timezone())
+    return moment.timestamp()
+
+
+def _now_sql(alias: str, now: float | None = None) -> Any:
+    """The database's now as an SQL expression (SQLite runs in this process: its clock is
+    this process's, passed as a value, in the form the column holds)."""
+    vendor = connections[alias].vendor
+    if now is not None or vendor == "sqlite":
+        return Value(_dt(time.time() if now is None else now), output_field=DateTimeField())
+    return Now()  # STATEMENT_TIMESTAMP() on PostgreSQL: not the transaction's start
+
+
+def _sql_time(alias: str, when: When | float) -> Any:
+    """``when`` as a value or an SQL expression on the database's clock."""
+    if not isinstance(when, When):
+        return _dt(when)
+    if not when.relative:
+        return _dt(when.seconds)
+    return ExpressionWrapper(
+        _now_sql(alias) + Value(timedelta(seconds=when.seconds), output_field=DurationField()),
+        output_field=DateTimeField(),
+    )
+
+
+def db_now(alias: str) -> float:
+    """The database's clock now (epoch seconds): one query, except on SQLite."""
+    if connections[alias].vendor == "sqlite":
+        return time.time()
+    with connections[alias].cursor() as cursor:
+        sql, params = _rows(alias).query.get_compiler(alias).compile(_now_sql(alias))
+        cursor.execute(f"SELECT {sql}", params)
+        (moment,) = cursor.fetchone()
+    if isinstance(moment, str):  # pragma: no cover - a backend without a converter
+        moment = datetime.fromisoformat(moment)
+    if timezone.is_naive(moment) and settings.USE_TZ:
+        moment = moment.replace(tzinfo=UTC)
+    return _epoch(moment)
 
 
 def _model() -> type[OutboxJob]:
@@ -100,14 +177,7 @@ def _model() -> type[OutboxJob]:
 
 
 def _row(obj: OutboxJob) -> Row:
-    return Row(
-        obj.id,
-        obj.queue,
-        obj.due_at.timestamp(),
-        bytes(obj.record),
-        obj.key,
-        obj.on_conflict,
-    )
+    return Row(obj.id, obj.queue, _epoch(obj.due_at), bytes(obj.record), obj.key, obj.on_conflict)
 
 
 def aliases() -> list[str]:
@@ -176,8 +246,10 @@ def _rows(alias: str) -> Any:
 # -- writing ---------------------------------------------------------------------------
 
 
-def save(alias: str, row: Row, relay_at: float, now: float | None = None) -> tuple[str, Row]:
+def save(alias: str, row: Row, relay_at: When | float, now: float | None = None) -> tuple[str, Row]:
     """Insert ``row`` (in the current transaction of ``alias``, if any, inside a savepoint).
+    A row with a ``delay`` is due that long after the database's now, computed in SQL;
+    ``relay_at`` is an epoch or a :class:`When` on the database's clock (SPEC-17 I7).
     With a unique key held by another row of its queue: ``replace`` gives that row this
     record, due time and relay time (it keeps its id), ``keep`` leaves it. Returns
     (outcome, the row as stored): 'created', 'replaced' or 'kept'."""
@@ -195,7 +267,11 @@ def save(alias: str, row: Row, relay_at: float, now: float | None = None) -> tup
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _save(alias: str, row: Row, relay_at: float, now: float) -> tuple[str, Row]:
+def _due_sql(alias: str, row: Row) -> Any:
+    return _sql_time(alias, When(row.due_at, False) if row.delay is None else When(row.delay))
+
+
+def _save(alias: str, row: Row, relay_at: When | float, now: float) -> tuple[str, Row]:
     hashed = key_hash(row.key)
     if hashed is not None:
         held = _rows(alias).select_for_update().filter(queue=row.queue, key_hash=hashed).first()
@@ -204,18 +280,18 @@ def _save(alias: str, row: Row, relay_at: float, now: float) -> tuple[str, Row]:
                 return "kept", _row(held)
             _rows(alias).filter(id=held.id).update(
                 record=row.record,
-                due_at=_dt(row.due_at),
-                relay_at=_dt(relay_at),
+                due_at=_due_sql(alias, row),
+                relay_at=_sql_time(alias, relay_at),
+                relative=row.delay is not None,
                 on_conflict=row.on_conflict,
             )
-            return "replaced", Row(
-                held.id, row.queue, row.due_at, row.record, row.key, row.on_conflict
-            )
+            return "replaced", replace(row, id=held.id)
     _rows(alias).create(
         id=row.id,
         queue=row.queue,
-        due_at=_dt(row.due_at),
-        relay_at=_dt(relay_at),
+        due_at=_due_sql(alias, row),
+        relay_at=_sql_time(alias, relay_at),
+        relative=row.delay is not None,
         key=row.key,
         key_hash=hashed,
         on_conflict=row.on_conflict,
@@ -225,15 +301,26 @@ def _save(alias: str, row: Row, relay_at: float, now: float) -> tuple[str, Row]:
     return "created", row
 
 
-def save_many(alias: str, rows: Sequence[tuple[Row, float]], now: float | None = None) -> None:
-    """Insert rows without unique keys ((row, relay_at) pairs), in batches."""
+def save_many(
+    alias: str, rows: Sequence[tuple[Row, When | float]], now: float | None = None
+) -> None:
+    """Insert rows without unique keys ((row, relay_at) pairs, relay_at an epoch or a
+    :class:`When`), in batches: times on the database's clock, read once (:func:`db_now`)."""
     created = _dt(time.time() if now is None else now)
+    base = db_now(alias)
+
+    def epoch(when: When | float) -> float:
+        if not isinstance(when, When):
+            return when
+        return base + when.seconds if when.relative else when.seconds
+
     objs = [
         _model()(
             id=row.id,
             queue=row.queue,
-            due_at=_dt(row.due_at),
-            relay_at=_dt(relay_at),
+            due_at=_dt(row.due_at if row.delay is None else base + row.delay),
+            relay_at=_dt(epoch(relay_at)),
+            relative=row.delay is not None,
             record=row.record,
             on_conflict=row.on_conflict,
             created_at=created,
@@ -256,8 +343,11 @@ def delete(alias: str, ids: Iterable[str]) -> int:
 
 
 def find(job_id: str, queue: str | None = None) -> Row | None:
-    """The row of a job id, in whichever alias holds it."""
+    """The row of a job id, in whichever alias holds it (get_job() asks on every miss in
+    Redis: a miss is one plain SELECT by primary key per alias)."""
     for alias in aliases():
+        if not _holds(alias, "id", job_id):
+            continue
         rows = _rows(alias).filter(id=job_id)
         if queue is not None:
             rows = rows.filter(queue=queue)
@@ -268,12 +358,30 @@ def find(job_id: str, queue: str | None = None) -> Row | None:
 
 
 def find_key(queue: str, key: str) -> tuple[str, Row] | None:
-    """(alias, row) of the row holding a unique key in a queue."""
+    """(alias, row) of the row holding a unique key in a queue. The plain keyed schedule()
+    asks this every time: a miss is one plain indexed SELECT per alias (no ORM compile)."""
+    hashed = key_hash(key)
     for alias in aliases():
-        obj = _rows(alias).filter(queue=queue, key_hash=key_hash(key)).first()
+        if not _holds(alias, "key_hash", hashed, queue):
+            continue
+        obj = _rows(alias).filter(queue=queue, key_hash=hashed).first()
         if obj is not None:
             return alias, _row(obj)
     return None
+
+
+def _holds(alias: str, column: str, value: Any, queue: str | None = None) -> bool:
+    """Whether a row has ``column`` = ``value`` (in ``queue`` if given)."""
+    conn = connections[alias]
+    table = conn.ops.quote_name(_model()._meta.db_table)
+    sql = f"SELECT 1 FROM {table} WHERE {conn.ops.quote_name(column)} = %s"
+    params = [value]
+    if queue is not None:
+        sql += " AND queue = %s"
+        params.append(queue)
+    with conn.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchone() is not None
 
 
 def count(queue: str) -> int:
@@ -298,11 +406,16 @@ def queues() -> list[str]:
 
 
 def cancel(
-    job_id: str | None = None, key: str | None = None, queue: str | None = None
+    job_id: str | None = None,
+    key: str | None = None,
+    queue: str | None = None,
+    committed: Callable[[Row], None] | None = None,
 ) -> list[Row]:
     """Delete the rows of a job id or unique key (in ``queue`` if given); the rows deleted.
-    A row a relay holds is waited for (its lock): once relayed, it is not found here and
-    the caller cancels it in Redis."""
+    The deletion joins the caller's transaction on an alias where one is open (a rollback
+    restores the row); ``committed(row)`` runs once the deletion of ``row`` commits (at
+    once without a transaction). A row a relay holds is waited for (its lock): once
+    relayed, it is not found here and the caller cancels it in Redis."""
     gone: list[Row] = []
     for alias in aliases():
         rows = _rows(alias)
@@ -312,7 +425,10 @@ def cancel(
         with transaction.atomic(using=alias):
             for obj in rows.select_for_update():
                 if _rows(alias).filter(id=obj.id)._raw_delete(alias):
-                    gone.append(_row(obj))
+                    row = _row(obj)
+                    gone.append(row)
+                    if committed is not None:
+                        transaction.on_commit(lambda row=row: committed(row), using=alias)
     return gone
 
 
@@ -342,16 +458,17 @@ def relay(
                     row.queue,
                     row.id,
                     row.record,
-                    at=row.due_at,
+                    **_when(row),
                     key=row.key,
                     on_conflict=row.on_conflict,
                     relay=True,
+                    adopt=True,  # the row's id is the job (SPEC-17 I1, I3)
                 )
             )
             owners.append([row])
     for queue, group in plain.items():
         if group:
-            jobs = [(r.id, r.record, {"at": r.due_at}) for r in group]
+            jobs = [(r.id, r.record, _when(r)) for r in group]
             ops.append(store.schedule_many_op(queue, jobs, relay=True))
             owners.append(group)
     done: dict[str, Scheduled] = {}
@@ -373,39 +490,39 @@ def relay(
     return done, error
 
 
-def relay_now(store: Store, alias: str, row: Row, after: Callable[[], None] | None = None) -> bool:
-    """The fast path, run by the committing process after the commit: relay ``row`` and
-    delete it. Never raises (it runs in a commit hook): a failure is logged and the row
-    waits for a worker. True if the row reached Redis.
+def _when(row: Row) -> dict[str, float]:
+    """How a relay tells Redis the due time: the remaining delay (Redis's clock counts it),
+    or the absolute time of an ``at=`` job."""
+    return {"at": row.due_at} if row.delay is None else {"delay": max(row.delay, 0.0)}
+
+
+def relay_now(store: Store, alias: str, ids: Sequence[str]) -> bool:
+    """The fast path, a commit hook of the committing process: relay the rows of ``ids``
+    *as the table holds them now* (read by id under the relay's row lock, so a row
+    cancelled or replaced later in the committed transaction relays as cancelled, nothing,
+    or as replaced), except rows beyond the horizon, and delete them. Never raises (it runs
+    in a commit hook): a failure is logged and the rows wait for a worker. True if the
+    pass ran.
 
     One attempt, nothing re-sent (``FAST_BUDGET``): with Redis down, a request that
     commits jobs is not held up for seconds per job; the workers relay the rows. After a
-    failure this process skips the fast path for ``FAST_PAUSE`` seconds."""
+    Redis failure this process skips the fast path for ``FAST_PAUSE`` seconds."""
     global _fast_failed_at
     if time.monotonic() - _fast_failed_at < FAST_PAUSE:
-        logger.info("job %s stays in the database outbox for a worker's relay", row.id)
+        logger.info("job %s stays in the database outbox for a worker's relay", ", ".join(ids))
         return False
     try:
-        if after is not None:
-            after()
-        done, error = relay(store, [row], budget=FAST_BUDGET)
-        if row.id not in done:
-            raise error or DelayQError("not relayed")
+        relay_pass(store, alias, limit=len(ids), ids=ids, near=True, budget=FAST_BUDGET)
     except Exception as exc:
-        _fast_failed_at = time.monotonic()
+        if not isinstance(exc, DatabaseError):
+            _fast_failed_at = time.monotonic()
         logger.warning(
             "job %s stays in the database outbox (%s): a delayq_worker relays it to Redis "
             "within seconds",
-            row.id,
+            ", ".join(ids),
             exc,
         )
         return False
-    try:
-        delete(alias, [row.id])
-    except Exception as exc:  # stored in Redis: a relay sent again is a no-op
-        logger.warning(
-            "job %s: relayed, but its outbox row stays until a worker's relay (%s)", row.id, exc
-        )
     return True
 
 
@@ -425,32 +542,95 @@ def relay_pass(
     limit: int = RELAY_BATCH,
     now: float | None = None,
     ids: Sequence[str] | None = None,
+    near: bool = False,
+    budget: float = 2.0,
 ) -> int:
-    """Relay up to ``limit`` rows of ``alias`` whose relay time has come (or the rows of
-    ``ids``, whatever their relay time) and delete them, in one transaction; how many."""
-    now = time.time() if now is None else now
+    """Relay up to ``limit`` rows of ``alias`` and delete them, in one transaction; how
+    many. Which rows: those of ``ids`` whatever their relay time (with ``near``, not those
+    beyond the horizon); else those whose relay time has come, every row when
+    ``DELAYQ["HORIZON"]`` is off (rows left from when it was on move at once)."""
+    horizon = delayq_settings.HORIZON
+    db_now = _now_sql(alias, now)  # the database's clock (``now``: a test's)
     with transaction.atomic(using=alias):
         _lock(alias)
         rows = _rows(alias)
-        rows = rows.filter(id__in=ids) if ids is not None else rows.filter(relay_at__lte=_dt(now))
+        if ids is not None:
+            rows = rows.filter(id__in=ids)
+            if near and horizon is not None:
+                rows = rows.filter(due_at__lte=_sql_time_from(db_now, horizon))
+        elif horizon is not None:
+            rows = rows.filter(relay_at__lte=db_now)
         rows = rows.order_by("relay_at")
         if connections[alias].features.has_select_for_update_skip_locked:
             rows = rows.select_for_update(skip_locked=True)
         batch = [
-            Row(i, q, due.timestamp(), bytes(record), key, on_conflict)
-            for i, q, due, record, key, on_conflict in rows.values_list(*ROW_FIELDS)[:limit]
+            Row(
+                i,
+                q,
+                _epoch(due),
+                bytes(record),
+                key,
+                on_conflict,
+                (due - read_at).total_seconds() if relative else None,
+            )
+            for i, q, due, record, key, on_conflict, relative, read_at in rows.values_list(
+                *ROW_FIELDS, db_now
+            )[:limit]
         ]
         if not batch:
             return 0
-        done, error = relay(store, batch)
+        done, error = relay(store, batch, budget)
         delete(alias, done)
-    # Committed. (A pass whose transaction fails after its Redis write, a deadlock say,
-    # leaves its rows for the next pass: relaying them again is a no-op in Redis.)
+    # Committed. (A pass whose transaction fails after its Redis write, a refused DELETE
+    # say, leaves its rows for the next pass: they are marked relayed in Redis, so relaying
+    # them again stores nothing, however long that lasts.) The marks can go now.
     if done:
+        unmark(store, [row for row in batch if row.id in done])
         logger.info("outbox relay: %d rows moved into Redis from database %r", len(done), alias)
     if error is not None and not done:
         raise error
     return len(done)
+
+
+def _sql_time_from(db_now: Any, seconds: float) -> Any:
+    return ExpressionWrapper(
+        db_now + Value(timedelta(seconds=seconds), output_field=DurationField()),
+        output_field=DateTimeField(),
+    )
+
+
+def unmark(store: Store, rows: Sequence[Row]) -> None:
+    """Remove the relayed marks of rows whose DELETE committed (one round trip, one try:
+    a mark left behind is swept by a worker's relay)."""
+    by_queue: dict[str, list[str]] = {}
+    for row in rows:
+        by_queue.setdefault(row.queue, []).append(row.id)
+    ops = [store.unmark_relayed_op(queue, ids) for queue, ids in by_queue.items()]
+    for result in store.run(ops, budget=0.0):
+        if isinstance(result, Exception):
+            logger.info("outbox relay: relayed marks left for the sweep (%s)", result)
+            return
+
+
+def sweep_marks(
+    store: Store, in_aliases: Sequence[str], now: float | None = None, limit: int = SWEEP_BATCH
+) -> int:
+    """Remove relayed marks older than SWEEP_AGE whose rows are in no outbox database (their
+    relayer's ZREM was lost), ``limit`` per queue; how many."""
+    before = (time.time() if now is None else now) - SWEEP_AGE
+    removed = 0
+    for queue in store.queues():
+        old = store.old_relayed(queue, before, limit)
+        if not old:
+            continue
+        waiting: set[str] = set()
+        for alias in in_aliases:
+            waiting.update(_rows(alias).filter(id__in=old).values_list("id", flat=True))
+        gone = [i for i in old if i not in waiting]
+        if gone:
+            store.call(store.unmark_relayed_op(queue, gone))
+            removed += len(gone)
+    return removed
 
 
 def run_now(store: Store, queue: str, ids: Sequence[str], now: float | None = None) -> list[str]:
@@ -459,7 +639,10 @@ def run_now(store: Store, queue: str, ids: Sequence[str], now: float | None = No
     moved: list[str] = []
     for alias in aliases():
         with transaction.atomic(using=alias):
-            _rows(alias).filter(queue=queue, id__in=ids).update(due_at=_dt(now), relay_at=_dt(now))
+            at = _now_sql(alias, now)
+            _rows(alias).filter(queue=queue, id__in=ids).update(
+                due_at=at, relay_at=at, relative=True
+            )
         found = list(_rows(alias).filter(queue=queue, id__in=ids).values_list("id", flat=True))
         if found:
             relay_pass(store, alias, limit=len(found), now=now, ids=found)
@@ -478,6 +661,7 @@ class Relay:
         self.relayed = 0
         self._failing = False
         self._no_table: dict[str, float] = {}  # alias -> when to look for the table again
+        self._sweep_at = time.monotonic() + SWEEP_EVERY  # the relayed marks' next sweep
 
     def _has_table(self, alias: str) -> bool:
         """Whether ``alias`` has the outbox table (looked up again every TABLE_RECHECK
@@ -507,14 +691,16 @@ class Relay:
         moved = 0
         close_old_connections()
         try:
-            for alias in aliases():
-                if not self._has_table(alias):
-                    continue
+            present = [alias for alias in aliases() if self._has_table(alias)]
+            for alias in present:
                 for _ in range(RELAY_PASSES):
                     n = relay_pass(self.store, alias)
                     moved += n
                     if n < RELAY_BATCH or self.stopped.is_set():
                         break
+            if time.monotonic() >= self._sweep_at:
+                self._sweep_at = time.monotonic() + SWEEP_EVERY
+                sweep_marks(self.store, present)
         finally:
             close_old_connections()
         self.relayed += moved

@@ -63,19 +63,27 @@ def store_row(prepared: Prepared, alias: str | None, far: bool, now: float) -> J
     target = alias or outbox.write_alias()
     due = plan.due(now)
     on_conflict = plan.options["on_conflict"]
-    row = outbox.Row(prepared.id, plan.queue, due, prepared.record, plan.key, on_conflict)
+    delay = plan.options.get("delay")  # None for at=: the row keeps the absolute time
+    row = outbox.Row(prepared.id, plan.queue, due, prepared.record, plan.key, on_conflict, delay)
     who = plan.task or plan.name
     displaced: str | None = None  # a pending job in Redis whose unique key this row takes
-    if far and plan.key is not None:
+    if plan.key is not None and (far or on_conflict == "keep"):
+        # A near replace needs no look: its relay adopts the key (schedule.lua ARGV[9]).
         holder = _pending_in_redis(plan.queue, plan.key)
         if holder is not None and outbox.find_key(plan.queue, plan.key) is None:
             if on_conflict == "keep":
                 job = replace(holder, outcome=KEPT)
                 signals.send(signals.job_scheduled, who, job=job)
                 return job
-            displaced = holder.id
+            displaced = holder.id  # far: the holder must not run before the row is due
     horizon = delayq_settings.HORIZON
-    relay_at = due - horizon if far and horizon is not None else now + outbox.GRACE
+    # On the database's clock (SPEC-17 I7): never the producer's for a delay.
+    if far and horizon is not None:
+        relay_at = (
+            outbox.When(due - horizon, False) if delay is None else outbox.When(delay - horizon)
+        )
+    else:
+        relay_at = outbox.When(outbox.GRACE)
     outcome, row = outbox.save(target, row, relay_at, now)
     job = row_job(row, DEFERRED if alias is not None and outcome != KEPT else outcome)
     if outcome == KEPT:
@@ -86,8 +94,8 @@ def store_row(prepared: Prepared, alias: str | None, far: bool, now: float) -> J
         store = get_store()
         if displaced is not None:
             _displace(store, plan.queue, plan.key, displaced)
-        if not far:
-            outbox.relay_now(store, target, row)
+        if not far:  # the row as the table holds it at commit (see outbox.relay_now)
+            outbox.relay_now(store, target, [row.id])
         signals.send(signals.job_scheduled, who, job=job)
 
     transaction.on_commit(committed, using=target)
@@ -135,12 +143,15 @@ def replace_row(prepared: Prepared, alias: str, held: outbox.Row) -> Job:
         signals.send(signals.job_scheduled, who, job=job)
         return job
     now = time.time()
-    row = outbox.Row(prepared.id, plan.queue, plan.due(now), prepared.record, plan.key, "replace")
-    outcome, row = outbox.save(alias, row, now, now)
+    delay = plan.options.get("delay")
+    row = outbox.Row(
+        prepared.id, plan.queue, plan.due(now), prepared.record, plan.key, "replace", delay
+    )
+    outcome, row = outbox.save(alias, row, outbox.When(0.0), now)
     job = row_job(row, outcome)
 
     def committed() -> None:
-        outbox.relay_now(get_store(), alias, row)
+        outbox.relay_now(get_store(), alias, [row.id])
         signals.send(signals.job_scheduled, who, job=job)
 
     transaction.on_commit(committed, using=alias)
@@ -156,7 +167,10 @@ def bulk_rows(rows: list[tuple[int, Prepared]], now: float) -> dict[int, Job]:
     made = []
     for _, p in rows:
         due = p.plan.due(now)
-        made.append((outbox.Row(p.id, p.plan.queue, due, p.record), due - horizon))
+        delay = p.plan.options.get("delay")
+        row = outbox.Row(p.id, p.plan.queue, due, p.record, delay=delay)
+        relay = outbox.When(due - horizon, False) if delay is None else outbox.When(delay - horizon)
+        made.append((row, relay))
     outbox.save_many(alias, made, now)
     jobs = {i: row_job(row, "created") for (i, _), (row, _) in zip(rows, made, strict=True)}
 
@@ -169,13 +183,14 @@ def bulk_rows(rows: list[tuple[int, Prepared]], now: float) -> dict[int, Job]:
 
 
 def cancel_rows(queue: str | None, job_id: str | None, key: str | None) -> bool:
-    """Cancel in the database what Redis did not hold. The caller then asks Redis again
-    when nothing was found: a row a relay was moving (its lock is waited for) is in Redis
-    by then, so a job is never missed in both places. (A row a crashed relay left behind
-    beside its copy in Redis: the copy is cancelled first, leaving a tombstone that makes
-    the row's next relay a no-op.)"""
-    rows = outbox.cancel(job_id, key, queue)
-    for row in rows:
+    """Cancel in the database: the rows of ``job_id`` or ``key``, in the caller's
+    transaction where one is open (job_cancelled is sent when the deletion commits).
+    For an id, the caller asks Redis again when nothing was found: a row a relay was moving
+    (its lock is waited for) is in Redis by then, so a job is never missed in both places.
+    (A row a crashed relay left behind beside its copy in Redis: the copy is cancelled
+    first, leaving a tombstone that makes the row's next relay a no-op.)"""
+
+    def committed(row: outbox.Row) -> None:
         job = make_job(
             row.id,
             row.queue,
@@ -185,4 +200,5 @@ def cancel_rows(queue: str | None, job_id: str | None, key: str | None) -> bool:
             waits_in=IN_DATABASE,
         )
         signals.send(signals.job_cancelled, sender(job.task), job=job)
-    return bool(rows)
+
+    return bool(outbox.cancel(job_id, key, queue, committed))

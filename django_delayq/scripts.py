@@ -50,6 +50,7 @@ KEY_NAMES = {
     "done": "F",
     "claims": "C",
     "meta": "M",  # layout 1 (0.1) only: upgrade.lua converts and deletes it
+    "relayed": "X",
 }
 _LUA_FUNCTION = re.compile(r"^local function (\w+)\(")
 _KEYS_LINE = re.compile(r"^-- KEYS: ([a-z ]+)$", re.MULTILINE)

@@ -53,6 +53,7 @@ KEY_KINDS = (
     "done",
     "claims",
     "meta",  # layout 1 (0.1) only: upgrade.lua converts and deletes it (see upgrade.py)
+    "relayed",  # outbox rows stored by a relay whose DELETE has not committed (outbox.py)
 )
 QUEUE_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 RECOVER_LIMIT = 100
@@ -206,16 +207,26 @@ class Store(Reads, Roster, OldLayout):
         on_conflict: str = "replace",
         now: float | None = None,
         relay: bool = False,
+        adopt: bool = False,
     ) -> Op:
         """``relay``: the job may have reached Redis before (a row of the outbox, relayed
         again after a crash between the Redis write and the row's delete), so even the first
         send is marked as sent again: a stored or finished job of that id is not stored
-        again (its record carries flag 'i', so a finished one leaves a tombstone)."""
+        again (its record carries flag 'i', so a finished one leaves a tombstone).
+        ``adopt``: the relay of an outbox row: an id marked relayed is never stored again
+        (the id is marked), and a pending job of another id holding ``key`` is removed, this
+        one taking the key under ``job_id`` (the row took the key in the database)."""
         mode, value = ("delay", delay or 0.0) if at is None else ("at", at)
         argv = (job_id, record, mode, _ms(value), key or "", on_conflict, _now_arg(now))
         first = "1" if relay else ""
+        last = "1" if adopt else ""
         return self.op(
-            "schedule", queue, (*argv, first), parse_schedule, Policy.RESEND, (*argv, "1")
+            "schedule",
+            queue,
+            (*argv, first, last),
+            parse_schedule,
+            Policy.RESEND,
+            (*argv, "1", last),
         )
 
     def remember_queue_op(self, queue: str) -> Op:
@@ -272,7 +283,8 @@ class Store(Reads, Roster, OldLayout):
     ) -> Op:
         """One schedule_many.lua call for jobs without unique keys: (id, record, when),
         ``when`` being ``{"delay": seconds}`` or ``{"at": epoch}``. Parses to one
-        Scheduled per job, in order. ``relay``: as for :meth:`schedule_op`."""
+        Scheduled per job, in order. ``relay``: the relay of outbox rows (as for
+        :meth:`schedule_op`: a job is never stored twice, the ids are marked relayed)."""
         argv: list[Any] = []
         plan: list[tuple[str, str, int]] = []
         encoded: dict[tuple[str, float], tuple[bytes, bytes]] = {}  # jobs share a `when`
@@ -288,11 +300,24 @@ class Store(Reads, Roster, OldLayout):
         return self.op(
             "schedule_many",
             queue,
-            (now_arg, "1" if relay else "", *argv),
+            (now_arg, "relay" if relay else "", *argv),
             lambda reply: parse_many(reply, plan),
             Policy.RESEND,
-            (now_arg, "1", *argv),
+            (now_arg, "relay" if relay else "1", *argv),
         )
+
+    def unmark_relayed_op(self, queue: str, ids: Sequence[str]) -> Op:
+        """ZREM the relayed marks of ``ids`` (their outbox rows' DELETE committed)."""
+        key = self.key(queue, "relayed")
+        return self.command(b"ZREM", key, *ids, route=key)
+
+    def old_relayed(self, queue: str, before: float, limit: int) -> list[str]:
+        """Up to ``limit`` ids whose relayed mark is older than ``before`` (epoch seconds)."""
+        key = self.key(queue, "relayed")
+        op = self.command(
+            b"ZRANGEBYSCORE", key, b"-inf", b"(%d" % _ms(before), b"LIMIT", 0, limit, route=key
+        )
+        return [i.decode() if isinstance(i, bytes) else i for i in self.call(op)]
 
     def stream(self, chunks: Iterable[Sequence[Op]], budget: float = API_BUDGET) -> Iterator[list]:
         """:meth:`run` for each chunk of re-sendable ops, in order, the next chunk sent before

@@ -28,6 +28,11 @@
 --   C claims   hash        worker instance -> "<token>\n<id> <id> ..." (its last claim) and
 --                          "<instance>/r" -> "<token>\n<id> <outcome> ..." (its last recovery),
 --                          so a call re-sent with the same token answers the same
+--   X relayed  sorted set  job id -> time a relay stored it from an outbox row (SPEC-17 I6):
+--                          a relay of a marked id never stores it again, however long the
+--                          row's DELETE is refused; the relayer removes the mark once the
+--                          DELETE committed (ZREM), a worker's relay sweeps old marks whose
+--                          rows are gone
 -- Times (scores, ARGV, replies) are integer epoch milliseconds: small sorted sets keep integer
 -- scores as integers, where a decimal score would be parsed on every comparison. "now" is
 -- Redis's TIME unless a test passes one. Scripts touch no other key and check the types of

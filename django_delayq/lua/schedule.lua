@@ -1,5 +1,5 @@
 -- schedule.lua: store a new job as pending, honouring its unique key.
--- KEYS: pending jobs state keys wake done
+-- KEYS: pending jobs state keys wake done errors relayed
 -- ARGV[1] job id (string, ULID)
 -- ARGV[2] job record (bytes: header "\n" body, see job.py)
 -- ARGV[3] 'delay' (ARGV[4] is milliseconds from Redis's now) or 'at' (ARGV[4] is an epoch in
@@ -10,6 +10,15 @@
 -- ARGV[7] now (epoch milliseconds) or '' for Redis TIME
 -- ARGV[8] '1' when this call is sent again because the reply to an earlier one was lost,
 --         else ''
+-- ARGV[9] '1' for the relay of an outbox row (outbox.py; ARGV[8] is '1' too), else '' or
+--         absent. (a) Run once (SPEC-17 I6): an id marked in `relayed` is never stored again:
+--         the reply is {'created', id, due_at, ''} while its job waits, runs or lies dead,
+--         {'done', id, '', ''} once it is gone; whatever the outcome, the id is marked
+--         (ZADD relayed now id). (b) Adopt the unique key (SPEC-17 I3): a pending job of
+--         another id holding the key is removed (a tombstone of it if its record has flag
+--         'i', as cancel.lua leaves) and this job is created under ARGV[1], so it runs
+--         under the id the row had; with on_conflict 'keep' the holder is kept as without
+--         ARGV[9]. Idempotent: sent again it finds its mark and changes nothing.
 -- Returns {outcome, id, due_at, record}: outcome 'created' | 'replaced' | 'kept' | 'done';
 -- due_at in epoch milliseconds; for 'kept' the id, due_at and record are the existing job's,
 -- else record is ''.
@@ -23,6 +32,22 @@
 -- ULIDs); 'DELAYQ_BAD_DUE' if the due time is not an epoch before year 2286.
 local id, record, mode, value, ukey, on_conflict = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5], ARGV[6]
 local now = clock(ARGV[7])
+local adopt = ARGV[9] == '1'
+-- The reply, with the id marked as relayed in relay mode.
+local function finish(reply)
+  if adopt then redis.call('ZADD', X, int(now), id) end
+  return reply
+end
+if adopt then
+  zsets(X)
+  if redis.call('ZSCORE', X, id) then
+    if redis.call('HGET', J, id) then
+      local stored_at = redis.call('ZSCORE', P, id)
+      return {'created', id, stored_at and tonumber(stored_at) or '', ''}
+    end
+    return {'done', id, '', ''}
+  end
+end
 local due
 if mode == 'delay' then due = now + math.max(value, 0) else due = math.max(value, now) end
 if not (due < RESERVED) then return redis.error_reply('DELAYQ_BAD_DUE ' .. tostring(due)) end
@@ -31,16 +56,16 @@ local at = int(due)
 if ARGV[8] == '1' then
   local stored = redis.call('HGET', J, id)
   if stored == record then  -- this very call, sent again
-    return {'created', id, tonumber(redis.call('ZSCORE', P, id)) or due, ''}
+    return finish({'created', id, tonumber(redis.call('ZSCORE', P, id)) or due, ''})
   end
   if not stored then
     -- This very call replaced the key's job, which still holds its record (pending, or
     -- claimed since: then it must not be stored again beside it).
     local holder = ukey ~= '' and redis.call('HGET', U, ukey)
-    if holder and redis.call('HGET', J, holder) == record then
-      return {'replaced', holder, tonumber(redis.call('ZSCORE', P, holder)) or due, ''}
+    if holder and not adopt and redis.call('HGET', J, holder) == record then
+      return finish({'replaced', holder, tonumber(redis.call('ZSCORE', P, holder)) or due, ''})
     end
-    if redis.call('ZSCORE', F, id) then return {'done', id, '', ''} end
+    if redis.call('ZSCORE', F, id) then return finish({'done', id, '', ''}) end
   end
 end
 -- Reads before writes: is a pending job due before this one (if not, wake a worker: its
@@ -49,10 +74,21 @@ local earliest = #redis.call('ZRANGEBYSCORE', P, '-inf', '(' .. at, 'LIMIT', 0, 
 local existing = ukey ~= '' and redis.call('HGET', U, ukey)
 local score = existing and redis.call('ZSCORE', P, existing)
 if score then
-  if existing == id then return {'created', id, tonumber(score), ''} end
+  if existing == id then return finish({'created', id, tonumber(score), ''}) end
   if on_conflict == 'keep' then
-    return {'kept', existing, tonumber(score), redis.call('HGET', J, existing) or ''}
+    return finish({'kept', existing, tonumber(score), redis.call('HGET', J, existing) or ''})
   end
+  if adopt then
+    -- The holder goes (as cancel.lua removes it); the new job below takes the key.
+    zsets(F) hashes(S, E)
+    local _, held_flags = header(redis.call('HGET', J, existing) or '')
+    redis.call('ZREM', P, existing)
+    forget(existing)
+    if held_flags and has(held_flags, 'i') then tombstone({existing}, now) end
+    score = nil
+  end
+end
+if score then
   -- Replace: the pending job takes the new record and due time and starts over (its
   -- attempts count from 0 again; errors of earlier attempts stay on record).
   local n, token = state_of(existing)
@@ -66,17 +102,17 @@ if score then
   -- this call's id then answers 'done' (a tombstone, like a finished job's).
   if has(flags, 'i') then tombstone({id}, now) end
   if earliest then wake() end
-  return {'replaced', existing, due, ''}
+  return finish({'replaced', existing, due, ''})
 end
 -- A new job (the key's job, if any, is running, dead or gone: the new job takes the key).
 if earliest then lists(W) end
 if redis.call('HSETNX', J, id, record) == 0 then
   if redis.call('HGET', J, id) == record then  -- this very call, sent again
-    return {'created', id, tonumber(redis.call('ZSCORE', P, id)) or due, ''}
+    return finish({'created', id, tonumber(redis.call('ZSCORE', P, id)) or due, ''})
   end
   return redis.error_reply('DELAYQ_DUPLICATE_ID ' .. id)
 end
 if ukey ~= '' then redis.call('HSET', U, ukey, id) end
 redis.call('ZADD', P, at, id)
 if earliest then wake() end
-return {'created', id, due, ''}
+return finish({'created', id, due, ''})

@@ -1,8 +1,11 @@
 -- schedule_many.lua: store a batch of new jobs without unique keys as pending, in one call
 -- (schedule_many() sends jobs with a unique key through schedule.lua).
--- KEYS: pending jobs wake done
+-- KEYS: pending jobs wake done relayed
 -- ARGV[1] now (epoch milliseconds) or '' for Redis TIME
--- ARGV[2] '1' when this call is sent again because the reply to an earlier one was lost
+-- ARGV[2] '1' when this call is sent again because the reply to an earlier one was lost;
+--         'relay' for the relay of outbox rows (outbox.py): as '1', and run once (SPEC-17
+--         I6): a job whose id is marked in `relayed` is never stored again (listed, as one
+--         an earlier send created), and every job of the batch is marked (ZADD relayed now)
 -- ARGV[3..] quadruples: job id (string, ULID), job record (bytes), 'delay' or 'at', integer
 --           (milliseconds from now for 'delay', an epoch in milliseconds for 'at')
 -- Returns {now, i1, due_at1, i2, due_at2, ...} (epoch milliseconds): every job not listed was
@@ -15,9 +18,12 @@
 -- record (never happens with ULIDs); 'DELAYQ_BAD_DUE' for a due time that is not an epoch
 -- before year 2286.
 local now = clock(ARGV[1])
-local resend = ARGV[2] == '1'
+local relay = ARGV[2] == 'relay'
+local resend = relay or ARGV[2] == '1'
 local out, plan, earliest = {now}, {}, nil
 zsets(P) lists(W)
+if relay then zsets(X) end
+local marks = {}
 for i = 3, #ARGV, 4 do
   local id, record, value = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 3])
   local due
@@ -25,7 +31,11 @@ for i = 3, #ARGV, 4 do
   if not (due < RESERVED) then return redis.error_reply('DELAYQ_BAD_DUE ' .. tostring(due)) end
   local stored = redis.call('HGET', J, id)
   local index = (i + 1) / 4
-  if stored == record then  -- this very job, sent again
+  if relay then table.insert(marks, int(now)) table.insert(marks, id) end
+  if relay and redis.call('ZSCORE', X, id) then  -- relayed before: never stored again
+    table.insert(out, index)
+    table.insert(out, stored and (tonumber(redis.call('ZSCORE', P, id)) or due) or '')
+  elseif stored == record then  -- this very job, sent again
     table.insert(out, index)
     table.insert(out, tonumber(redis.call('ZSCORE', P, id)) or due)
   elseif stored then
@@ -49,4 +59,5 @@ if #plan > 0 then
   batched('ZADD', P, scores)
   if wakes then wake() end
 end
+if #marks > 0 then batched('ZADD', X, marks) end
 return out

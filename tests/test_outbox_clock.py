@@ -1,0 +1,144 @@
+"""Never early, whatever the producer's clock (SPEC-17 I7), and USE_TZ=False (I9): outbox
+rows take their due times from the database's clock, relays send Redis the remaining delay.
+On SQLite and PostgreSQL, over fakeredis and the real Redis."""
+
+from __future__ import annotations
+
+import time
+import types
+from datetime import timedelta
+
+import pytest
+from django.conf import settings
+from django.db import connections, transaction
+from django.test import override_settings
+
+from django_delayq import api, cancel, connection, get_job, outbox, placement, schedule_many
+from django_delayq.models import OutboxJob
+from django_delayq.store import Store
+from tests.test_outbox import alias, pending_ids, rows, run_burst  # noqa: F401
+from tests.testapp import tasks as t
+
+pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "pg"])
+
+BEHIND = 30.0
+
+
+@pytest.fixture
+def slow_producer(monkeypatch):
+    """This process's time.time() 30 s behind, for the producer's modules only (the
+    worker's and fakeredis's clocks stay right)."""
+    slow = types.SimpleNamespace(time=lambda: time.time() - BEHIND, monotonic=time.monotonic)
+    for module in (api, placement, outbox):
+        monkeypatch.setattr(module, "time", slow)
+    return monkeypatch
+
+
+def redis_now(store: Store) -> float:
+    seconds, micros = store.client.time()
+    return seconds + micros / 1e6
+
+
+def due_in_redis(store: Store, job_id: str) -> float:
+    return store.client.zscore(store.key("default", "pending"), job_id) / 1000
+
+
+def test_an_on_commit_job_of_a_slow_producer_is_not_early(store, alias, slow_producer):  # noqa: F811
+    with transaction.atomic(using=alias):
+        job = t.remember.schedule(1, delay=60, on_commit=alias)
+    slow_producer.undo()
+    assert pending_ids(store) == [job.id]
+    # Due 60 s after Redis's now when it was stored (less the milliseconds since).
+    assert due_in_redis(store, job.id) >= redis_now(store) + 60 - 1
+
+
+def test_a_horizon_job_of_a_slow_producer_is_not_early(store, slow_producer):
+    """PostgreSQL: the row's due time is the database's now() + delay, not the producer's.
+    (SQLite runs inside the producer's process: its clock is the producer's.)"""
+    routed = [_OutboxTo("pg")]
+    with override_settings(DATABASE_ROUTERS=routed, DELAYQ={**settings.DELAYQ, "HORIZON": 3590}):
+        connection._stores[(None, False, "default", store.prefix)] = store
+        try:
+            job = t.remember.schedule(1, delay=3600)
+            (bulk,) = schedule_many(t.remember, [{"args": [2], "delay": 3600}])  # save_many
+            slow_producer.undo()
+            assert job.waits_in == "database" and bulk.waits_in == "database"
+            found = OutboxJob.objects.using("pg").all()
+            assert [r.relative for r in found] == [True, True]
+            # Their relay time comes (without waiting 10 s): a worker's relay moves them.
+            OutboxJob.objects.using("pg").update(relay_at=found[0].created_at)
+            assert outbox.relay_pass(store, "pg") == 2
+            assert due_in_redis(store, job.id) >= redis_now(store) + 3600 - 1
+            assert due_in_redis(store, bulk.id) >= redis_now(store) + 3600 - 1
+        finally:
+            OutboxJob.objects.using("pg").all().delete()
+
+
+def test_postgresql_due_counts_from_the_call_not_the_transaction_start(store):
+    """PostgreSQL's now() is the transaction's start: a delay counts from the statement."""
+    with override_settings(DATABASE_ROUTERS=[_OutboxTo("pg")]):
+        try:
+            with transaction.atomic(using="pg"):
+                with connections["pg"].cursor() as cursor:
+                    cursor.execute("SELECT pg_sleep(3)")
+                job = t.remember.schedule(1, delay=60, on_commit="pg")
+            assert due_in_redis(store, job.id) >= redis_now(store) + 60 - 1
+        finally:
+            OutboxJob.objects.using("pg").all().delete()
+
+
+class _OutboxTo:
+    def __init__(self, name: str) -> None:
+        self.alias = name
+
+    def db_for_write(self, model, **hints):
+        return self.alias if model is OutboxJob else None
+
+    db_for_read = db_for_write
+
+    def allow_migrate(self, db, app_label, model_name=None, **hints):
+        if model_name == "outboxjob":
+            return db == self.alias
+        return None
+
+
+def test_an_at_job_keeps_its_absolute_time(store, alias):  # noqa: F811
+    from django.utils import timezone
+
+    at = timezone.now() + timedelta(seconds=90)
+    with transaction.atomic(using=alias):
+        job = t.remember.schedule(1, at=at, on_commit=alias)
+    assert abs(due_in_redis(store, job.id) - at.timestamp()) < 0.002
+
+
+# -- USE_TZ = False (item 7) -----------------------------------------------------------
+
+
+@pytest.fixture
+def naive(store):
+    with override_settings(USE_TZ=False, DELAYQ={**settings.DELAYQ, "HORIZON": 60}):
+        connection._stores[(None, False, "default", store.prefix)] = store
+        yield
+    connection._stores[(None, False, "default", store.prefix)] = store
+
+
+def test_use_tz_off_rows_are_written_read_and_relayed(store, alias, naive):  # noqa: F811
+    with transaction.atomic(using=alias):
+        near = t.remember.schedule(1, delay=5, on_commit=alias)
+        assert get_job(near.id).waits_in == "database"
+    assert pending_ids(store) == [near.id]
+    assert due_in_redis(store, near.id) >= redis_now(store) + 5 - 1
+    far = t.remember.schedule(2, delay=3600, key="k")
+    (row,) = rows(alias)
+    assert row.id == far.id and abs((row.due_at - row.relay_at).total_seconds() - 60) < 0.01
+    found = get_job(far.id)
+    assert (
+        found.waits_in == "database" and abs(found.due_at.timestamp() - far.due_at.timestamp()) < 1
+    )
+    assert outbox.relay_pass(store, alias) == 0  # not within the horizon yet
+    OutboxJob.objects.using(alias).update(relay_at=row.created_at)
+    assert outbox.relay_pass(store, alias) == 1
+    assert due_in_redis(store, far.id) >= redis_now(store) + 3600 - 2
+    assert cancel(key="k") is True and cancel(near.id) is True
+    run_burst(store)
+    assert t.CALLS == []
