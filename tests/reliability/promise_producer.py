@@ -4,7 +4,8 @@ talk to the test through lists in the runs Redis, ``promise:<tag>:<name>:<what>`
 - ``race <tag> <name> <key> <delay>``: push the runs server's time (``before``); in one
   transaction, push this connection's backend pid (``pid``), schedule ``whoami(tag, name)``
   with ``key=<key>, on_commit=True, delay=<delay>``, push the returned id (``scheduled``),
-  wait for ``go``, commit (the commit hooks relay), exit 0.
+  wait for ``go``, commit, push ``committed`` (a commit hook registered before the job's),
+  let the job's commit hook relay, exit 0.
 - ``locked <tag> <count>``: in one transaction, schedule ``count`` jobs of ``mark`` with
   ``on_commit=True``; a commit hook registered before theirs pushes ``committed`` and
   waits for ``locked`` (the test locks the outbox table meanwhile), then the jobs' hooks
@@ -22,6 +23,7 @@ environment of a worker (tests.reliability.settings, DELAYQ_DATABASE, DELAYQ_HOR
 from __future__ import annotations
 
 import sys
+import time
 
 if __name__ == "__main__" and sys.argv[1] == "skewed":
     from tests.reliability.skewed import skew
@@ -40,6 +42,16 @@ from tests.testapp.tasks import runs_client  # noqa: E402
 WAIT = 60  # seconds a producer waits for the test's go-ahead
 
 
+def wait_for(key: str) -> bool:
+    """Pop from the runs Redis list ``key`` within WAIT seconds (1-s BLPOPs: the client's
+    socket timeout is shorter than WAIT); False if nothing came."""
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        if runs_client().blpop([key], timeout=1) is not None:
+            return True
+    return False
+
+
 def now_on_runs_server() -> float:
     seconds, micros = runs_client().time()
     return seconds + micros / 1e6
@@ -53,9 +65,10 @@ def race(tag: str, name: str, key: str, delay: float) -> int:
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_backend_pid()")
             client.rpush(f"{signal}:pid", cursor.fetchone()[0])
+        transaction.on_commit(lambda: client.rpush(f"{signal}:committed", 1))  # runs first
         job = whoami.schedule(tag, name, key=key, delay=delay, on_commit=True)
         client.rpush(f"{signal}:scheduled", job.id)
-        if client.blpop([f"{signal}:go"], timeout=WAIT) is None:
+        if not wait_for(f"{signal}:go"):
             print("no go from the test", flush=True)
             return 2
     return 0
@@ -67,7 +80,7 @@ def locked(tag: str, count: int) -> int:
 
     def wait_for_the_lock() -> None:
         client.rpush(f"{signal}:committed", 1)
-        if client.blpop([f"{signal}:locked"], timeout=WAIT) is None:
+        if not wait_for(f"{signal}:locked"):
             raise SystemExit("the test never locked the outbox table")
 
     with transaction.atomic():

@@ -68,11 +68,16 @@ def ended(proc: subprocess.Popen, timeout: float = 60) -> str:
     return out
 
 
-def signal(client, tag: str, name: str, what: str, timeout: float = 60) -> str:
-    """The next value a producer pushed to promise:<tag>:<name>:<what>."""
-    got = client.blpop([f"promise:{tag}:{name}:{what}"], timeout=timeout)
-    assert got is not None, f"producer {name} never sent {what!r}"
-    return got[1].decode()
+def signal(client, tag: str, name: str, what: str, proc: subprocess.Popen) -> str:
+    """The next value producer ``proc`` pushed to promise:<tag>:<name>:<what>."""
+
+    def pop() -> object:
+        got = client.blpop([f"promise:{tag}:{name}:{what}"], timeout=1)
+        if got is None and proc.poll() is not None:
+            raise AssertionError(f"producer {name} exited: {proc.communicate()[0]}")
+        return got
+
+    return wait_until(pop, 60, f"producer {name} to send {what!r}", step=0)[1].decode()
 
 
 def test_cancel_inside_the_scheduling_transaction(
@@ -147,7 +152,6 @@ def test_replace_inside_and_across_transactions(
     key_a, key_b, key_c = (f"{tag}-{name}" for name in "abc")
     with installed(store, HORIZON=HORIZON):
         first = producer(env, "race", tag, "B-first", key_b, "1")
-        second = producer(env, "race", tag, "B-second", key_b, "2")
         # Due times are bounded below by the runs server's time before the transaction
         # (the database may take its start as "now"; the machine's one clock is shared).
         before = runs_server_now(runs_client)
@@ -160,18 +164,21 @@ def test_replace_inside_and_across_transactions(
         due.update({"A-second": before + 3.0, "C-far": before + HORIZON + 3.0})
         # The race: B-first's transaction holds key B; B-second's is open too, its
         # schedule() done or waiting for B-first's row lock; B-first commits, then B-second.
-        signal(runs_client, tag, "B-first", "scheduled")
-        due["B-second"] = float(signal(runs_client, tag, "B-second", "before")) + 2.0
-        pid = int(signal(runs_client, tag, "B-second", "pid"))
+        signal(runs_client, tag, "B-first", "scheduled", first)
+        second = producer(env, "race", tag, "B-second", key_b, "2")
+        due["B-second"] = float(signal(runs_client, tag, "B-second", "before", second)) + 2.0
+        pid = int(signal(runs_client, tag, "B-second", "pid", second))
         wait_until(
             lambda: runs_client.llen(f"promise:{tag}:B-second:scheduled") or waits_for_lock(pid),
             30,
             "B-second's schedule() done or waiting on a lock",
         )
         runs_client.rpush(f"promise:{tag}:B-first:go", 1)
-        ended(first)
-        ids["B-second"] = signal(runs_client, tag, "B-second", "scheduled")
+        signal(runs_client, tag, "B-first", "committed", first)
+        # (B-first's commit hook may wait for B-second's row lock: B-second goes on now.)
+        ids["B-second"] = signal(runs_client, tag, "B-second", "scheduled", second)
         runs_client.rpush(f"promise:{tag}:B-second:go", 1)
+        ended(first)
         ended(second)
         wait_until(lambda: runs_client.llen(f"runs:{tag}") >= 3, 40, "the three winners' runs")
         latest = max(due.values())
@@ -224,7 +231,7 @@ def test_relayed_row_never_stored_again_while_its_delete_is_refused(
     proc = workers.start(env, "--concurrency", "2", "-v", "1", name="relay")
     impatient = {**json.loads(pg), "OPTIONS": {"options": f"-c lock_timeout={LOCK_TIMEOUT}s"}}
     made = producer({**env, "DELAYQ_DATABASE": json.dumps(impatient)}, "locked", tag, str(count))
-    signal(runs_client, tag, "producer", "committed")
+    signal(runs_client, tag, "producer", "committed", made)
     conf = connections["pg"].settings_dict
     table = OutboxJob._meta.db_table
     locker = psycopg.connect(
