@@ -6,10 +6,10 @@ talk to the test through lists in the runs Redis, ``promise:<tag>:<name>:<what>`
   with ``key=<key>, on_commit=True, delay=<delay>``, push the returned id (``scheduled``),
   wait for ``go``, commit, push ``committed`` (a commit hook registered before the job's),
   let the job's commit hook relay, exit 0.
-- ``locked <tag> <count>``: in one transaction, schedule ``count`` jobs of ``mark`` with
-  ``on_commit=True``; a commit hook registered before theirs pushes ``committed`` and
-  waits for ``locked`` (the test locks the outbox table meanwhile), then the jobs' hooks
-  run against the locked table; exit 0. The test gives this process a ``lock_timeout``.
+- ``locked <tag> <count>``: push this connection's backend pid (``pid``); in one
+  transaction, schedule ``count`` jobs of ``mark`` with ``on_commit=True``; a commit hook
+  registered before theirs pushes ``committed``; the jobs' hooks relay; exit 0. The test
+  gives this process a ``lock_timeout`` and makes its DELETEs wait.
 - ``skewed <tag> <offset> <count>``: this process's clock off by ``offset`` seconds
   (skewed.skew); schedule ``count`` jobs of ``stamp`` each way (on_commit within the
   horizon, on_commit beyond it, plain beyond it), pushing to ``due`` "<value> <earliest
@@ -77,14 +77,11 @@ def race(tag: str, name: str, key: str, delay: float) -> int:
 def locked(tag: str, count: int) -> int:
     client = runs_client()
     signal = f"promise:{tag}:producer"
-
-    def wait_for_the_lock() -> None:
-        client.rpush(f"{signal}:committed", 1)
-        if not wait_for(f"{signal}:locked"):
-            raise SystemExit("the test never locked the outbox table")
-
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        client.rpush(f"{signal}:pid", cursor.fetchone()[0])
     with transaction.atomic():
-        transaction.on_commit(wait_for_the_lock)  # runs before the jobs' hooks
+        transaction.on_commit(lambda: client.rpush(f"{signal}:committed", 1))  # runs first
         jobs = [mark.schedule(tag, str(i), on_commit=True) for i in range(count)]
     print(" ".join(job.id for job in jobs), flush=True)
     return 0

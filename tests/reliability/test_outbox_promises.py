@@ -7,10 +7,13 @@ in the separate "runs" Redis (tasks.whoami records the id it ran under too)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
+import threading
 import time
+import zlib
 from collections import Counter
 
 import psycopg
@@ -203,11 +206,15 @@ def test_replace_inside_and_across_transactions(
     assert code == 0, workers.outputs()
 
 
-def waits_for_lock(pid: int) -> bool:
+def waits_for_lock(pid: int, kind: str | None = None) -> bool:
+    """Whether backend ``pid`` waits for a lock (of that ``kind``, pg_stat_activity's
+    wait_event: "advisory", "relation", "transactionid"...)."""
     with connections["pg"].cursor() as cursor:
-        cursor.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", [pid])
+        cursor.execute(
+            "SELECT wait_event_type, wait_event FROM pg_stat_activity WHERE pid = %s", [pid]
+        )
         row = cursor.fetchone()
-    return row is not None and row[0] == "Lock"
+    return row is not None and row[0] == "Lock" and kind in (None, row[1])
 
 
 LOCK_TIMEOUT = 3  # seconds: the producer's PostgreSQL lock_timeout
@@ -216,48 +223,45 @@ LOCK_TIMEOUT = 3  # seconds: the producer's PostgreSQL lock_timeout
 def test_relayed_row_never_stored_again_while_its_delete_is_refused(
     servers, runs_server, runs_client, workers, prefix, tag, pg, report
 ):
-    """Item 3: a producer with ``lock_timeout = 3s`` commits on_commit jobs and, right after
-    the commit (before its commit hooks relay), another connection takes the outbox table
-    with LOCK TABLE ... IN ACCESS EXCLUSIVE MODE, as a migration or a VACUUM FULL would.
-    The producer's hooks meet the lock (their statements fail after 3 s); the worker's relay
-    waits for it. While the lock is held, every job that reached Redis is left to finish and
-    then the ``done`` set is emptied: what DONE_TTL (120 s, a Lua constant with no setting)
-    passing would do to the tombstones, so the scenario holds the lock ~10 s, not 120.
-    Then the lock goes: the rows left behind are relayed, and still every job runs once."""
+    """Item 3: a producer with ``lock_timeout = 3s`` commits on_commit jobs; its commit
+    hooks relay them to Redis, and their DELETE is refused: a test trigger makes every
+    DELETE of the outbox table wait for an advisory lock the test holds, so the DELETE
+    fails after 3 s (the relay's transaction, if any, rolls back). Meanwhile another
+    connection asks for LOCK TABLE ... IN ACCESS EXCLUSIVE MODE, as a migration or a VACUUM
+    FULL would, and holds it once granted: the worker's relay waits. While the table is
+    locked the jobs, in Redis, run; then the ``done`` set is emptied, which is what
+    DONE_TTL (120 s, a Lua constant with no setting) passing does to the tombstones: so
+    the lock is held ~5-10 s, not 120. Then the lock goes, the rows left behind are
+    relayed by the worker, and still every job runs once."""
     count = 3
     data = servers.redis("data")
     store = Store(data.client(), prefix)
     env = worker_env(data.url, runs_server.url, prefix, DATABASE=pg)
     proc = workers.start(env, "--concurrency", "2", "-v", "1", name="relay")
     impatient = {**json.loads(pg), "OPTIONS": {"options": f"-c lock_timeout={LOCK_TIMEOUT}s"}}
-    made = producer({**env, "DELAYQ_DATABASE": json.dumps(impatient)}, "locked", tag, str(count))
-    signal(runs_client, tag, "producer", "committed", made)
-    conf = connections["pg"].settings_dict
-    table = OutboxJob._meta.db_table
-    locker = psycopg.connect(
-        host=conf["HOST"], port=conf["PORT"], user=conf["USER"], dbname=conf["NAME"]
-    )
-    try:
-        locker.execute(f'LOCK TABLE "{table}" IN ACCESS EXCLUSIVE MODE')
+    env_of_producer = {**env, "DELAYQ_DATABASE": json.dumps(impatient)}
+    with refused_deletes(OutboxJob._meta.db_table) as locks:
+        made = producer(env_of_producer, "locked", tag, str(count))
+        pid = int(signal(runs_client, tag, "producer", "pid", made))
+        signal(runs_client, tag, "producer", "committed", made)
+        wait_until(lambda: waits_for_lock(pid, "advisory"), 30, "the producer's DELETE to wait")
         locked_at = time.monotonic()
-        runs_client.rpush(f"promise:{tag}:producer:locked", 1)
+        locks.table()  # granted once the producer's DELETE gave up
         out = ended(made)
         waiting = ("pending", "running")
         wait_until(lambda: not any(sizes(store)[k] for k in waiting), 30, "the jobs in Redis")
         ran_while_locked = runs_client.llen(f"runs:{tag}")
+        assert locks.rows() == count  # the rows stayed, their jobs ran
         tombstones = store.client.zcard(store.key("default", "done"))
         store.client.delete(store.key("default", "done"))
         held = time.monotonic() - locked_at
-    finally:
-        locker.rollback()
-        locker.close()
     wait_until(lambda: row_count() == 0, 30, "the rows' relay and delete")
     wait_until(lambda: runs_client.llen(f"runs:{tag}") >= count, 30, "the jobs' runs")
     time.sleep(SETTLE)  # a duplicate would come late
     ran = Counter(runs(runs_client, tag))
     (code,) = finish([proc], workers)
     report(
-        scenario="31. outbox: table locked after the commit, producer lock_timeout 3 s, "
+        scenario="31. outbox: relayed rows' DELETE refused (lock_timeout 3 s), table locked, "
         "tombstones expired (PostgreSQL)",
         jobs=count,
         lost=count - len(ran),
@@ -266,9 +270,75 @@ def test_relayed_row_never_stored_again_while_its_delete_is_refused(
         ran_while_locked=ran_while_locked,
         tombstones_dropped=tombstones,
     )
+    # Every job reached Redis and ran while its row stayed: the case this scenario is about.
+    assert ran_while_locked == count, (ran_while_locked, out)
     assert sorted(ran) == [str(i) for i in range(count)] and set(ran.values()) == {1}, (ran, out)
     assert sizes(store)["pending"] == 0
     assert code == 0, workers.outputs()
+
+
+class Locks:
+    """What refused_deletes() hands the test while the outbox's DELETEs are refused."""
+
+    def __init__(self, locker: psycopg.Connection, quoted: str) -> None:
+        self.locker = locker
+        self.quoted = quoted
+        self.thread: threading.Thread | None = None
+        self.granted = threading.Event()
+
+    def table(self) -> None:
+        """LOCK TABLE ... IN ACCESS EXCLUSIVE MODE on the locker connection, in a thread (it
+        waits for the statements before it); returns once granted."""
+
+        def take() -> None:
+            self.locker.execute(f"LOCK TABLE {self.quoted} IN ACCESS EXCLUSIVE MODE")
+            self.granted.set()
+
+        self.thread = threading.Thread(target=take, daemon=True)
+        self.thread.start()
+        assert self.granted.wait(60), "LOCK TABLE was not granted within 60 s"
+
+    def rows(self) -> int:
+        """The outbox's rows, counted through the connection holding the lock (any other
+        waits for it)."""
+        return self.locker.execute(f"SELECT COUNT(*) FROM {self.quoted}").fetchone()[0]
+
+    def release(self) -> None:
+        if self.thread is not None and self.thread.is_alive():
+            self.locker.cancel()  # the LOCK TABLE still waits: end it
+            self.thread.join(10)
+        self.locker.rollback()
+
+
+@contextlib.contextmanager
+def refused_deletes(table: str):
+    """While inside: every DELETE of ``table`` waits for an advisory lock held here (a
+    statement trigger); the block gets a :class:`Locks` to lock the table with. Afterwards
+    the table lock and the advisory lock are released and the trigger dropped."""
+    conf = connections["pg"].settings_dict
+    params = {"host": conf["HOST"], "port": conf["PORT"], "user": conf["USER"]}
+    holder = psycopg.connect(**params, dbname=conf["NAME"], autocommit=True)
+    locks = Locks(psycopg.connect(**params, dbname=conf["NAME"]), f'"{table}"')
+    key = zlib.crc32(table.encode())
+    function = f"{table}_test_hold"
+    try:
+        holder.execute("SELECT pg_advisory_lock(%s)", [key])
+        holder.execute(
+            f"CREATE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS "
+            f"$$ BEGIN PERFORM pg_advisory_xact_lock_shared({key}); RETURN NULL; END $$"
+        )
+        holder.execute(
+            f"CREATE TRIGGER {function} BEFORE DELETE ON {locks.quoted} "
+            f"FOR EACH STATEMENT EXECUTE FUNCTION {function}()"
+        )
+        yield locks
+    finally:
+        locks.release()
+        locks.locker.close()
+        holder.execute(f"DROP TRIGGER IF EXISTS {function} ON {locks.quoted}")
+        holder.execute(f"DROP FUNCTION IF EXISTS {function}()")
+        holder.execute("SELECT pg_advisory_unlock(%s)", [key])
+        holder.close()
 
 
 SKEW = -30.0
