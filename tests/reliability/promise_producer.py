@@ -6,10 +6,10 @@ talk to the test through lists in the runs Redis, ``promise:<tag>:<name>:<what>`
   with ``key=<key>, on_commit=True, delay=<delay>``, push the returned id (``scheduled``),
   wait for ``go``, commit, push ``committed`` (a commit hook registered before the job's),
   let the job's commit hook relay, exit 0.
-- ``locked <tag> <count>``: push this connection's backend pid (``pid``); in one
-  transaction, schedule ``count`` jobs of ``mark`` with ``on_commit=True``; a commit hook
-  registered before theirs pushes ``committed``; the jobs' hooks relay; exit 0. The test
-  gives this process a ``lock_timeout`` and makes its DELETEs wait.
+- ``locked <tag> <count>``: in one transaction, schedule ``count`` jobs of ``mark`` with
+  ``on_commit=True``; a commit hook registered before theirs pushes ``committed``; the
+  jobs' hooks relay; exit 0. The test gives this process a ``lock_timeout`` and makes its
+  DELETEs wait.
 - ``skewed <tag> <offset> <count>``: this process's clock off by ``offset`` seconds
   (skewed.skew); schedule ``count`` jobs of ``stamp`` each way (on_commit within the
   horizon, on_commit beyond it, plain beyond it), pushing to ``due`` "<value> <earliest
@@ -77,9 +77,6 @@ def race(tag: str, name: str, key: str, delay: float) -> int:
 def locked(tag: str, count: int) -> int:
     client = runs_client()
     signal = f"promise:{tag}:producer"
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_backend_pid()")
-        client.rpush(f"{signal}:pid", cursor.fetchone()[0])
     with transaction.atomic():
         transaction.on_commit(lambda: client.rpush(f"{signal}:committed", 1))  # runs first
         jobs = [mark.schedule(tag, str(i), on_commit=True) for i in range(count)]
