@@ -78,6 +78,17 @@ NOTES: dict[str, Any] = {
     ),
     "started_at_kill": "{} started at the kill",
     "cut_short": "{} cut short",
+    # 29-33: the promises of on_commit jobs (tests/reliability/test_outbox_promises.py)
+    "cancelled_in_transaction": "{} cancelled inside their transaction (by id and by key)",
+    "cancelled_ran": "{} of them ran",
+    "superseded_ran": lambda v: f"superseded calls that ran: {shown(v) or 'none'}",
+    "lock_held_seconds": "outbox table locked {} s",
+    "ran_while_locked": "{} ran while their rows stayed",
+    "tombstones_dropped": "{} tombstones expired meanwhile",
+    "ran_early": "{} ran early",
+    "get_job_found": "get_job(returned id) found it: {}",
+    "cancel_returned": "cancel(returned id) returned {}",
+    "ran_under_returned_id": "ran under the returned id: {}",
 }
 
 

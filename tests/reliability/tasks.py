@@ -15,6 +15,7 @@ import time
 import redis
 
 from django_delayq import task
+from django_delayq.execution import current_job
 from tests.testapp.tasks import runs_client
 
 DIED = 3  # exit code of a worker process ended by the die task
@@ -32,6 +33,16 @@ def stamp(tag: str, value: str) -> None:
     client = runs_client()
     seconds, micros = client.time()
     client.rpush(f"runs:{tag}", f"{value} {seconds + micros / 1e6:.6f}")
+
+
+@task(retry_backoff=0, max_retries=20)
+def whoami(tag: str, value: str) -> None:
+    """Record one run with the id the job runs under and the runs server's clock:
+    "<value> <job id> <epoch seconds>"."""
+    client = runs_client()
+    job = current_job()
+    seconds, micros = client.time()
+    client.rpush(f"runs:{tag}", f"{value} {job.id if job else '-'} {seconds + micros / 1e6:.6f}")
 
 
 @task(retry_backoff=0, max_retries=3)
