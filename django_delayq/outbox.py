@@ -50,13 +50,14 @@ from django.db import (
     router,
     transaction,
 )
-from django.db.models import DateTimeField, DurationField, ExpressionWrapper, Value
+from django.db.models import DateTimeField, DurationField, ExpressionWrapper, Q, Value
 from django.db.models.functions import Now
 from django.utils import timezone
 
 from .conf import delayq_settings
 from .exceptions import ConfigurationError, DelayQError
 from .store import Scheduled, Store
+from .wording import counted
 
 if TYPE_CHECKING:
     from .models import OutboxJob
@@ -547,8 +548,10 @@ def relay_pass(
 ) -> int:
     """Relay up to ``limit`` rows of ``alias`` and delete them, in one transaction; how
     many. Which rows: those of ``ids`` whatever their relay time (with ``near``, not those
-    beyond the horizon); else those whose relay time has come, every row when
-    ``DELAYQ["HORIZON"]`` is off (rows left from when it was on move at once)."""
+    beyond the horizon); else those whose relay time has come, and with
+    ``DELAYQ["HORIZON"]`` off also every row whose relay time lies beyond an on_commit
+    row's GRACE (rows left from when it was on move at once; an on_commit row still
+    waits its GRACE for its committing process's fast path)."""
     horizon = delayq_settings.HORIZON
     db_now = _now_sql(alias, now)  # the database's clock (``now``: a test's)
     with transaction.atomic(using=alias):
@@ -560,6 +563,10 @@ def relay_pass(
                 rows = rows.filter(due_at__lte=_sql_time_from(db_now, horizon))
         elif horizon is not None:
             rows = rows.filter(relay_at__lte=db_now)
+        else:
+            rows = rows.filter(
+                Q(relay_at__lte=db_now) | Q(relay_at__gt=_sql_time_from(db_now, GRACE + 1.0))
+            )
         rows = rows.order_by("relay_at")
         if connections[alias].features.has_select_for_update_skip_locked:
             rows = rows.select_for_update(skip_locked=True)
@@ -586,7 +593,9 @@ def relay_pass(
     # them again stores nothing, however long that lasts.) The marks can go now.
     if done:
         unmark(store, [row for row in batch if row.id in done])
-        logger.info("outbox relay: %d rows moved into Redis from database %r", len(done), alias)
+        logger.info(
+            "outbox relay: %s moved into Redis from database %r", counted(len(done), "row"), alias
+        )
     if error is not None and not done:
         raise error
     return len(done)

@@ -241,3 +241,21 @@ def test_horizon_off_a_plain_keyed_schedule_replaces_the_waiting_row(store, alia
     run_burst(store)
     assert t.CALLS == [((2,), {})]
     assert outbox.relay_pass(store, alias) == 0 and pending_ids(store) == []
+
+
+def test_horizon_off_an_on_commit_row_keeps_its_grace_for_the_fast_path(
+    store,
+    alias,  # noqa: F811
+    monkeypatch,
+):
+    """Rows left from a horizon move at once, but an on_commit row whose fast path has not
+    run yet is left to it for GRACE seconds (a worker's pass would only race it)."""
+    import time
+
+    monkeypatch.setattr(outbox, "relay_now", lambda *a, **kw: False)  # the fast path stalls
+    with transaction.atomic(using=alias):
+        job = t.remember.schedule(1, delay=30, on_commit=alias)
+    assert [r.id for r in rows(alias)] == [job.id]
+    assert outbox.relay_pass(store, alias) == 0  # within its GRACE: the fast path's
+    assert outbox.relay_pass(store, alias, now=time.time() + outbox.GRACE + 1) == 1
+    assert rows(alias) == [] and pending_ids(store) == [job.id]
