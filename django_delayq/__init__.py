@@ -20,7 +20,7 @@ from .exceptions import (
 from .job import Job
 from .registry import Task, task
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 __all__ = [
     "ConfigurationError",
