@@ -161,6 +161,18 @@ def translate(exc: BaseException) -> Exception:
     return DelayQError(f"unexpected error talking to Redis: {exc!r}")
 
 
+def unavailable(exc: BaseException) -> Exception:
+    """The last error of an op whose budget ran out: one Redis answers while it cannot take
+    commands (a failover's READONLY, LOADING, a NOSCRIPT from a new master, BUSY...) is a
+    ConnectionError like a refused connection, the op not run; anything else as translate()."""
+    if _code(exc) in NOT_RUN:
+        return DelayQConnectionError(
+            f"Redis did not take the command within its time budget (last answer: {exc}); "
+            "it may be failing over, loading or busy"
+        )
+    return translate(exc)
+
+
 class _Failure:
     """Why one op has no answer yet: the error, and whether Redis may have run it."""
 
@@ -257,7 +269,7 @@ class Transport:
                             "run it"
                         )
                         if i in resent_ops
-                        else translate(failures[i].exc)
+                        else unavailable(failures[i].exc)
                     )
                 return results
             retryable = {_code(failures[i].exc) for i in todo}

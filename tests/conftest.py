@@ -26,6 +26,22 @@ def real_redis() -> redis.Redis:
     return client
 
 
+def pytest_configure(config):
+    """Every run sets up the "default" test database, even one whose collected tests carry
+    no django_db mark (a single file of the reliability suite): get_job() and the keyed
+    schedule() read the outbox table there (outbox_reads below). pytest-django sets up only
+    the databases the collected tests' marks name, through this function."""
+    import pytest_django.fixtures
+
+    marked = pytest_django.fixtures._get_databases_for_setup
+
+    def with_default(items):
+        aliases, serialized = marked(items)
+        return {*aliases, "default"}, serialized
+
+    pytest_django.fixtures._get_databases_for_setup = with_default
+
+
 @pytest.fixture(scope="session", autouse=True)
 def outbox_on_default_only(request):
     """Once the test databases exist (the outbox table on every alias), outbox rows may live
