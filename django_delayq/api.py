@@ -455,7 +455,9 @@ def get_job(job_id: str, queue: str | None = None) -> Job | None:
     if raw is not None:
         return job_from_raw(raw, delayq_settings.MAX_RETRIES)
     row = outbox.find(job_id, queue)
-    return None if row is None else placement.row_job(row, None)
+    if row is None or get_store().relayed(row.queue, [row.id]):
+        return None  # a relayed row whose DELETE has not committed: the job is not there
+    return placement.row_job(row, None)
 
 
 def cancel(job_id: str | None = None, *, key: str | None = None, queue: str | None = None) -> bool:

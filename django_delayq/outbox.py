@@ -411,12 +411,15 @@ def cancel(
     key: str | None = None,
     queue: str | None = None,
     committed: Callable[[Row], None] | None = None,
+    stale: Callable[[list[Row]], set[str]] | None = None,
 ) -> list[Row]:
     """Delete the rows of a job id or unique key (in ``queue`` if given); the rows deleted.
     The deletion joins the caller's transaction on an alias where one is open (a rollback
     restores the row); ``committed(row)`` runs once the deletion of ``row`` commits (at
     once without a transaction). A row a relay holds is waited for (its lock): once
-    relayed, it is not found here and the caller cancels it in Redis."""
+    relayed, it is not found here and the caller cancels it in Redis. ``stale(rows)`` names
+    the rows a relay already stored in Redis (their DELETE was refused): those are left to
+    the relay's clean-up, not cancelled (their job is in Redis, or ran)."""
     gone: list[Row] = []
     for alias in aliases():
         rows = _rows(alias)
@@ -424,9 +427,10 @@ def cancel(
         if queue is not None:
             rows = rows.filter(queue=queue)
         with transaction.atomic(using=alias):
-            for obj in rows.select_for_update():
-                if _rows(alias).filter(id=obj.id)._raw_delete(alias):
-                    row = _row(obj)
+            found = [_row(obj) for obj in rows.select_for_update()]
+            left = stale(found) if stale is not None and found else set()
+            for row in found:
+                if row.id not in left and _rows(alias).filter(id=row.id)._raw_delete(alias):
                     gone.append(row)
                     if committed is not None:
                         transaction.on_commit(lambda row=row: committed(row), using=alias)

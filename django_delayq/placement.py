@@ -201,4 +201,14 @@ def cancel_rows(queue: str | None, job_id: str | None, key: str | None) -> bool:
         )
         signals.send(signals.job_cancelled, sender(job.task), job=job)
 
-    return bool(outbox.cancel(job_id, key, queue, committed))
+    gone = outbox.cancel(job_id, key, queue, committed, _stale)
+    return bool(gone)
+
+
+def _stale(rows: list[outbox.Row]) -> set[str]:
+    """Ids of ``rows`` that a relay already stored in Redis (marked relayed; their DELETE
+    was refused): deleting them cancels nothing (the job is in Redis, or ran)."""
+    stale: set[str] = set()
+    for queue in {row.queue for row in rows}:
+        stale |= get_store().relayed(queue, [row.id for row in rows if row.queue == queue])
+    return stale

@@ -311,6 +311,15 @@ class Store(Reads, Roster, OldLayout):
         key = self.key(queue, "relayed")
         return self.command(b"ZREM", key, *ids, route=key)
 
+    def relayed(self, queue: str, ids: Sequence[str]) -> set[str]:
+        """Those of ``ids`` marked relayed: their outbox rows are leftovers of a relay whose
+        DELETE has not committed, not pending jobs (the job is in Redis, or ran)."""
+        if not ids:
+            return set()
+        key = self.key(queue, "relayed")
+        scores = self.call(self.command(b"ZMSCORE", key, *ids, route=key))
+        return {i for i, score in zip(ids, scores, strict=True) if score is not None}
+
     def old_relayed(self, queue: str, before: float, limit: int) -> list[str]:
         """Up to ``limit`` ids whose relayed mark is older than ``before`` (epoch seconds)."""
         key = self.key(queue, "relayed")
