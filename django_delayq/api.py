@@ -286,7 +286,9 @@ def _schedule_planned(
         # Outside a transaction on_commit stores at once, as Django runs the hook at once.
         if plan.key is not None:  # one indexed query, whatever HORIZON is (rows it left)
             held = outbox.find_key(plan.queue, plan.key)
-            if held is not None:  # the key's job waits in the database: it stays one job
+            # The key's job waits in the database: it stays one job (unless the row is a
+            # relay's leftover: its job is in Redis, where this call replaces it, or ran).
+            if held is not None and not outbox.leftover(plan.queue, held[1].id):
                 return placement.replace_row(_Prepared(plan, args, kwargs, True), *held)
         return _Prepared(plan, args, kwargs).store()
     prepared = _Prepared(plan, args, kwargs, outbox=True)

@@ -276,6 +276,12 @@ def _save(alias: str, row: Row, relay_at: When | float, now: float) -> tuple[str
     hashed = key_hash(row.key)
     if hashed is not None:
         held = _rows(alias).select_for_update().filter(queue=row.queue, key_hash=hashed).first()
+        if held is not None and leftover(row.queue, held.id):
+            # A relay stored it in Redis and its DELETE failed: its job is in Redis or ran,
+            # so the key is not its; the leftover goes (with this transaction) and this row
+            # is a new job (updating it would relay as a no-op, losing this call).
+            _rows(alias).filter(id=held.id)._raw_delete(alias)
+            held = None
         if held is not None:
             if row.on_conflict == "keep":
                 return "kept", _row(held)
@@ -356,6 +362,18 @@ def find(job_id: str, queue: str | None = None) -> Row | None:
         if obj is not None:
             return _row(obj)
     return None
+
+
+def leftover(queue: str, job_id: str) -> bool:
+    """Whether the row of ``job_id`` is a leftover of a relay (its job stored in Redis, its
+    DELETE refused or lost): marked relayed. False when Redis cannot tell (the row is then
+    taken for a waiting job, as before the marks)."""
+    from .connection import get_store
+
+    try:
+        return bool(get_store().relayed(queue, [job_id]))
+    except DelayQError:
+        return False
 
 
 def find_key(queue: str, key: str) -> tuple[str, Row] | None:

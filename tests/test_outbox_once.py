@@ -187,3 +187,32 @@ def test_postgresql_lock_taken_during_the_relay_runs_the_job_once(store, monkeyp
             with connections["pg"].cursor() as cursor:
                 cursor.execute("SET lock_timeout = 0")
             OutboxJob.objects.using("pg").all().delete()
+
+
+def test_a_relay_leftover_is_no_pending_job_and_holds_no_key(store, alias, monkeypatch):  # noqa: F811
+    """A row relayed into Redis whose DELETE failed is a leftover: get_job() and cancel()
+    do not take it for a waiting job, and a later keyed schedule() (on_commit or plain)
+    makes a new job instead of updating the leftover, whose relay would be a no-op: the
+    call would be lost. Found by the API model test (tests/test_api_model.py)."""
+    from django_delayq import cancel, get_job
+
+    def refused(alias_, ids):
+        raise DatabaseError("canceling statement due to lock timeout")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(outbox, "delete", refused)
+        with transaction.atomic(using=alias):
+            first = t.remember.schedule(1, key="k", on_commit=alias)
+    assert [r.id for r in rows(alias)] == [first.id] and marked(store) == [first.id]
+    run_without_relay(store)
+    assert t.CALLS == [((1,), {})]
+    assert get_job(first.id) is None and cancel(first.id) is False
+    assert [r.id for r in rows(alias)] == [first.id]  # left to the relay's clean-up
+    with transaction.atomic(using=alias):
+        second = t.remember.schedule(2, key="k", on_commit=alias)
+    assert second.id != first.id and get_job(second.id).args == [2]
+    run_without_relay(store)
+    assert t.CALLS == [((1,), {}), ((2,), {})]
+    plain = t.remember.schedule(3, key="k", delay=0)  # no row now: straight to Redis
+    run_without_relay(store)
+    assert plain.id not in (first.id, second.id) and t.CALLS[-1] == ((3,), {})
