@@ -18,8 +18,20 @@ it checks the public answers against the plain model of tests/api_model.py (SPEC
 - at the end (rolled back, HORIZON off, a relay turn, a worker far in the future) every job
   the model has pending runs exactly once with its arguments, and nothing else ever ran.
 
-Budget: SETTINGS below (derandomized, no example database): about 25 s per database on a
-2-core machine. Regression sequences for issue 17's items 1, 2, 8, 9 and 11 follow the machine.
+Left open by the spec, so the model accepts either answer: where a committed job waits (a
+fast path that failed or was paused, a relay that has or has not run: the model observes the
+placement, never what exists or runs); whether a worker's relay turn moved a row due on the
+worker's clock (such a row may run or not; a Redis job due on it must run); whether a row
+left by a failed fast path waits out outbox.GRACE once HORIZON is off (the drain waits,
+bounded). Not generated (the spec says nothing): a keyed plain call inside a transaction, a
+far replace of a Redis job, a keyed call or an in-transaction cancel on a job whose relayed
+row stayed after a refused DELETE.
+
+On 0.2.0 the machine fails at once (item 11, the shortest); the sequences at the end of this
+file fail there on items 1, 2, 8, 9 and 11 each, and so do focused runs of the machine (rule
+sets restricted so one item does not mask another; shrunk sequences in the issue's notes).
+
+Budget: SETTINGS below (derandomized, no example database), printed by the test.
 """
 
 from __future__ import annotations
@@ -66,6 +78,7 @@ SETTINGS = settings(
     database=None,
     suppress_health_check=list(HealthCheck),
     print_blob=False,
+    report_multiple_bugs=False,
 )
 
 
