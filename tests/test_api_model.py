@@ -71,8 +71,8 @@ ADVANCES = (0.0, 40.0, 4000.0)  # seconds the worker's clock moves on before a r
 SLACK = 5.0  # seconds between the model's clock and the code's (same machine)
 KEYS = ("k1", "k2")
 SETTINGS = settings(
-    max_examples=25,
-    stateful_step_count=20,
+    max_examples=60,
+    stateful_step_count=25,
     deadline=None,
     derandomize=True,
     database=None,
@@ -242,6 +242,16 @@ class APIMachine(RuleBasedStateMachine):
     # -- schedule / cancel / get_job ------------------------------------------------------------
 
     @rule(
+        key=st.sampled_from(KEYS),
+        delay=st.sampled_from(DELAYS),
+        on_commit=st.booleans(),
+        keep=st.booleans(),
+    )
+    def schedule_keyed(self, key, delay, on_commit, keep):
+        """The same as schedule() with a unique key: replaces and keeps are what break."""
+        self.schedule(key=key, delay=delay, on_commit=on_commit, keep=keep)
+
+    @rule(
         key=st.sampled_from((None, *KEYS)),
         delay=st.sampled_from(DELAYS),
         on_commit=st.booleans(),
@@ -407,24 +417,18 @@ class APIMachine(RuleBasedStateMachine):
 
     # -- faults ---------------------------------------------------------------------------------
 
-    @rule()
-    def lose_a_reply(self):
-        """The next schedule/relay to Redis runs there but its reply is lost."""
-        self.w.proxy.add_rule(
-            lambda c: script("schedule")(c) or script("schedule_many")(c), drop_reply(), times=1
-        )
-        self.note("fault: the next schedule reply is lost")
-
-    @precondition(lambda self: self.m.depth > 0 and not self.w.down_at_commit)
-    @rule()
-    def redis_down_at_commit(self):
-        self.w.down_at_commit = True
-        self.note("fault: Redis is down at the next commit")
-
-    @rule()
-    def refuse_a_delete(self):
-        self.w.arm_refused_delete()
-        self.note("fault: the next outbox DELETE is refused")
+    @rule(kind=st.sampled_from(("lost reply", "Redis down at commit", "refused delete")))
+    def fault(self, kind):
+        """One rule for the three faults, so that schedule() and cancel() stay frequent."""
+        if kind == "lost reply":  # the next schedule/relay runs in Redis, its reply is lost
+            self.w.proxy.add_rule(
+                lambda c: script("schedule")(c) or script("schedule_many")(c), drop_reply()
+            )
+        elif kind == "Redis down at commit":  # the next outermost commit's fast path fails
+            self.w.down_at_commit = True
+        else:
+            self.w.arm_refused_delete()
+        self.note(f"fault: {kind}")
 
     # -- the end --------------------------------------------------------------------------------
 
