@@ -132,7 +132,10 @@ class Model:
         fast path and a relay move rows into Redis). A row that reached Redis adopts its key:
         any other Redis job under that key is gone (I3)."""
         assert self.depth == 0
-        for job in list(self.pending().values()):
+        jobs = sorted(self.pending().values(), key=lambda j: j.place != "row")  # rows first
+        for job in jobs:
+            if job.id not in self.pending():
+                continue  # its key was adopted by a row relayed just now
             if job.id in in_redis:
                 moved = job.place == "row"
                 job.place, job.stale = "redis", job.id in in_table

@@ -397,6 +397,7 @@ class APIMachine(RuleBasedStateMachine):
         runs = self.w.ran[start:]
         self.note(f"worker burst, clock +{self.w.clock_offset:.0f} s -> ran {[r[0] for r in runs]}")
         self._check_runs(runs)
+        self._sync()  # a row the worker's relay turn moved adopts its key: the holder is gone
         for job_id, due in before.items():
             if due + SLACK <= clock and job_id in self.m.redis:
                 self.fail(f"job {job_id} waits in Redis, due on this clock, and did not run")
@@ -413,6 +414,10 @@ class APIMachine(RuleBasedStateMachine):
                 self.fail(f"job {job_id} ran with args {args}; the model says {[job.args]}")
             if job.due > at + SLACK:
                 self.fail(f"job {job_id} ran {job.due - at:.0f} s early")
+            if job.place == "row" and job.key is not None:  # relayed by the worker: it
+                for other in self.m.holders(job.key):  # adopted its key from a Redis job
+                    if other.place == "redis":
+                        self.m.redis.pop(other.id)
             self.m.finished(job_id)
 
     # -- faults ---------------------------------------------------------------------------------
