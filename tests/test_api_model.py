@@ -306,12 +306,15 @@ class APIMachine(RuleBasedStateMachine):
             self.m.apply_schedule(how, job.id, target, key, args, due, far, in_tx)
         self._after()
 
-    @rule(data=st.data(), by_key=st.booleans())
-    def cancel(self, data, by_key):
-        if by_key:
+    @rule(data=st.data(), by=st.sampled_from(("pending id", "key", "any id")))
+    def cancel(self, data, by):
+        if by == "key":
             self.cancel_one(key=data.draw(st.sampled_from(KEYS), label="key"))
-        elif self.m.issued:
-            ids = sorted(self.m.issued)  # in the order schedule() returned them (ULIDs)
+            return
+        # In the order schedule() returned them (ULIDs): a pending job's (the transaction's
+        # rows too), or any id ever returned (cancelled, finished, rolled back, replaced).
+        ids = sorted(self.m.pending() if by == "pending id" else self.m.issued)
+        if ids:
             self.cancel_one(job_id=data.draw(st.sampled_from(ids), label="job id"))
 
     def cancel_one(self, job_id: str | None = None, key: str | None = None) -> None:
