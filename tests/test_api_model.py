@@ -566,6 +566,11 @@ SEQUENCES = {
         S("k1", on_commit=True),
         COMMIT,
     ],
+    "9-on-commit-keep-of-a-redis-job": [
+        S("k1", delay=30.0),
+        BEGIN,
+        S("k1", on_commit=True, keep=True),
+    ],
     # 11. get_job() inside the transaction that scheduled the job (HORIZON off).
     "11-get-job-in-its-transaction": [BEGIN, S(on_commit=True)],
 }
