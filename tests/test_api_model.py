@@ -31,7 +31,10 @@ On 0.2.0 the machine fails at once (item 11, the shortest); the sequences at the
 file fail there on items 1, 2, 8, 9 and 11 each, and so do focused runs of the machine (rule
 sets restricted so one item does not mask another; shrunk sequences in the issue's notes).
 
-Budget: SETTINGS below (derandomized, no example database), printed by the test.
+Budget: SETTINGS below (derandomized, no example database), printed by the test: 60
+examples of up to 25 steps per database, about 10 s on SQLite and 12 s on PostgreSQL on a
+2-core machine (measured on 0.2.0 with the checks recording instead of failing), plus about
+5 s for the sequences.
 """
 
 from __future__ import annotations
