@@ -21,3 +21,23 @@ class OutboxDatabases:
         if app_label == "django_delayq" and model_name == "outboxjob" and db != "default":
             return db in self.extra
         return None
+
+
+class OutboxOnly:
+    """A router that puts the outbox table's rows on one alias, the only one it may migrate
+    to (a test about that database alone)."""
+
+    def __init__(self, alias: str) -> None:
+        self.alias = alias
+
+    def db_for_write(self, model: Any, **hints: Any) -> Any:
+        from django_delayq.models import OutboxJob
+
+        return self.alias if model is OutboxJob else None
+
+    db_for_read = db_for_write
+
+    def allow_migrate(self, db: str, app_label: str, model_name: Any = None, **hints: Any) -> Any:
+        if model_name == "outboxjob":
+            return db == self.alias
+        return None

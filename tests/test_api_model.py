@@ -63,6 +63,7 @@ from tests.conftest import _installed, real_redis
 from tests.reliability.faults import FaultProxy, drop_reply, script
 from tests.reliability.harness import free_port
 from tests.routers import OutboxDatabases
+from tests.test_outbox import OutboxTo
 from tests.testapp import tasks as t
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "pg"])
@@ -83,18 +84,6 @@ SETTINGS = settings(
     print_blob=False,
     report_multiple_bugs=False,
 )
-
-
-class OutboxTo:
-    """Routes the outbox's rows to the database under test."""
-
-    def __init__(self, alias: str) -> None:
-        self.alias = alias
-
-    def db_for_write(self, model, **hints):
-        return self.alias if model is OutboxJob else None
-
-    db_for_read = db_for_write
 
 
 class World:

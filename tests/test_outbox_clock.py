@@ -16,6 +16,7 @@ from django.test import override_settings
 from django_delayq import api, cancel, connection, get_job, outbox, placement, schedule_many
 from django_delayq.models import OutboxJob
 from django_delayq.store import Store
+from tests.routers import OutboxOnly
 from tests.test_outbox import alias, pending_ids, rows, run_burst  # noqa: F401
 from tests.testapp import tasks as t
 
@@ -55,7 +56,7 @@ def test_an_on_commit_job_of_a_slow_producer_is_not_early(store, alias, slow_pro
 def test_a_horizon_job_of_a_slow_producer_is_not_early(store, slow_producer):
     """PostgreSQL: the row's due time is the database's now() + delay, not the producer's.
     (SQLite runs inside the producer's process: its clock is the producer's.)"""
-    routed = [_OutboxTo("pg")]
+    routed = [OutboxOnly("pg")]
     with override_settings(DATABASE_ROUTERS=routed, DELAYQ={**settings.DELAYQ, "HORIZON": 3590}):
         connection._stores[(None, False, "default", store.prefix)] = store
         try:
@@ -76,7 +77,7 @@ def test_a_horizon_job_of_a_slow_producer_is_not_early(store, slow_producer):
 
 def test_postgresql_due_counts_from_the_call_not_the_transaction_start(store):
     """PostgreSQL's now() is the transaction's start: a delay counts from the statement."""
-    with override_settings(DATABASE_ROUTERS=[_OutboxTo("pg")]):
+    with override_settings(DATABASE_ROUTERS=[OutboxOnly("pg")]):
         try:
             with transaction.atomic(using="pg"):
                 with connections["pg"].cursor() as cursor:
@@ -85,21 +86,6 @@ def test_postgresql_due_counts_from_the_call_not_the_transaction_start(store):
             assert due_in_redis(store, job.id) >= redis_now(store) + 60 - 1
         finally:
             OutboxJob.objects.using("pg").all().delete()
-
-
-class _OutboxTo:
-    def __init__(self, name: str) -> None:
-        self.alias = name
-
-    def db_for_write(self, model, **hints):
-        return self.alias if model is OutboxJob else None
-
-    db_for_read = db_for_write
-
-    def allow_migrate(self, db, app_label, model_name=None, **hints):
-        if model_name == "outboxjob":
-            return db == self.alias
-        return None
 
 
 def test_an_at_job_keeps_its_absolute_time(store, alias):  # noqa: F811

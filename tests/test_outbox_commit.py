@@ -16,6 +16,7 @@ from django.test import override_settings
 from django_delayq import cancel, connection, get_job, outbox, signals
 from django_delayq.job import encode_record
 from django_delayq.models import OutboxJob
+from tests.routers import OutboxOnly
 from tests.test_outbox import alias, horizon, pending_ids, rows, run_burst  # noqa: F401
 from tests.testapp import tasks as t
 
@@ -127,7 +128,7 @@ def test_far_then_near_in_one_transaction_is_relayed(store, alias, horizon):  # 
 def test_two_transactions_racing_on_a_key_the_second_to_commit_wins(store):
     """PostgreSQL: T1 writes the key's row, T2 (another connection) writes it too and waits
     on T1's row; T1 commits (its hook relays), then T2: T2's call is the job."""
-    with override_settings(DATABASE_ROUTERS=[_OutboxTo("pg")]):
+    with override_settings(DATABASE_ROUTERS=[OutboxOnly("pg")]):
         started, done = threading.Event(), threading.Event()
         second: dict = {}
 
@@ -161,21 +162,6 @@ def test_two_transactions_racing_on_a_key_the_second_to_commit_wins(store):
             assert OutboxJob.objects.using("pg").count() == 0
         finally:
             OutboxJob.objects.using("pg").all().delete()
-
-
-class _OutboxTo:
-    def __init__(self, name: str) -> None:
-        self.alias = name
-
-    def db_for_write(self, model, **hints):
-        return self.alias if model is OutboxJob else None
-
-    db_for_read = db_for_write
-
-    def allow_migrate(self, db, app_label, model_name=None, **hints):
-        if model_name == "outboxjob":
-            return db == self.alias
-        return None
 
 
 # -- a row over a pending Redis job: the relay adopts the key (item 9) -------------------

@@ -17,8 +17,8 @@ from django_delayq import outbox
 from django_delayq.models import OutboxJob
 from django_delayq.store import DONE_TTL, Store
 from django_delayq.worker import Worker
+from tests.routers import OutboxOnly
 from tests.test_outbox import alias, pending_ids, rows, run_burst  # noqa: F401
-from tests.test_outbox_commit import _OutboxTo
 from tests.testapp import tasks as t
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "pg"])
@@ -103,7 +103,7 @@ def test_the_marks_of_deleted_rows_are_cleared_and_old_ones_swept(store, alias):
 def test_postgresql_table_locked_after_the_commit_runs_the_job_once(store):
     """The issue's scenario with a real lock: another connection holds the outbox table in
     ACCESS EXCLUSIVE MODE right after the commit, the producer has lock_timeout."""
-    with override_settings(DATABASE_ROUTERS=[_OutboxTo("pg")]):
+    with override_settings(DATABASE_ROUTERS=[OutboxOnly("pg")]):
         settings_dict = connections["pg"].settings_dict
         locker = psycopg.connect(
             host=settings_dict["HOST"],
@@ -142,7 +142,7 @@ def test_postgresql_table_locked_after_the_commit_runs_the_job_once(store):
 def test_postgresql_lock_taken_during_the_relay_runs_the_job_once(store, monkeypatch):
     """The lock is asked for between the relay's Redis write and its DELETE (the DELETE
     may be refused by lock_timeout): the job runs once, and a later relay stores nothing."""
-    with override_settings(DATABASE_ROUTERS=[_OutboxTo("pg")]):
+    with override_settings(DATABASE_ROUTERS=[OutboxOnly("pg")]):
         settings_dict = connections["pg"].settings_dict
         locker = psycopg.connect(
             host=settings_dict["HOST"],
