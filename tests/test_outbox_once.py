@@ -100,17 +100,22 @@ def test_the_marks_of_deleted_rows_are_cleared_and_old_ones_swept(store, alias):
     assert marked(store) == ["01J0000000000000000000KEEP"]  # its row still waits
 
 
+def pg_connection() -> psycopg.Connection:
+    """A second connection to the test's PostgreSQL database (another session's lock)."""
+    settings_dict = connections["pg"].settings_dict
+    return psycopg.connect(
+        host=settings_dict["HOST"],
+        port=settings_dict["PORT"],
+        user=settings_dict["USER"],
+        dbname=settings_dict["NAME"],
+    )
+
+
 def test_postgresql_table_locked_after_the_commit_runs_the_job_once(store):
     """The issue's scenario with a real lock: another connection holds the outbox table in
     ACCESS EXCLUSIVE MODE right after the commit, the producer has lock_timeout."""
     with override_settings(DATABASE_ROUTERS=[OutboxOnly("pg")]):
-        settings_dict = connections["pg"].settings_dict
-        locker = psycopg.connect(
-            host=settings_dict["HOST"],
-            port=settings_dict["PORT"],
-            user=settings_dict["USER"],
-            dbname=settings_dict["NAME"],
-        )
+        locker = pg_connection()
         try:
             with transaction.atomic(using="pg"):
                 with connections["pg"].cursor() as cursor:
@@ -143,13 +148,7 @@ def test_postgresql_lock_taken_during_the_relay_runs_the_job_once(store, monkeyp
     """The lock is asked for between the relay's Redis write and its DELETE (the DELETE
     may be refused by lock_timeout): the job runs once, and a later relay stores nothing."""
     with override_settings(DATABASE_ROUTERS=[OutboxOnly("pg")]):
-        settings_dict = connections["pg"].settings_dict
-        locker = psycopg.connect(
-            host=settings_dict["HOST"],
-            port=settings_dict["PORT"],
-            user=settings_dict["USER"],
-            dbname=settings_dict["NAME"],
-        )
+        locker = pg_connection()
         relay = outbox.relay
         locking = threading.Thread(
             target=lambda: locker.execute(

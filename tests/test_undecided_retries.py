@@ -29,6 +29,18 @@ NAME = "tests.undecided.once_only"
 DEAD = {"dead_max_age": 86400.0, "dead_max_count": 1000, "max_errors": 10}
 
 
+def peer_recovers(store) -> None:
+    """A peer worker recovers the queue's expired leases (two minutes from now)."""
+    store.recover(
+        "default",
+        token="peer~1#r1",
+        instance="peer~1",
+        default_max_retries=5,
+        now=time.time() + 120,
+        **DEAD,
+    )
+
+
 @pytest.fixture(autouse=True)
 def producer_without_the_tasks():
     """The tasks below are registered by each test after it scheduled by name (as a worker's
@@ -66,14 +78,7 @@ def test_a_task_of_max_retries_0_scheduled_by_name_runs_once_when_its_worker_die
         wait_until(lambda: (store.client.zscore(running, job.id) or -1) >= 0)  # marked started
         seen["running"] = get_job(job.id)
         # This worker is cut off: its lease expires and a peer recovers the job.
-        store.recover(
-            "default",
-            token="peer~1#r1",
-            instance="peer~1",
-            default_max_retries=5,
-            now=time.time() + 120,
-            **DEAD,
-        )
+        peer_recovers(store)
 
     worker = Worker(["default"], burst=True)
     assert worker.run() == 0
@@ -144,14 +149,7 @@ def test_a_job_whose_worker_was_stopped_while_settling_is_not_run_by_it(store):
 
     def settle_after_the_lease_moved(*args, **kwargs):
         if not gate.is_set():  # the first attempt: its lease expired, a peer recovered it
-            store.recover(
-                "default",
-                token="peer~1#r1",
-                instance="peer~1",
-                default_max_retries=5,
-                now=time.time() + 120,
-                **DEAD,
-            )
+            peer_recovers(store)
             gate.set()
         return real_settle(*args, **kwargs)
 
