@@ -70,7 +70,7 @@ RELAY_PASSES = 10  # passes per turn at most while full batches keep coming
 RELAY_EVERY = 1.0  # seconds between two turns of a worker's relay
 TABLE_RECHECK = 60.0  # seconds before a relay looks again for a missing outbox table
 DELETE_CHUNK = 500  # ids per DELETE (SQLite allows 999 parameters)
-# A relay marks the ids it stored ("relayed", SPEC-17 I6) until their rows' DELETE commits;
+# A relay marks the ids it stored ("relayed", outbox promise I6) until their rows' DELETE commits;
 # a worker's relay sweeps, every SWEEP_EVERY seconds, marks older than SWEEP_AGE whose rows
 # are gone (SWEEP_BATCH per queue).
 SWEEP_AGE = 300.0
@@ -91,7 +91,7 @@ class Row:
     ``delay``: None for a job due at an absolute time (``at=``, relayed as 'at': Redis
     clamps it at its now); for a job scheduled with ``delay=``, the seconds from the
     database's now to its due time (when written: the delay; when read by a relay: what
-    remains, sent to Redis as 'delay' so Redis's clock counts it: SPEC-17 I7)."""
+    remains, sent to Redis as 'delay' so Redis's clock counts it: outbox promise I7)."""
 
     id: str
     queue: str
@@ -120,7 +120,7 @@ def key_hash(key: str | None) -> str | None:
 
 def _dt(epoch: float) -> datetime:
     """An epoch as the DateTimeFields take it: aware (UTC), naive in the default time zone
-    when USE_TZ is off (SPEC-17 I9)."""
+    when USE_TZ is off (outbox promise I9)."""
     moment = datetime.fromtimestamp(epoch, UTC)
     if not settings.USE_TZ:
         return timezone.make_naive(moment, timezone.get_default_timezone())
@@ -250,7 +250,7 @@ def _rows(alias: str) -> Any:
 def save(alias: str, row: Row, relay_at: When | float, now: float | None = None) -> tuple[str, Row]:
     """Insert ``row`` (in the current transaction of ``alias``, if any, inside a savepoint).
     A row with a ``delay`` is due that long after the database's now, computed in SQL;
-    ``relay_at`` is an epoch or a :class:`When` on the database's clock (SPEC-17 I7).
+    ``relay_at`` is an epoch or a :class:`When` on the database's clock (outbox promise I7).
     With a unique key held by another row of its queue: ``replace`` gives that row this
     record, due time and relay time (it keeps its id), ``keep`` leaves it. Returns
     (outcome, the row as stored): 'created', 'replaced' or 'kept'."""
@@ -485,7 +485,7 @@ def relay(
                     key=row.key,
                     on_conflict=row.on_conflict,
                     relay=True,
-                    adopt=True,  # the row's id is the job (SPEC-17 I1, I3)
+                    adopt=True,  # the row's id is the job (outbox promise I1, I3)
                 )
             )
             owners.append([row])

@@ -77,7 +77,7 @@ def store_row(prepared: Prepared, alias: str | None, far: bool, now: float) -> J
                 return job
             displaced = holder.id  # far: the holder must not run before the row is due
     horizon = delayq_settings.HORIZON
-    # On the database's clock (SPEC-17 I7): never the producer's for a delay.
+    # On the database's clock (outbox promise I7): never the producer's for a delay.
     if far and horizon is not None:
         relay_at = (
             outbox.When(due - horizon, False) if delay is None else outbox.When(delay - horizon)

@@ -1,5 +1,5 @@
-"""A plain in-memory model of the public API's promises (issue 17, /work/wt/SPEC-17.md I1-I9),
-for the state machine of tests/test_api_model.py.
+"""A plain in-memory model of the public API's promises (issue 17; the outbox's promises
+I1-I9 in docs/internals.rst), for the state machine of tests/test_api_model.py.
 
 What it knows: which job ids are pending and visible to the test's connection, under which
 unique key, with which arguments and due time, and where each waits ("row": an outbox row,

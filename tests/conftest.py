@@ -55,7 +55,7 @@ def outbox_on_default_only(request):
 @pytest.fixture(autouse=True)
 def outbox_reads(django_db_blocker):
     """get_job() and the plain keyed schedule() read the outbox table (a miss in Redis may
-    be a row: SPEC-17 I1, I3, I8), so every test may read the test databases; tests that
+    be a row: outbox promise I1, I3, I8), so every test may read the test databases; tests that
     write rows carry the django_db mark (their rows are flushed after them)."""
     with django_db_blocker.unblock():
         yield

@@ -219,7 +219,7 @@ def test_on_commit_stores_only_after_commit(store):
         job = t.add.schedule(1, 2, on_commit=True)
         assert job.outcome == "deferred" and job.waits_in == "database"
         # The row is in this transaction; Redis has nothing yet.
-        # The caller's own connection sees its row (whatever HORIZON is: SPEC-17 I1).
+        # The caller's own connection sees its row (whatever HORIZON is: outbox promise I1).
         assert get_job(job.id).waits_in == "database"
         assert store.client.zcard(store.key("default", "pending")) == 0
     assert get_job(job.id).status == "pending"

@@ -4,7 +4,8 @@ rollback, nested savepoints), with DELAYQ["HORIZON"] turned on and off between s
 wait, worker relay turns, burst worker runs on an injected clock, and injected faults (a lost
 reply of a schedule, Redis down at a commit, a refused DELETE of a relayed row), on the real
 Redis (a unique prefix, through a fault proxy) and SQLite, then PostgreSQL. After every step
-it checks the public answers against the plain model of tests/api_model.py (SPEC-17 I1-I9):
+it checks the public answers against the plain model of tests/api_model.py (the outbox's
+promises I1-I9 in docs/internals.rst):
 
 - schedule() returns the id the model says (the existing job's for a replace of a row, a
   replace of a Redis job outside a transaction and a keep; a fresh one otherwise) and the

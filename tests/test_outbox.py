@@ -189,7 +189,7 @@ def test_horizon_keeps_far_jobs_in_the_database(store, alias, horizon):
     moved = get_job(far.id)
     assert moved.waits_in == "redis"
     # The relay sent the delay that remains on the database's clock (here the injected
-    # one: the horizon), and Redis's clock counts it (SPEC-17 I7).
+    # one: the horizon), and Redis's clock counts it (outbox promise I7).
     seconds, micros = store.client.time()
     remaining = row.due_at.timestamp() - later
     assert abs(moved.due_at.timestamp() - (seconds + micros / 1e6 + remaining)) < 1.0

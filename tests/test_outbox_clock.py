@@ -1,4 +1,4 @@
-"""Never early, whatever the producer's clock (SPEC-17 I7), and USE_TZ=False (I9): outbox
+"""Never early, whatever the producer's clock (outbox promise I7), and USE_TZ=False (I9): outbox
 rows take their due times from the database's clock, relays send Redis the remaining delay.
 On SQLite and PostgreSQL, over fakeredis and the real Redis."""
 

@@ -1,4 +1,4 @@
-"""What a commit applies (issue 17, SPEC-17 I1-I4, I8): a job scheduled with on_commit is,
+"""What a commit applies (issue 17, outbox promise I1-I4, I8): a job scheduled with on_commit is,
 after the commit, what the outbox table holds at commit; a cancel or a replace inside the
 transaction is what the commit relays; the id schedule() returns is the one the job runs
 under. On SQLite and PostgreSQL, over fakeredis and the real Redis."""

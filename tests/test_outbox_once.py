@@ -1,4 +1,4 @@
-"""Run once after commit (SPEC-17 I6): a row whose job reached Redis is never stored in Redis
+"""Run once after commit (outbox promise I6): a row whose job reached Redis is never stored in Redis
 again, however long its DELETE is refused: the relay marks the ids it stored ("relayed"),
 clears the marks once the DELETE committed, and a worker's relay sweeps old marks. On SQLite
 and PostgreSQL, over fakeredis and the real Redis."""

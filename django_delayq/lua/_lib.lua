@@ -28,7 +28,7 @@
 --   C claims   hash        worker instance -> "<token>\n<id> <id> ..." (its last claim) and
 --                          "<instance>/r" -> "<token>\n<id> <outcome> ..." (its last recovery),
 --                          so a call re-sent with the same token answers the same
---   X relayed  sorted set  job id -> time a relay stored it from an outbox row (SPEC-17 I6):
+--   X relayed  sorted set  job id -> time a relay stored it from an outbox row (outbox promise I6):
 --                          a relay of a marked id never stores it again, however long the
 --                          row's DELETE is refused; the relayer removes the mark once the
 --                          DELETE committed (ZREM), a worker's relay sweeps old marks whose

@@ -11,10 +11,10 @@
 -- ARGV[8] '1' when this call is sent again because the reply to an earlier one was lost,
 --         else ''
 -- ARGV[9] '1' for the relay of an outbox row (outbox.py; ARGV[8] is '1' too), else '' or
---         absent. (a) Run once (SPEC-17 I6): an id marked in `relayed` is never stored again:
+--         absent. (a) Run once (outbox promise I6): an id marked in `relayed` is never stored again:
 --         the reply is {'created', id, due_at, ''} while its job waits, runs or lies dead,
 --         {'done', id, '', ''} once it is gone; whatever the outcome, the id is marked
---         (ZADD relayed now id). (b) Adopt the unique key (SPEC-17 I3): a pending job of
+--         (ZADD relayed now id). (b) Adopt the unique key (outbox promise I3): a pending job of
 --         another id holding the key is removed (a tombstone of it if its record has flag
 --         'i', as cancel.lua leaves) and this job is created under ARGV[1], so it runs
 --         under the id the row had; with on_conflict 'keep' the holder is kept as without

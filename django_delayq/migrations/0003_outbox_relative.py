@@ -1,4 +1,4 @@
-# The outbox's due times on the database's clock (outbox.py, SPEC-17 I7): whether a row's
+# The outbox's due times on the database's clock (outbox.py, outbox promise I7): whether a row's
 # due_at came from a delay= (relays send the remaining delay) or an absolute at= time.
 
 from django.db import migrations, models
