@@ -22,7 +22,7 @@ from django.utils.timesince import timesince
 from django.utils.translation import gettext, ngettext, ngettext_lazy, pgettext
 from django.utils.translation import gettext_lazy as _
 
-from . import outbox
+from . import outbox, relaying
 from .conf import delayq_settings
 from .job import (
     DEAD,
@@ -433,7 +433,7 @@ def apply_action(store: Store, action: Action, queue: str, ids: Sequence[str]) -
                 applied.missed.append(job_id)
         return applied
     if action.name == "run_now" and outbox_shown():  # a row run now is relayed, due now
-        moved = outbox.run_now(store, queue, ids)
+        moved = relaying.run_now(store, queue, ids)
         applied.done += len(moved)
         ids = [i for i in ids if i not in moved]
     method = {"run_now": store.run_now, "requeue": store.requeue, "delete": store.delete_dead}

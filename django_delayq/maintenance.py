@@ -17,6 +17,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from . import signals
@@ -25,9 +26,10 @@ from .execution import FINISHED
 from .job import DEAD, PENDING, decode_fields, make_job, worker_of
 from .registry import sender
 from .store import RECOVER_LIMIT, Recovered, Store
+from .wording import counted
 
 if TYPE_CHECKING:
-    from .execution import Attempt
+    from .execution import Attempt, Executor
 
 logger = logging.getLogger("django_delayq.worker")
 
@@ -65,6 +67,42 @@ def by_queue(attempts: Iterable[Attempt]) -> dict[str, list[tuple[str, str]]]:
     for attempt in attempts:
         leases.setdefault(attempt.queue, []).append(attempt.lease)
     return leases
+
+
+def release(
+    store: Store,
+    executor: Executor,
+    attempts: list[Attempt],
+    what: str,
+    now: float | None,
+    budget: float = 1.0,
+) -> bool:
+    """Hand ``attempts`` back to pending, the attempt not counted; False if Redis refused
+    (they are then recovered once their lease expires, still without counting)."""
+    ok = True
+    for queue, leases in by_queue(attempts).items():
+        try:
+            store.release(queue, leases, now=now, budget=budget)
+            logger.info(
+                "handed %s back to pending (%s, queue %s)", counted(len(leases), "job"), what, queue
+            )
+        except DelayQError as exc:
+            ok = False
+            logger.warning(
+                "could not hand back %s (%s, queue %s: %s); they will be recovered once "
+                "their lease expires",
+                counted(len(leases), "job"),
+                what,
+                queue,
+                exc,
+            )
+    if signals.job_released.receivers:
+        for attempt in attempts:
+            if attempt.fields is None:
+                attempt.fields = decode_fields(attempt.record)
+            job = replace(executor.job(attempt), status=PENDING, worker=None)
+            signals.send(signals.job_released, sender(job.task), job=job)
+    return ok
 
 
 class Heartbeat:

@@ -1,6 +1,6 @@
-"""The outbox: jobs that wait in the project's database (``models.OutboxJob``), and their
-relay into Redis. The only module that reads or writes that table, the way store.py is the
-only one that talks to Redis; it hands Redis writes to the store and deals in :class:`Row`.
+"""The outbox: jobs that wait in the project's database (``models.OutboxJob``). The only
+module that reads or writes that table, the way store.py is the only one that talks to
+Redis; it deals in :class:`Row`. Moving rows into Redis is relaying.py's.
 
 Two kinds of rows:
 
@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -43,21 +42,17 @@ from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import (
-    DatabaseError,
     IntegrityError,
-    close_old_connections,
     connections,
     router,
     transaction,
 )
-from django.db.models import DateTimeField, DurationField, ExpressionWrapper, Q, Value
+from django.db.models import DateTimeField, DurationField, ExpressionWrapper, Value
 from django.db.models.functions import Now
 from django.utils import timezone
 
 from .conf import delayq_settings
 from .exceptions import ConfigurationError, DelayQError
-from .store import Scheduled, Store
-from .wording import counted
 
 if TYPE_CHECKING:
     from .models import OutboxJob
@@ -65,23 +60,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("django_delayq.outbox")
 
 GRACE = 2.0  # seconds an on_commit row leaves its fast path before workers relay it
-RELAY_BATCH = 1_000  # rows per pass (one transaction, one Redis round trip)
-RELAY_PASSES = 10  # passes per turn at most while full batches keep coming
-RELAY_EVERY = 1.0  # seconds between two turns of a worker's relay
-TABLE_RECHECK = 60.0  # seconds before a relay looks again for a missing outbox table
 DELETE_CHUNK = 500  # ids per DELETE (SQLite allows 999 parameters)
-# A relay marks the ids it stored ("relayed", outbox promise I6) until their rows' DELETE commits;
-# a worker's relay sweeps, every SWEEP_EVERY seconds, marks older than SWEEP_AGE whose rows
-# are gone (SWEEP_BATCH per queue).
-SWEEP_AGE = 300.0
-SWEEP_EVERY = 60.0
-SWEEP_BATCH = 500
-FAST_BUDGET = 0.0  # seconds the fast path re-sends a relay that failed: none
-# Seconds a process leaves rows to the workers after one of its fast paths failed: a
-# connection attempt to a Redis that is down can take seconds (redis-py retries connects),
-# and a request committing many jobs must not pay that per job.
-FAST_PAUSE = 5.0
-_fast_failed_at = -FAST_PAUSE  # time.monotonic() of the last failed fast path
 
 
 @dataclass(frozen=True)
@@ -453,312 +432,3 @@ def cancel(
                     if committed is not None:
                         transaction.on_commit(lambda row=row: committed(row), using=alias)
     return gone
-
-
-# -- relaying ------------------------------------------------------------------------------
-
-
-def relay(
-    store: Store, rows: Sequence[Row], budget: float = 2.0
-) -> tuple[dict[str, Scheduled], Exception | None]:
-    """Store rows in Redis in one round trip: one schedule_many op per queue for rows
-    without unique keys, one schedule op per row with one, all marked ``relay``, re-sent for
-    ``budget`` seconds. Returns the results of the rows Redis took, by id, and the first
-    error (those rows stay)."""
-    ops = []
-    owners: list[list[Row]] = []
-    plain: dict[str, list[Row]] = {}
-    for row in rows:
-        if row.queue not in plain:
-            plain[row.queue] = []
-            ops.append(store.remember_queue_op(row.queue))
-            owners.append([])
-        if row.key is None:
-            plain[row.queue].append(row)
-        else:
-            ops.append(
-                store.schedule_op(
-                    row.queue,
-                    row.id,
-                    row.record,
-                    **_when(row),
-                    key=row.key,
-                    on_conflict=row.on_conflict,
-                    relay=True,
-                    adopt=True,  # the row's id is the job (outbox promise I1, I3)
-                )
-            )
-            owners.append([row])
-    for queue, group in plain.items():
-        if group:
-            jobs = [(r.id, r.record, _when(r)) for r in group]
-            ops.append(store.schedule_many_op(queue, jobs, relay=True))
-            owners.append(group)
-    done: dict[str, Scheduled] = {}
-    error: Exception | None = None
-    for group, result in zip(owners, store.run(ops, budget=budget), strict=True):
-        if isinstance(result, Exception):
-            error = error or result
-            continue
-        if not group:
-            continue  # the queue registry's SADD (a lost one heals with the next job)
-        if isinstance(result, Scheduled):
-            done[group[0].id] = result
-        else:
-            done.update(zip((r.id for r in group), result, strict=True))
-    if error is not None:
-        logger.warning(
-            "outbox relay: %d of %d rows not relayed (%s)", len(rows) - len(done), len(rows), error
-        )
-    return done, error
-
-
-def _when(row: Row) -> dict[str, float]:
-    """How a relay tells Redis the due time: the remaining delay (Redis's clock counts it),
-    or the absolute time of an ``at=`` job."""
-    return {"at": row.due_at} if row.delay is None else {"delay": max(row.delay, 0.0)}
-
-
-def relay_now(store: Store, alias: str, ids: Sequence[str]) -> bool:
-    """The fast path, a commit hook of the committing process: relay the rows of ``ids``
-    *as the table holds them now* (read by id under the relay's row lock, so a row
-    cancelled or replaced later in the committed transaction relays as cancelled, nothing,
-    or as replaced), except rows beyond the horizon, and delete them. Never raises (it runs
-    in a commit hook): a failure is logged and the rows wait for a worker. True if the
-    pass ran.
-
-    One attempt, nothing re-sent (``FAST_BUDGET``): with Redis down, a request that
-    commits jobs is not held up for seconds per job; the workers relay the rows. After a
-    Redis failure this process skips the fast path for ``FAST_PAUSE`` seconds."""
-    global _fast_failed_at
-    if time.monotonic() - _fast_failed_at < FAST_PAUSE:
-        logger.info("job %s stays in the database outbox for a worker's relay", ", ".join(ids))
-        return False
-    try:
-        relay_pass(store, alias, limit=len(ids), ids=ids, near=True, budget=FAST_BUDGET)
-    except Exception as exc:
-        if not isinstance(exc, DatabaseError):
-            _fast_failed_at = time.monotonic()
-        logger.warning(
-            "job %s stays in the database outbox (%s): a delayq_worker relays it to Redis "
-            "within seconds",
-            ", ".join(ids),
-            exc,
-        )
-        return False
-    return True
-
-
-def _lock(alias: str) -> None:
-    """SQLite: take the database's write lock now (it has no row locks), so two relays
-    never read the same rows; a no-op DELETE does it."""
-    conn = connections[alias]
-    if conn.vendor == "sqlite":
-        with conn.cursor() as cursor:
-            table = conn.ops.quote_name(_model()._meta.db_table)
-            cursor.execute(f"DELETE FROM {table} WHERE id = %s", [""])
-
-
-def relay_pass(
-    store: Store,
-    alias: str,
-    limit: int = RELAY_BATCH,
-    now: float | None = None,
-    ids: Sequence[str] | None = None,
-    near: bool = False,
-    budget: float = 2.0,
-) -> int:
-    """Relay up to ``limit`` rows of ``alias`` and delete them, in one transaction; how
-    many. Which rows: those of ``ids`` whatever their relay time (with ``near``, not those
-    beyond the horizon); else those whose relay time has come, and with
-    ``DELAYQ["HORIZON"]`` off also every row whose relay time lies beyond an on_commit
-    row's GRACE (rows left from when it was on move at once; an on_commit row still
-    waits its GRACE for its committing process's fast path)."""
-    horizon = delayq_settings.HORIZON
-    db_now = _now_sql(alias, now)  # the database's clock (``now``: a test's)
-    with transaction.atomic(using=alias):
-        _lock(alias)
-        rows = _rows(alias)
-        if ids is not None:
-            rows = rows.filter(id__in=ids)
-            if near and horizon is not None:
-                rows = rows.filter(due_at__lte=_sql_time_from(db_now, horizon))
-        elif horizon is not None:
-            rows = rows.filter(relay_at__lte=db_now)
-        else:
-            rows = rows.filter(
-                Q(relay_at__lte=db_now) | Q(relay_at__gt=_sql_time_from(db_now, GRACE + 1.0))
-            )
-        rows = rows.order_by("relay_at")
-        if connections[alias].features.has_select_for_update_skip_locked:
-            rows = rows.select_for_update(skip_locked=True)
-        batch = [
-            Row(
-                i,
-                q,
-                _epoch(due),
-                bytes(record),
-                key,
-                on_conflict,
-                (due - read_at).total_seconds() if relative else None,
-            )
-            for i, q, due, record, key, on_conflict, relative, read_at in rows.values_list(
-                *ROW_FIELDS, db_now
-            )[:limit]
-        ]
-        if not batch:
-            return 0
-        done, error = relay(store, batch, budget)
-        delete(alias, done)
-    # Committed. (A pass whose transaction fails after its Redis write, a refused DELETE
-    # say, leaves its rows for the next pass: they are marked relayed in Redis, so relaying
-    # them again stores nothing, however long that lasts.) The marks can go now.
-    if done:
-        unmark(store, [row for row in batch if row.id in done])
-        logger.info(
-            "outbox relay: %s moved into Redis from database %r", counted(len(done), "row"), alias
-        )
-    if error is not None and not done:
-        raise error
-    return len(done)
-
-
-def _sql_time_from(db_now: Any, seconds: float) -> Any:
-    return ExpressionWrapper(
-        db_now + Value(timedelta(seconds=seconds), output_field=DurationField()),
-        output_field=DateTimeField(),
-    )
-
-
-def unmark(store: Store, rows: Sequence[Row]) -> None:
-    """Remove the relayed marks of rows whose DELETE committed (one round trip, one try:
-    a mark left behind is swept by a worker's relay)."""
-    by_queue: dict[str, list[str]] = {}
-    for row in rows:
-        by_queue.setdefault(row.queue, []).append(row.id)
-    ops = [store.unmark_relayed_op(queue, ids) for queue, ids in by_queue.items()]
-    for result in store.run(ops, budget=0.0):
-        if isinstance(result, Exception):
-            logger.info("outbox relay: relayed marks left for the sweep (%s)", result)
-            return
-
-
-def sweep_marks(
-    store: Store, in_aliases: Sequence[str], now: float | None = None, limit: int = SWEEP_BATCH
-) -> int:
-    """Remove relayed marks older than SWEEP_AGE whose rows are in no outbox database (their
-    relayer's ZREM was lost), ``limit`` per queue; how many."""
-    before = (time.time() if now is None else now) - SWEEP_AGE
-    removed = 0
-    for queue in store.queues():
-        old = store.old_relayed(queue, before, limit)
-        if not old:
-            continue
-        waiting: set[str] = set()
-        for alias in in_aliases:
-            waiting.update(_rows(alias).filter(id__in=old).values_list("id", flat=True))
-        gone = [i for i in old if i not in waiting]
-        if gone:
-            store.call(store.unmark_relayed_op(queue, gone))
-            removed += len(gone)
-    return removed
-
-
-def run_now(store: Store, queue: str, ids: Sequence[str], now: float | None = None) -> list[str]:
-    """Make rows due now and relay them at once; the ids relayed."""
-    now = time.time() if now is None else now
-    moved: list[str] = []
-    for alias in aliases():
-        with transaction.atomic(using=alias):
-            at = _now_sql(alias, now)
-            _rows(alias).filter(queue=queue, id__in=ids).update(
-                due_at=at, relay_at=at, relative=True
-            )
-        found = list(_rows(alias).filter(queue=queue, id__in=ids).values_list("id", flat=True))
-        if found:
-            relay_pass(store, alias, limit=len(found), now=now, ids=found)
-            moved += found
-    return moved
-
-
-class Relay:
-    """A worker's relay: a bounded pass over every outbox alias each ``RELAY_EVERY``
-    seconds, on a thread of its own (heartbeats have theirs)."""
-
-    def __init__(self, store: Store, stopped: threading.Event) -> None:
-        self.store = store
-        self.stopped = stopped
-        self.turns = 0
-        self.relayed = 0
-        self._failing = False
-        self._no_table: dict[str, float] = {}  # alias -> when to look for the table again
-        self._sweep_at = time.monotonic() + SWEEP_EVERY  # the relayed marks' next sweep
-
-    def _has_table(self, alias: str) -> bool:
-        """Whether ``alias`` has the outbox table (looked up again every TABLE_RECHECK
-        seconds while it has not: a database without the migration is skipped, with one
-        warning, rather than failing every second)."""
-        again = self._no_table.get(alias)
-        if again is not None and time.monotonic() < again:
-            return False
-        found = _model()._meta.db_table in connections[alias].introspection.table_names()
-        if found:
-            self._no_table.pop(alias, None)
-        else:
-            if again is None:
-                logger.warning(
-                    "outbox relay: database %r has no outbox table; skipped (run manage.py "
-                    "migrate django_delayq --database %s, or leave it out of "
-                    "DELAYQ['OUTBOX_DATABASES'])",
-                    alias,
-                    alias,
-                )
-            self._no_table[alias] = time.monotonic() + TABLE_RECHECK
-        return found
-
-    def turn(self) -> int:
-        """One turn: passes per alias while full batches keep coming (RELAY_PASSES at most)."""
-        self.turns += 1
-        moved = 0
-        close_old_connections()
-        try:
-            present = [alias for alias in aliases() if self._has_table(alias)]
-            for alias in present:
-                for _ in range(RELAY_PASSES):
-                    n = relay_pass(self.store, alias)
-                    moved += n
-                    if n < RELAY_BATCH or self.stopped.is_set():
-                        break
-            if time.monotonic() >= self._sweep_at:
-                self._sweep_at = time.monotonic() + SWEEP_EVERY
-                sweep_marks(self.store, present)
-        finally:
-            close_old_connections()
-        self.relayed += moved
-        return moved
-
-    def burst(self) -> None:
-        """--burst: one turn before the worker runs anything; a failure is logged, the rows
-        wait for the next run."""
-        try:
-            self.turn()
-        except Exception as exc:
-            logger.warning("--burst: outbox relay failed (%s); rows wait for the next", exc)
-
-    def loop(self) -> None:
-        pause = 0.0
-        while not self.stopped.wait(pause):
-            pause = RELAY_EVERY
-            try:
-                self.turn()
-                if self._failing:
-                    logger.warning("outbox relay: working again")
-                self._failing = False
-            except (DelayQError, DatabaseError) as exc:
-                if not self._failing:
-                    logger.warning(
-                        "outbox relay failing (%s); retrying every %.0f s", exc, RELAY_EVERY
-                    )
-                self._failing = True
-            except Exception:  # never let the thread die: the rows would wait for ever
-                logger.exception("outbox relay: unexpected error")

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from django.db import DEFAULT_DB_ALIAS, transaction
 
-from . import outbox, signals
+from . import outbox, relaying, signals
 from .conf import delayq_settings
 from .connection import get_store
 from .exceptions import DelayQError
@@ -94,8 +94,8 @@ def store_row(prepared: Prepared, alias: str | None, far: bool, now: float) -> J
         store = get_store()
         if displaced is not None:
             _displace(store, plan.queue, plan.key, displaced)
-        if not far:  # the row as the table holds it at commit (see outbox.relay_now)
-            outbox.relay_now(store, target, [row.id])
+        if not far:  # the row as the table holds it at commit (see relaying.relay_now)
+            relaying.relay_now(store, target, [row.id])
         signals.send(signals.job_scheduled, who, job=job)
 
     transaction.on_commit(committed, using=target)
@@ -151,7 +151,7 @@ def replace_row(prepared: Prepared, alias: str, held: outbox.Row) -> Job:
     job = row_job(row, outcome)
 
     def committed() -> None:
-        outbox.relay_now(get_store(), alias, [row.id])
+        relaying.relay_now(get_store(), alias, [row.id])
         signals.send(signals.job_scheduled, who, job=job)
 
     transaction.on_commit(committed, using=alias)

@@ -42,11 +42,9 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 
 from django.utils.module_loading import autodiscover_modules
 
-from . import signals
 from .conf import delayq_settings
 from .connection import get_store
 from .delivery import Results
@@ -55,11 +53,10 @@ from .exceptions import DelayQError
 from .execution import FINISHED, STARTED, Attempt, Executor, Outcome
 from .execution import backoff_delay as backoff_delay  # re-exported
 from .execution import current_job as current_job  # re-exported
-from .job import PENDING, decode_fields, encode_instance_name
-from .maintenance import Backoff, Heartbeat, Recovery, Waker, by_queue
-from .outbox import Relay
+from .job import encode_instance_name
+from .maintenance import Backoff, Heartbeat, Recovery, Waker, release
 from .presence import Presence
-from .registry import sender
+from .relaying import Relay
 from .starts import Starts
 from .store import Claim, Store, check_queue_name
 from .upgrade import refuse_old_layout
@@ -396,35 +393,7 @@ class Worker:
             self._release(waiting, what)
 
     def _release(self, attempts: list[Attempt], what: str, budget: float = 1.0) -> bool:
-        """Hand ``attempts`` back to pending, the attempt not counted; False if Redis refused
-        (they are then recovered once their lease expires, still without counting)."""
-        ok = True
-        for queue, leases in by_queue(attempts).items():
-            try:
-                self.store.release(queue, leases, now=self._now(), budget=budget)
-                logger.info(
-                    "handed %s back to pending (%s, queue %s)",
-                    counted(len(leases), "job"),
-                    what,
-                    queue,
-                )
-            except DelayQError as exc:
-                ok = False
-                logger.warning(
-                    "could not hand back %s (%s, queue %s: %s); they will be recovered once "
-                    "their lease expires",
-                    counted(len(leases), "job"),
-                    what,
-                    queue,
-                    exc,
-                )
-        if signals.job_released.receivers:
-            for attempt in attempts:
-                if attempt.fields is None:
-                    attempt.fields = decode_fields(attempt.record)
-                job = replace(self.executor.job(attempt), status=PENDING, worker=None)
-                signals.send(signals.job_released, sender(job.task), job=job)
-        return ok
+        return release(self.store, self.executor, attempts, what, self._now(), budget)
 
     def _stop_now(self) -> int:
         """A forced stop: deliver the results of finished jobs, hand the others back (attempt

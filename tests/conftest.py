@@ -9,7 +9,7 @@ import redis
 from django.conf import settings
 from django.test import override_settings
 
-from django_delayq import connection
+from django_delayq import connection, relaying
 from django_delayq.store import Store
 from tests.testapp import tasks as testtasks
 
@@ -103,9 +103,8 @@ def fake_store():
 
 
 def _installed(client):
-    from django_delayq import outbox
 
-    outbox._fast_failed_at = -outbox.FAST_PAUSE  # a test's failed fast path pauses no other
+    relaying._fast_failed_at = -relaying.FAST_PAUSE  # a test's failed fast path pauses no other
     store = _use_store(client)
     with override_settings(DELAYQ={"PREFIX": store.prefix, "RETRY_BACKOFF": 0}):
         connection._stores[(None, False, "default", store.prefix)] = store

@@ -54,7 +54,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule, run_state_machine_as_test
 
-from django_delayq import cancel, connection, get_job, outbox, signals
+from django_delayq import cancel, connection, get_job, outbox, relaying, signals
 from django_delayq.exceptions import DelayQError
 from django_delayq.models import OutboxJob
 from django_delayq.store import Store
@@ -143,8 +143,7 @@ class World:
             real_redis().delete(*keys)
         self.ran.clear()
         self.clock_offset = 0.0
-        if hasattr(outbox, "_fast_failed_at"):
-            outbox._fast_failed_at = -outbox.FAST_PAUSE
+        relaying._fast_failed_at = -relaying.FAST_PAUSE
 
     def observe(self) -> tuple[set[str], set[str]]:
         """(ids pending in Redis, ids with an outbox row): where jobs wait, for the model's
@@ -348,8 +347,7 @@ class APIMachine(RuleBasedStateMachine):
         finally:
             if down:
                 self.w.install(self.w.store)
-                if hasattr(outbox, "_fast_failed_at"):
-                    outbox._fast_failed_at = -outbox.FAST_PAUSE
+                relaying._fast_failed_at = -relaying.FAST_PAUSE
         self.m.release()
         self.note("atomic: commit" + (" (Redis down)" if down else ""))
         self._after()
@@ -378,7 +376,7 @@ class APIMachine(RuleBasedStateMachine):
     @rule()
     def relay(self):
         try:
-            moved = outbox.Relay(self.w.store, threading.Event()).turn()
+            moved = relaying.Relay(self.w.store, threading.Event()).turn()
         except (DelayQError, DatabaseError) as exc:
             moved = f"failed ({exc})"
         self.note(f"relay turn -> {moved}")
@@ -447,7 +445,7 @@ class APIMachine(RuleBasedStateMachine):
         # HORIZON is off: every row is relayed at once (I8). A row written by a commit whose
         # fast path failed may wait out its GRACE (the spec leaves that open): bounded wait.
         waited = time.monotonic()
-        while self.w.observe()[1] and time.monotonic() - waited < getattr(outbox, "GRACE", 2.0) + 2:
+        while self.w.observe()[1] and time.monotonic() - waited < outbox.GRACE + 2:
             time.sleep(0.2)
             self.relay()
         start = len(self.w.ran)

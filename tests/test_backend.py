@@ -20,7 +20,7 @@ from django.core.checks import Error, Warning
 from django.test import override_settings
 from django.utils import timezone
 
-from django_delayq import connection, get_job, schedule
+from django_delayq import connection, get_job, relaying, schedule
 
 try:
     import django.tasks  # noqa: F401
@@ -623,7 +623,6 @@ def test_every_process_registers_the_internal_task():
 
 @pytest.mark.django_db(transaction=True)
 def test_a_task_beyond_the_horizon_waits_in_the_database_and_is_ready(store):
-    from django_delayq import outbox
     from django_delayq.models import OutboxJob
 
     with delayq(store, HORIZON=60):
@@ -636,7 +635,7 @@ def test_a_task_beyond_the_horizon_waits_in_the_database_and_is_ready(store):
         result.refresh()
         assert default_task_backend.get_result(result.id).status == TaskResultStatus.READY
         # Time passes (without sleeping): the row is relayed and the worker runs it.
-        assert outbox.relay_pass(store, "default", now=time.time() + 3600) == 1
+        assert relaying.relay_pass(store, "default", now=time.time() + 3600) == 1
         work(clock=later(3700))
         result.refresh()
         assert result.status == TaskResultStatus.SUCCESSFUL and result.return_value == 4

@@ -18,7 +18,7 @@ from django.db.backends.signals import connection_created
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
-from django_delayq import cancel, connection, get_job, outbox
+from django_delayq import cancel, connection, get_job, outbox, relaying
 from django_delayq.models import OutboxJob
 from django_delayq.store import Store
 from tests.routers import OutboxDatabases
@@ -190,7 +190,7 @@ def test_worker_relay_reads_only_the_write_alias(store, primary, horizon, replic
     jobs = [t.remember.schedule(i, 0, delay=3600) for i in range(3)]
     first = OutboxJob.objects.using(primary).order_by("created_at")[0].created_at
     OutboxJob.objects.using(primary).update(relay_at=first, due_at=first)
-    relay = outbox.Relay(store, threading.Event())
+    relay = relaying.Relay(store, threading.Event())
     assert relay.turn() == 3  # no error from a read-only replica, nothing relayed twice
     assert relay.turn() == 0
     assert rows(primary) == [] and sorted(pending_ids(store)) == sorted(j.id for j in jobs)

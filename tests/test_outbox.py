@@ -16,7 +16,16 @@ from django.conf import settings
 from django.db import connections, transaction
 from django.test import override_settings
 
-from django_delayq import cancel, connection, get_job, outbox, placement, schedule_many, signals
+from django_delayq import (
+    cancel,
+    connection,
+    get_job,
+    outbox,
+    placement,
+    relaying,
+    schedule_many,
+    signals,
+)
 from django_delayq.models import OutboxJob
 from django_delayq.store import Store
 from django_delayq.worker import Worker
@@ -146,12 +155,12 @@ def test_a_row_relayed_twice_is_one_job_even_after_it_ran(store, alias):
         job = t.remember.schedule(1, 1, on_commit=alias)
     row = outbox.Row(job.id, "default", time.time(), get_job(job.id) and _record(store, job.id))
     # A crash between the Redis write and the row's delete: the row is relayed again.
-    done, error = outbox.relay(store, [row])
+    done, error = relaying.relay(store, [row])
     assert error is None and done[job.id].outcome == "created" and pending_ids(store) == [job.id]
     run_burst(store)
     assert t.CALLS == [((1, 1), {})]
     # ... and again after the job ran: its tombstone answers, no second job.
-    done, error = outbox.relay(store, [row])
+    done, error = relaying.relay(store, [row])
     assert error is None and done[job.id].outcome == "done"
     assert pending_ids(store) == []
     run_burst(store)
@@ -182,9 +191,9 @@ def test_horizon_keeps_far_jobs_in_the_database(store, alias, horizon):
     assert pending_ids(store) == [near.id]
     assert get_job(far.id).waits_in == "database" and get_job(far.id).args == [3, 4]
     # A relay pass before the row's relay time moves nothing; after it, the row.
-    assert outbox.relay_pass(store, alias) == 0
+    assert relaying.relay_pass(store, alias) == 0
     later = row.relay_at.timestamp() + 0.001
-    assert outbox.relay_pass(store, alias, now=later) == 1
+    assert relaying.relay_pass(store, alias, now=later) == 1
     assert rows(alias) == [] and set(pending_ids(store)) == {near.id, far.id}
     moved = get_job(far.id)
     assert moved.waits_in == "redis"
@@ -272,7 +281,7 @@ def test_schedule_many_splits_between_redis_and_the_database(store, alias, horiz
 
 def test_run_now_relays_a_row_due_now(store, alias, horizon):
     job = t.remember.schedule(7, 8, delay=3600)
-    assert outbox.run_now(store, "default", [job.id]) == [job.id]
+    assert relaying.run_now(store, "default", [job.id]) == [job.id]
     assert rows(alias) == []
     run_burst(store)
     assert t.CALLS == [((7, 8), {})]
@@ -340,7 +349,7 @@ def test_the_relay_skips_a_database_without_the_table_with_one_warning(
 ):
     connection_ = connections[alias]
     monkeypatch.setattr(connection_.introspection, "table_names", lambda *a, **k: ["other"])
-    relay = outbox.Relay(store, threading.Event())
+    relay = relaying.Relay(store, threading.Event())
     with caplog.at_level(logging.WARNING, "django_delayq.outbox"):
         assert relay.turn() == 0
         assert relay.turn() == 0

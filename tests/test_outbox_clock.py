@@ -13,7 +13,16 @@ from django.conf import settings
 from django.db import connections, transaction
 from django.test import override_settings
 
-from django_delayq import api, cancel, connection, get_job, outbox, placement, schedule_many
+from django_delayq import (
+    api,
+    cancel,
+    connection,
+    get_job,
+    outbox,
+    placement,
+    relaying,
+    schedule_many,
+)
 from django_delayq.models import OutboxJob
 from django_delayq.store import Store
 from tests.routers import OutboxOnly
@@ -68,7 +77,7 @@ def test_a_horizon_job_of_a_slow_producer_is_not_early(store, slow_producer):
             assert [r.relative for r in found] == [True, True]
             # Their relay time comes (without waiting 10 s): a worker's relay moves them.
             OutboxJob.objects.using("pg").update(relay_at=found[0].created_at)
-            assert outbox.relay_pass(store, "pg") == 2
+            assert relaying.relay_pass(store, "pg") == 2
             assert due_in_redis(store, job.id) >= redis_now(store) + 3600 - 1
             assert due_in_redis(store, bulk.id) >= redis_now(store) + 3600 - 1
         finally:
@@ -121,9 +130,9 @@ def test_use_tz_off_rows_are_written_read_and_relayed(store, alias, naive):  # n
     assert (
         found.waits_in == "database" and abs(found.due_at.timestamp() - far.due_at.timestamp()) < 1
     )
-    assert outbox.relay_pass(store, alias) == 0  # not within the horizon yet
+    assert relaying.relay_pass(store, alias) == 0  # not within the horizon yet
     OutboxJob.objects.using(alias).update(relay_at=row.created_at)
-    assert outbox.relay_pass(store, alias) == 1
+    assert relaying.relay_pass(store, alias) == 1
     assert due_in_redis(store, far.id) >= redis_now(store) + 3600 - 2
     assert cancel(key="k") is True and cancel(near.id) is True
     run_burst(store)

@@ -13,7 +13,7 @@ from django.conf import settings
 from django.db import connections, transaction
 from django.test import override_settings
 
-from django_delayq import cancel, connection, get_job, outbox, signals
+from django_delayq import cancel, connection, get_job, outbox, relaying, signals
 from django_delayq.job import encode_record
 from django_delayq.models import OutboxJob
 from tests.routers import OutboxOnly
@@ -183,9 +183,9 @@ def test_the_adopting_relay_sent_again_changes_nothing(store):
     t.remember.schedule(1, key="k", delay=30)
     record = encode_record("tests.testapp.tasks.remember", [2], {}, "k", 0, "i")
     row = outbox.Row("01J0000000000000000000ADPT", "default", 0.0, record, "k")
-    first, error = outbox.relay(store, [row])
+    first, error = relaying.relay(store, [row])
     assert error is None and first[row.id].outcome == "created"
-    again, error = outbox.relay(store, [row])
+    again, error = relaying.relay(store, [row])
     assert error is None and again[row.id].outcome == "created"
     assert pending_ids(store) == [row.id]
     assert store.client.hget(store.key("default", "keys"), "k") == row.id.encode()
@@ -215,7 +215,7 @@ def _far_row(store, alias):  # noqa: F811
 def test_horizon_off_get_job_finds_a_waiting_row_and_workers_relay_it(store, alias):  # noqa: F811
     job = _far_row(store, alias)
     assert get_job(job.id).waits_in == "database"
-    assert outbox.relay_pass(store, alias) == 1  # its relay time is an hour away: ignored
+    assert relaying.relay_pass(store, alias) == 1  # its relay time is an hour away: ignored
     assert rows(alias) == [] and pending_ids(store) == [job.id]
 
 
@@ -226,7 +226,7 @@ def test_horizon_off_a_plain_keyed_schedule_replaces_the_waiting_row(store, alia
     assert rows(alias) == [] and pending_ids(store) == [job.id]
     run_burst(store)
     assert t.CALLS == [((2,), {})]
-    assert outbox.relay_pass(store, alias) == 0 and pending_ids(store) == []
+    assert relaying.relay_pass(store, alias) == 0 and pending_ids(store) == []
 
 
 def test_horizon_off_an_on_commit_row_keeps_its_grace_for_the_fast_path(
@@ -238,10 +238,10 @@ def test_horizon_off_an_on_commit_row_keeps_its_grace_for_the_fast_path(
     run yet is left to it for GRACE seconds (a worker's pass would only race it)."""
     import time
 
-    monkeypatch.setattr(outbox, "relay_now", lambda *a, **kw: False)  # the fast path stalls
+    monkeypatch.setattr(relaying, "relay_now", lambda *a, **kw: False)  # the fast path stalls
     with transaction.atomic(using=alias):
         job = t.remember.schedule(1, delay=30, on_commit=alias)
     assert [r.id for r in rows(alias)] == [job.id]
-    assert outbox.relay_pass(store, alias) == 0  # within its GRACE: the fast path's
-    assert outbox.relay_pass(store, alias, now=time.time() + outbox.GRACE + 1) == 1
+    assert relaying.relay_pass(store, alias) == 0  # within its GRACE: the fast path's
+    assert relaying.relay_pass(store, alias, now=time.time() + outbox.GRACE + 1) == 1
     assert rows(alias) == [] and pending_ids(store) == [job.id]

@@ -13,7 +13,7 @@ import pytest
 from django.db import DatabaseError, connections, transaction
 from django.test import override_settings
 
-from django_delayq import outbox
+from django_delayq import outbox, relaying
 from django_delayq.models import OutboxJob
 from django_delayq.store import DONE_TTL, Store
 from django_delayq.worker import Worker
@@ -56,11 +56,11 @@ def test_a_refused_delete_never_runs_the_job_twice(store, alias, monkeypatch):  
     assert store.client.zscore(store.key("default", "done"), job.id) is None
     # A worker's relay of the stale row (its DELETE still refused) stores nothing...
     with pytest.raises(DatabaseError):
-        outbox.relay_pass(store, alias, now=later)
+        relaying.relay_pass(store, alias, now=later)
     assert pending_ids(store) == []
     # ... and once the DELETE goes through, the row and its mark go.
     monkeypatch.undo()
-    assert outbox.relay_pass(store, alias, now=later) == 1
+    assert relaying.relay_pass(store, alias, now=later) == 1
     assert rows(alias) == [] and marked(store) == [] and pending_ids(store) == []
     run_burst(store)
     assert t.CALLS == [((1,), {})]
@@ -74,7 +74,7 @@ def test_keyed_rows_are_marked_too(store, alias, monkeypatch):  # noqa: F811
     run_without_relay(store)
     expire_tombstones(store, later := time.time() + DONE_TTL + 60)
     monkeypatch.undo()
-    assert outbox.relay_pass(store, alias, now=later) == 1
+    assert relaying.relay_pass(store, alias, now=later) == 1
     assert pending_ids(store) == [] and rows(alias) == [] and marked(store) == []
     assert t.CALLS == [((1,), {})]
 
@@ -94,9 +94,9 @@ def test_the_marks_of_deleted_rows_are_cleared_and_old_ones_swept(store, alias):
         record=b"",
         created_at=OutboxJob._meta.get_field("due_at").to_python("2020-01-01T00:00:00Z"),
     )
-    assert outbox.sweep_marks(store, [alias]) == 0  # the first mark is young
-    later = time.time() + outbox.SWEEP_AGE + 1
-    assert outbox.sweep_marks(store, [alias], now=later) == 1
+    assert relaying.sweep_marks(store, [alias]) == 0  # the first mark is young
+    later = time.time() + relaying.SWEEP_AGE + 1
+    assert relaying.sweep_marks(store, [alias], now=later) == 1
     assert marked(store) == ["01J0000000000000000000KEEP"]  # its row still waits
 
 
@@ -132,10 +132,10 @@ def test_postgresql_table_locked_after_the_commit_runs_the_job_once(store):
             locker.rollback()
             assert OutboxJob.objects.using("pg").get().id == job.id
             later = time.time() + outbox.GRACE + 1
-            assert outbox.relay_pass(store, "pg", now=later) == 1
+            assert relaying.relay_pass(store, "pg", now=later) == 1
             run_without_relay(store)
             assert t.CALLS == [((1,), {})]
-            assert outbox.relay_pass(store, "pg", now=later) == 0
+            assert relaying.relay_pass(store, "pg", now=later) == 0
         finally:
             locker.rollback()
             locker.close()
@@ -149,7 +149,7 @@ def test_postgresql_lock_taken_during_the_relay_runs_the_job_once(store, monkeyp
     may be refused by lock_timeout): the job runs once, and a later relay stores nothing."""
     with override_settings(DATABASE_ROUTERS=[OutboxOnly("pg")]):
         locker = pg_connection()
-        relay = outbox.relay
+        relay = relaying.relay
         locking = threading.Thread(
             target=lambda: locker.execute(
                 "LOCK TABLE django_delayq_outbox IN ACCESS EXCLUSIVE MODE"
@@ -162,7 +162,7 @@ def test_postgresql_lock_taken_during_the_relay_runs_the_job_once(store, monkeyp
             time.sleep(0.3)  # let the LOCK queue up (not a correctness wait: either way holds)
             return result
 
-        monkeypatch.setattr(outbox, "relay", relay_then_lock)
+        monkeypatch.setattr(relaying, "relay", relay_then_lock)
         try:
             with transaction.atomic(using="pg"):
                 with connections["pg"].cursor() as cursor:
@@ -176,7 +176,7 @@ def test_postgresql_lock_taken_during_the_relay_runs_the_job_once(store, monkeyp
             locker.rollback()
             later = time.time() + DONE_TTL + 60
             expire_tombstones(store, later)
-            outbox.relay_pass(store, "pg", now=later)
+            relaying.relay_pass(store, "pg", now=later)
             assert pending_ids(store) == [] and OutboxJob.objects.using("pg").count() == 0
             run_without_relay(store)
             assert t.CALLS == [((1,), {})]

@@ -113,7 +113,7 @@ def bench_relay(client: Any, n: int, runs: int) -> dict[str, Any]:
     """Rows due now -> Redis by relay passes (one transaction and one round trip per 1,000
     rows), vs ``schedule_many()`` of the same jobs straight to Redis."""
     from benchmarks.tasks import noop
-    from django_delayq import outbox, schedule_many
+    from django_delayq import outbox, relaying, schedule_many
     from django_delayq.job import encode_record, new_job_id
 
     values, baselines = [], []
@@ -134,7 +134,7 @@ def bench_relay(client: Any, n: int, runs: int) -> dict[str, Any]:
         with store_on(client, "delayq") as store, Timer() as timer:
             moved = 0
             while moved < n:
-                step = outbox.relay_pass(store, ALIAS)
+                step = relaying.relay_pass(store, ALIAS)
                 if not step:
                     raise RuntimeError(f"relay stopped at {moved} of {n} rows")
                 moved += step
