@@ -1,6 +1,6 @@
 """Check that a built wheel carries all of django_delayq, not only its Python modules:
 
-    python .ci/check_wheel.py dist/django_delayq-0.3.0-py3-none-any.whl
+    python .ci/check_wheel.py dist/django_delayq-0.4.0-py3-none-any.whl
 
 Every file git tracks under django_delayq/ (every file there, without git) must be in
 the wheel, and so must at least one file of each kind the app cannot run without: Lua
@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = "django_delayq"
 KINDS = {
-    "Lua scripts": f"{PACKAGE}/lua/*.lua",
+    "Lua scripts": f"{PACKAGE}/storage/lua/*.lua",
     "admin templates": f"{PACKAGE}/templates/django_delayq/admin/*.html",
     "static files": f"{PACKAGE}/static/django_delayq/*",
     "migrations": f"{PACKAGE}/migrations/0001_*.py",

@@ -1,11 +1,11 @@
-"""django-delayq beside huey, RQ, Celery and dramatiq: the same delayed-job workloads,
-one run, one Redis.
+"""django-delayq beside huey, RQ, Celery, dramatiq, arq and saq: the same delayed-job
+workloads, one run, one Redis.
 
 Usage (from the repository root, any Python 3.11+; nothing else needs installing)::
 
-    python benchmarks/compare.py                # every system, about 6 minutes on 2 cores
-    python benchmarks/compare.py --rounds 3     # all of it 3 times, medians: about 16
-    python benchmarks/compare.py --quick        # tiny sizes: a smoke test, about 2
+    python benchmarks/compare.py                # every system, about 12 minutes on 2 cores
+    python benchmarks/compare.py --rounds 3     # all of it 3 times, medians: about 37
+    python benchmarks/compare.py --quick        # tiny sizes: a smoke test, about 3
     python benchmarks/compare.py --systems django-delayq,huey --only drain --refresh
 
 What it does:
@@ -17,10 +17,14 @@ What it does:
   (git-ignored) with the interpreter given by ``--python`` (default: the one running
   this script), from PyPI with the ranges in ``SYSTEMS``; django-delayq is this
   checkout, installed editable. Existing virtualenvs are reused unless the interpreter
-  or the requirements changed, or ``--refresh`` is given.
+  or the requirements changed, or ``--refresh`` is given. ``arq-10`` is arq again, in
+  the same virtualenv, at its default concurrency (``max_jobs`` 10): at concurrency 1
+  arq's worker starts one job per poll (every 0.5 s).
 - Runs each system's producer (``benchmarks/peers/producer.py``) and its worker as
   subprocesses of that virtualenv. Every system runs the same task ("task 1"): one
-  RPUSH on the worker process's own redis-py client (``benchmarks/peers/recorder.py``).
+  RPUSH on the worker process's own redis-py client (``benchmarks/peers/recorder.py``;
+  for arq and saq, whose tasks are coroutines, the same RPUSH awaited on a
+  ``redis.asyncio`` client).
 - Prints one table (figures x systems, with versions) and writes JSON (``--json``,
   default ``benchmarks/results/compare.json``).
 
@@ -28,8 +32,9 @@ Workloads (full size; ``--quick`` shrinks them):
 
 1. schedule rate: 5,000 jobs due in 1 h, one API call per job, median of 3 runs.
 2. lateness: 200 jobs stored up front, due evenly over 10 s (20 a second, well below
-   every worker's capacity), one worker at concurrency 1: the task's start time minus
-   its due time, p50 and p99, and the earliest (negative: a job started early).
+   every worker's capacity but arq's at max_jobs 1), one worker at concurrency 1: the
+   task's start time minus its due time, p50 and p99, and the earliest (negative: a job
+   started early).
 3. drain: 10,000 jobs stored while the worker idles, all due at the same moment; jobs/s
    from the first task start to the last task's RPUSH (or to 30 s after the first start,
    for a system slower than that), and the CPU seconds of the worker's process tree
@@ -72,6 +77,10 @@ from benchmarks.peers.resp import Resp  # noqa: E402
 
 DONE_KEY = "bench:done"
 
+ARQ = ["arq>=0.26,<1"]
+
+# name -> label, optional variant (a setting shown after the version), adapter module,
+# pip requirements, optional venv (shared with the system of that name), optional env.
 SYSTEMS: dict[str, dict[str, Any]] = {
     "django-delayq": {
         "label": "django-delayq",
@@ -94,6 +103,22 @@ SYSTEMS: dict[str, dict[str, Any]] = {
         "label": "dramatiq",
         "adapter": "dramatiq_adapter",
         "requirements": ["dramatiq[redis]>=1.17,<3"],
+    },
+    "arq": {"label": "arq", "adapter": "arq_adapter", "requirements": ARQ},
+    # arq's own default concurrency: at max_jobs 1 its worker starts one job per poll
+    "arq-10": {
+        "label": "arq",
+        "variant": "max_jobs 10",
+        "adapter": "arq_adapter",
+        "venv": "arq",  # the same virtualenv (same requirements), another setting
+        "requirements": ARQ,
+        "env": {"BENCH_ARQ_MAX_JOBS": "10"},
+    },
+    "saq": {
+        "label": "saq",
+        "adapter": "saq_adapter",
+        # saq 0.26.4 imports typing_extensions without declaring it
+        "requirements": ["saq[redis]>=0.25,<1", "typing_extensions"],
     },
 }
 
@@ -159,8 +184,8 @@ def python_version(python: str) -> str:
 
 
 def ensure_venv(name: str, python: str, cache: Path, refresh: bool) -> Path:
-    """``cache/<name>`` with the system installed; rebuilt when its stamp differs."""
-    venv = cache / name
+    """``cache/<venv>`` with the system installed; rebuilt when its stamp differs."""
+    venv = cache / SYSTEMS[name].get("venv", name)
     requirements = SYSTEMS[name]["requirements"]
     stamp = {"python": python_version(python), "requirements": requirements}
     if name == "django-delayq":  # editable: only its dependencies can go stale
@@ -522,14 +547,18 @@ def main(argv: list[str] | None = None) -> int:
     size = SIZES["quick" if args.quick else "full"]
     cache = Path(args.venvs)
     cache.mkdir(parents=True, exist_ok=True)
+    by_venv = {SYSTEMS[s].get("venv", s): s for s in systems}  # build each one once
     with ThreadPoolExecutor(max_workers=3) as pool:
-        venvs = dict(
+        built = dict(
             zip(
-                systems,
-                pool.map(lambda s: ensure_venv(s, args.python, cache, args.refresh), systems),
+                by_venv,
+                pool.map(
+                    lambda s: ensure_venv(s, args.python, cache, args.refresh), by_venv.values()
+                ),
                 strict=True,
             )
         )
+    venvs = {s: built[SYSTEMS[s].get("venv", s)] for s in systems}
     setup_seconds = time.monotonic() - started
     results: dict[str, Any] = {}
     workdir = Path(tempfile.mkdtemp(prefix="delayq-compare-"))
@@ -548,6 +577,7 @@ def main(argv: list[str] | None = None) -> int:
                         name,
                         {
                             "label": SYSTEMS[name]["label"],
+                            "variant": SYSTEMS[name].get("variant"),
                             "versions": system.describe["versions"],
                             "setup": system.describe["setup"],
                             "rounds": [],

@@ -42,12 +42,21 @@ schedule_one             ``task.schedule()``, one call per job, 20k jobs due in 
                          vs one raw EVALSHA per job (>= 70 %)
 schedule_vs_zadd         the same schedule() loop vs one plain ZADD round trip per
                          job, same run (>= 0.6)
+aschedule_sequential     (issue 21) ``aschedule()``, 20k calls awaited one after the
+                         other (no target); baseline: the schedule() loop, same run
+aschedule_gather         the same 20k calls in one ``asyncio.gather`` (at most the
+                         pool's 100 connections in flight; no target)
 schedule_many            ``schedule_many()`` of 20k jobs vs pipelined raw ZADD
                          (>= 40,000 jobs/s and >= 50 %)
 drain_1                  20k due no-op jobs, one ``delayq_worker --burst`` process,
                          first claim to last ack (>= 3,000 jobs/s); baseline: a raw
                          one-round-trip-per-job loop
 drain_2                  the same with 2 processes (>= 1.6x drain_1)
+drain_priority           (issue 20) drain_1 with every job prioritised (-10 / 10), with
+                         every job's task rate-limited (1,000,000/s: never binding), and
+                         with a queue concurrency limit of 1,000 (never reached), each vs
+                         drain_1 of priority-0 jobs in the same run (no target); figures
+                         drain_priority, drain_rate, drain_queue_limit
 lateness_idle_p50/p99    500 jobs over 5 s (each due 100 ms ahead), one idle worker:
                          task start minus due time (<= 2 / 10 ms); baseline:
                          ``Event.wait()`` overshoot (the OS)
@@ -68,14 +77,26 @@ orm_drain / orm_cpu      task 2 (one ORM query on PostgreSQL, CONN_MAX_AGE=600),
                          concurrency 1 (>= 80 % of a plain loop of the same query)
 sleep_drain / sleep_cpu  task 3 (sleep 10 ms), 4k, concurrency 8 (>= 90 % of 800/s,
                          <= 0.3 CPU s per 1,000 jobs)
+async_sleep_drain/_cpu   (issue 21) task 4 (``await asyncio.sleep(0.1)``), 2k, one worker
+                         at ``--async-concurrency 200`` (>= 80 % of 2,000/s, <= 0.2 CPU
+                         s per 1,000 jobs)
 idle_cpu                 a worker with nothing to do for 30 s (<= 0.1 CPU s)
 lateness_push_idle_p99   the lateness figures with task 1 (<= 5 ms)
 lateness_push_load_p99   1,000 jobs/s of task 1 due for 10 s, 2 workers (<= 20 ms)
+processes_noop           (issue 21) the no-op drain by ``delayq_worker --processes 2``
+                         vs ``--processes 1``, each child concurrency 1, not --burst,
+                         the jobs scheduled once the children are up (no target; the
+                         issue asks >= 1.8x); baseline: --processes 1, same run
+processes_push           the same with task 1, 5k jobs
 outbox_memory            (issue 12, PostgreSQL + a dedicated redis-server) Redis memory
                          growth with 100k jobs due in 7 days and HORIZON = 1 day
                          (constant, <= 64 KB); baseline: HORIZON off
 outbox_relay             100k outbox rows relayed into Redis by relay passes
                          (>= 10,000 jobs/s); baseline: schedule_many() to Redis
+recurring_*              (issue 19) N schedules every 60 s (full: 2,000; the issue's 10,000
+                         with DELAYQ_BENCH_RECURRING_N=10000; bench/recurring.py): lateness
+                         p50/p99, worker and Redis CPU per occurrence, Redis memory per
+                         schedule (no targets)
 outbox_schedule_us       ``schedule(on_commit=...)`` in its own transaction: INSERT,
                          COMMIT, fast path (no target); baseline: a plain schedule() in
                          the same transaction; outbox_insert_us: the part before COMMIT
@@ -98,6 +119,7 @@ import signal
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -111,13 +133,16 @@ ENGINE = (
     "schedule_one",
     "schedule_many",
     "drain",
+    "drain_priority",
     "lateness",
     "memory",
     "claim_cost",
     "upgrade",
     "outbox",
+    "aschedule",
+    "recurring",
 )
-REAL = ("push", "orm", "sleep", "idle", "lateness_push")
+REAL = ("push", "orm", "sleep", "async_sleep", "idle", "lateness_push", "processes")
 ALL = ENGINE + REAL
 MATRIX = ("push", "orm", "sleep", "idle")
 RESULTS = ROOT / "benchmarks" / "results"
@@ -172,7 +197,18 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def measure(args: argparse.Namespace, argv: list[str]) -> int:
-    from benchmarks.bench import common, engine, latency, real, rediscpu, report, scale
+    from benchmarks.bench import (
+        asyncapi,
+        asyncloop,
+        common,
+        engine,
+        latency,
+        processes,
+        real,
+        rediscpu,
+        report,
+        scale,
+    )
 
     only = args.only
     common.setup_django(args.prefix)
@@ -200,6 +236,7 @@ def measure(args: argparse.Namespace, argv: list[str]) -> int:
             result = work()
         except Exception as exc:
             problems.append(f"{name} not measured: {type(exc).__name__}: {exc}")
+            traceback.print_exc()  # where it failed, for whoever runs it
             print(problems[-1], file=sys.stderr, flush=True)
             return
         if isinstance(result, tuple):
@@ -212,10 +249,20 @@ def measure(args: argparse.Namespace, argv: list[str]) -> int:
             "schedule_one": lambda: engine.bench_schedule_one(store, p, size["schedule"], runs),
             "schedule_many": lambda: [engine.bench_schedule_many(store, p, size["schedule"], runs)],
             "drain": lambda: engine.bench_drain(store, p, size["drain"], slow, d),
+            "drain_priority": lambda: engine.bench_drain_priority(store, p, size["drain"], slow, d),
             "lateness": lambda: latency.bench_lateness(store, p, size, slow, d),
             "upgrade": lambda: [engine.bench_upgrade(store, p, size["schedule"], runs)],
+            "aschedule": lambda: asyncapi.bench_aschedule(store, p, size["schedule"], runs),
         }
-        for name in ("schedule_one", "schedule_many", "drain", "lateness", "upgrade"):
+        for name in (
+            "schedule_one",
+            "schedule_many",
+            "drain",
+            "drain_priority",
+            "lateness",
+            "upgrade",
+            "aschedule",
+        ):
             if name in only:
                 attempt(name, engine_work[name])
                 common.cleanup(store.client, p)
@@ -246,6 +293,22 @@ def measure(args: argparse.Namespace, argv: list[str]) -> int:
                                 ),
                             ],
                         )
+        if "recurring" in only:
+            from benchmarks.bench import recurring
+
+            with common.dedicated_redis(args.redis_server) as own:
+                if own is None:
+                    problems.append("no redis-server found: the recurring figures not measured")
+                else:
+                    attempt(
+                        "recurring",
+                        lambda: recurring.bench_recurring(
+                            own,
+                            p,
+                            int(os.environ.get("DELAYQ_BENCH_RECURRING_N", size["recurring"])),
+                            size["recurring_seconds"],
+                        ),
+                    )
         if set(REAL) & set(only):
             with common.dedicated_redis(args.redis_server) as own:
                 if own is None:
@@ -256,8 +319,14 @@ def measure(args: argparse.Namespace, argv: list[str]) -> int:
                             "push": lambda: real.bench_push(own, p, size, slow, d, env),
                             "orm": lambda: real.bench_orm(own, p, size, slow, d, env),
                             "sleep": lambda: real.bench_sleep(own, p, size, slow, d, env),
+                            "async_sleep": lambda: asyncloop.bench_async_sleep(
+                                own, p, size, slow, d, env
+                            ),
                             "idle": lambda: real.bench_idle(own, size, d, env),
                             "lateness_push": lambda: latency.bench_lateness_push(
+                                own, p, size, slow, d, env
+                            ),
+                            "processes": lambda: processes.bench_processes(
                                 own, p, size, slow, d, env
                             ),
                         }

@@ -35,4 +35,6 @@ if os.environ.get("DELAYQ_BENCH_PG_DB"):
     }
 CACHES = {"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": REDIS_URL}}
 DELAYQ = {"CACHE": "default", "PREFIX": os.environ.get("DELAYQ_BENCH_PREFIX", "delayq-bench")}
+if os.environ.get("DELAYQ_BENCH_QUEUE_LIMIT"):  # issue 20: the queue-limited drain
+    DELAYQ["QUEUES"] = {"default": {"concurrency": int(os.environ["DELAYQ_BENCH_QUEUE_LIMIT"])}}
 DEFAULT_AUTO_FIELD = "django.db.models.AutoField"

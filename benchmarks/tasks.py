@@ -20,6 +20,13 @@ def noop(*args: Any) -> None:
     """Does nothing: what is measured is the engine around it."""
 
 
+@task(rate=os.environ.get("DELAYQ_BENCH_RATE") or None)
+def noop_rated(*args: Any) -> None:
+    """noop with ``@task(rate=$DELAYQ_BENCH_RATE)`` in the worker processes of the
+    rate-limited drain (issue 20), and no rate anywhere else: a task with a limit puts its
+    queue on the claim's general path, which the other drains must not measure."""
+
+
 @task
 def stamp(n: int) -> None:
     """Append ``"<n> <time.time()>"`` to ``$DELAYQ_BENCH_STAMPS/<pid>.txt`` the moment it
@@ -82,3 +89,12 @@ def record(tag: str) -> None:
     """``benchmarks/compare.py``'s task, the same body as the peers' (one RPUSH on the
     process's own client): see ``benchmarks/peers/recorder.py``."""
     push_record(tag)
+
+
+@task
+async def async_sleep_io(n: int) -> None:
+    """Awaits 100 ms, as an async task waiting on I/O would (issue 21: run on the
+    worker's event loop with --async-concurrency)."""
+    import asyncio
+
+    await asyncio.sleep(0.1)

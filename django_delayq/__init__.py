@@ -3,10 +3,14 @@
 Public API::
 
     from django_delayq import task, schedule, schedule_many, cancel, get_job, Job
+    from django_delayq import aschedule, acancel, aget_job  # for async views
+    from django_delayq import pause, resume, is_paused
 """
 
-from .api import cancel, get_job, schedule, schedule_many
-from .exceptions import (
+from django_delayq.api import cancel, get_job, schedule, schedule_many
+from django_delayq.async_api import acancel, aget_job, aschedule
+from django_delayq.control import is_paused, pause, resume
+from django_delayq.exceptions import (
     ConfigurationError,
     ConnectionError,
     CorruptJob,
@@ -17,10 +21,10 @@ from .exceptions import (
     SerializationError,
     TaskNotFound,
 )
-from .job import Job
-from .registry import Task, task
+from django_delayq.job import Job
+from django_delayq.registry import Task, task
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"
 
 __all__ = [
     "ConfigurationError",
@@ -34,8 +38,14 @@ __all__ = [
     "SerializationError",
     "Task",
     "TaskNotFound",
+    "acancel",
+    "aget_job",
+    "aschedule",
     "cancel",
     "get_job",
+    "is_paused",
+    "pause",
+    "resume",
     "schedule",
     "schedule_many",
     "task",

@@ -8,8 +8,12 @@ class DelayQConfig(AppConfig):
     default_auto_field = "django.db.models.AutoField"
 
     def ready(self) -> None:
-        from . import checks, connection  # noqa: F401  (register checks and receivers)
-        from .registry import autodiscover
+        from django_delayq import checks  # noqa: F401  (register checks and receivers)
+        from django_delayq.recurring import checks as recurring_checks  # noqa: F401
+        from django_delayq.recurring.hooks import connect as connect_recurring
+        from django_delayq.registry import autodiscover
+
+        connect_recurring()  # occurrences of recurring schedules (recurring/hooks.py)
 
         # Every process knows every task, as workers do: schedule() refuses unknown names.
         autodiscover()

@@ -1,4 +1,6 @@
-"""System checks. Ids are stable; docs/reference/checks.rst lists them.
+"""System checks. Ids are stable; docs/reference/checks.rst lists them. The outbox's
+(E009-E011, W003) are in ``outbox_checks.py``, the ``TASKS`` ones (E101, E102, W101) in
+``backends.py``.
 
 delayq.E001  the Redis connection cannot be built from CACHE (missing alias, or not Redis)
 delayq.E002  REDIS_URL is not a redis://, rediss:// or unix:// URL
@@ -16,6 +18,10 @@ delayq.E010  the routers write the outbox table to a database outside the outbox
              relayed
 delayq.E011  (deploy, --database) the outbox table (migration django_delayq 0002) is missing
              from a database that holds or relays rows
+delayq.E012  an option of a queue in DELAYQ['QUEUES'] (a dict) has a bad value: concurrency
+             is neither None nor an int >= 1
+delayq.E013  DELAYQ['QUEUES'] (a dict) gives a queue options that are not a dict (or None),
+             or an option django-delayq does not know
 delayq.W001  DELAYQ has a key django-delayq does not know (a typo?)
 delayq.W002  (deploy) Redis does not answer, or is older than 6.2
 delayq.W003  (deploy, --database) a database that may hold outbox rows does not support
@@ -35,9 +41,11 @@ from typing import Any
 from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
 
-from .conf import DEFAULTS, delayq_settings
-from .exceptions import ConfigurationError
-from .wording import article
+from django_delayq import queue_settings
+from django_delayq.conf import DEFAULTS, delayq_settings
+from django_delayq.exceptions import ConfigurationError
+from django_delayq.outbox_checks import check_outbox_databases
+from django_delayq.wording import article
 
 MAXIMUM = 10**9
 MIN_TOKEN = 16  # characters of a METRICS_TOKEN, at least
@@ -93,14 +101,30 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list:
             )
         )
     errors += _check_connection()
+    errors += _check_prefix()
+    errors += _check_numbers()
+    errors += _check_token()
+    errors += _check_queues()
+    errors += _check_horizon()
+    errors += check_outbox_databases()
+    return errors
+
+
+def _check_prefix() -> list:
     prefix = delayq_settings.PREFIX
-    if not isinstance(prefix, str) or not prefix or "{" in prefix or "}" in prefix:
-        errors.append(
-            Error(
-                f"DELAYQ['PREFIX'] must be a non-empty string without braces, got {prefix!r}.",
-                id="delayq.E003",
-            )
+    if isinstance(prefix, str) and prefix and "{" not in prefix and "}" not in prefix:
+        return []
+    return [
+        Error(
+            f"DELAYQ['PREFIX'] must be a non-empty string without braces, got {prefix!r}.",
+            id="delayq.E003",
         )
+    ]
+
+
+def _check_numbers() -> list:
+    """E004: the number settings (NUMBERS) and the two booleans."""
+    errors = []
     for name, (types, minimum, strict) in NUMBERS.items():
         value = getattr(delayq_settings, name)
         ok = isinstance(value, types) and not isinstance(value, bool)
@@ -122,81 +146,20 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list:
             errors.append(
                 Error(f"DELAYQ[{name!r}] must be True or False, got {value!r}.", id="delayq.E004")
             )
-    token = delayq_settings.METRICS_TOKEN
-    if token is not None and (not isinstance(token, str) or len(token) < MIN_TOKEN):
-        shown = article(type(token).__name__) if not isinstance(token, str) else "too short"
-        errors.append(
-            Error(
-                f"DELAYQ['METRICS_TOKEN'] must be None or a string of at least {MIN_TOKEN} "
-                f"characters, got {shown}.",
-                hint="Make one with: python -c 'import secrets; print(secrets.token_urlsafe())'",
-                id="delayq.E007",
-            )
-        )
-    errors += _check_queues()
-    errors += _check_horizon()
-    errors += _check_outbox_databases()
     return errors
 
 
-def _check_outbox_databases() -> list:
-    """E009: OUTBOX_DATABASES names databases that exist and may hold the table. E010: the
-    alias the routers write the table to (where HORIZON rows go) is one of the outbox's
-    databases. Neither touches a database."""
-    from django.db import connections, router
-
-    from . import outbox
-
-    named = delayq_settings.OUTBOX_DATABASES
-    if named is not None:
-        if (
-            not isinstance(named, (list, tuple))
-            or not named
-            or not all(isinstance(a, str) for a in named)
-        ):
-            return [
-                Error(
-                    "DELAYQ['OUTBOX_DATABASES'] must be None or a non-empty list of database "
-                    f"aliases, got {named!r}.",
-                    id="delayq.E009",
-                )
-            ]
-        errors = []
-        for alias in named:
-            if alias not in connections:
-                errors.append(
-                    Error(
-                        f"DELAYQ['OUTBOX_DATABASES'] names database {alias!r}, which is not in "
-                        "DATABASES.",
-                        hint=f"Databases: {', '.join(connections)}.",
-                        id="delayq.E009",
-                    )
-                )
-            elif not router.allow_migrate_model(alias, outbox._model()):
-                errors.append(
-                    Error(
-                        f"DELAYQ['OUTBOX_DATABASES'] names database {alias!r}, but the routers' "
-                        "allow_migrate() keeps the outbox table (django_delayq.OutboxJob) off "
-                        "it.",
-                        hint=f"Let the table migrate to {alias!r}, or leave it out of "
-                        "OUTBOX_DATABASES.",
-                        id="delayq.E009",
-                    )
-                )
-        if errors:
-            return errors
-    routed = outbox.routed_alias()
-    held = outbox.aliases()
-    if routed in held or not (router.routers or delayq_settings.HORIZON is not None):
+def _check_token() -> list:
+    token = delayq_settings.METRICS_TOKEN
+    if token is None or (isinstance(token, str) and len(token) >= MIN_TOKEN):
         return []
+    shown = article(type(token).__name__) if not isinstance(token, str) else "too short"
     return [
         Error(
-            f"the routers' db_for_write() sends django_delayq.OutboxJob to database {routed!r}, "
-            f"which is not one of the outbox's databases {held}: jobs due beyond "
-            "DELAYQ['HORIZON'] would be written there and never relayed.",
-            hint=f"Add {routed!r} to DELAYQ['OUTBOX_DATABASES'], or route the table's writes "
-            "to one of them (never to a read replica).",
-            id="delayq.E010",
+            f"DELAYQ['METRICS_TOKEN'] must be None or a string of at least {MIN_TOKEN} "
+            f"characters, got {shown}.",
+            hint="Make one with: python -c 'import secrets; print(secrets.token_urlsafe())'",
+            id="delayq.E007",
         )
     ]
 
@@ -231,7 +194,7 @@ def _check_connection() -> list:
                 )
             ]
         return []
-    from .connection import _cache_client
+    from django_delayq.storage.connection import _cache_client
 
     alias = delayq_settings.CACHE
     if not isinstance(alias, str) or not alias:
@@ -256,14 +219,18 @@ def _check_connection() -> list:
 
 
 def _check_queues() -> list:
-    from .store import check_queue_name
+    from django_delayq.storage.queues import check_queue_name
 
     names = delayq_settings.QUEUES
-    if not isinstance(names, (list, tuple)) or not names:
+    if not isinstance(names, (list, tuple, dict)) or not names:
         return [
-            Error(f"DELAYQ['QUEUES'] must be a non-empty list, got {names!r}.", id="delayq.E005")
+            Error(
+                f"DELAYQ['QUEUES'] must be a non-empty list of queue names, or a dict of queue "
+                f"name -> options, got {names!r}.",
+                id="delayq.E005",
+            )
         ]
-    errors = []
+    errors = [Error(f"{exc}.", id=exc.check_id) for exc in queue_settings.problems()]
     for setting, name in [("DEFAULT_QUEUE", delayq_settings.DEFAULT_QUEUE)] + [
         ("QUEUES", name) for name in names
     ]:
@@ -276,7 +243,7 @@ def _check_queues() -> list:
 
 @register(Tags.database, deploy=True)
 def check_redis(app_configs: Any = None, **kwargs: Any) -> list:
-    from .connection import get_store
+    from django_delayq.storage.connection import get_store
 
     try:
         store = get_store()
@@ -298,13 +265,13 @@ def check_redis(app_configs: Any = None, **kwargs: Any) -> list:
 def check_layout(app_configs: Any = None, **kwargs: Any) -> list:
     """delayq.W004: a known queue holds 0.1's layout (upgrade.refusal: what a worker refuses
     to start on). Silent when Redis cannot be read: W002 says so."""
-    from .connection import get_store
-    from .health import known_queues
-    from .upgrade import refusal
+    from django_delayq.health import iter_known_queues
+    from django_delayq.storage.connection import get_store
+    from django_delayq.worker.upgrade import refusal
 
     try:
         store = get_store()
-        refused = refusal(store, known_queues(store))
+        refused = refusal(store, list(iter_known_queues(store)))
     except Exception:
         return []
     if not refused:
@@ -316,58 +283,3 @@ def check_layout(app_configs: Any = None, **kwargs: Any) -> list:
             id="delayq.W004",
         )
     ]
-
-
-@register(Tags.database, deploy=True)
-def check_outbox(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list:
-    """E011: the outbox table exists where rows are written; W003: every database that may
-    hold rows supports transactions. A database that does not answer is not reported here
-    (Django's own checks and the first query say so)."""
-    from django.db import DatabaseError, connections
-
-    from . import outbox
-
-    problems: list = []
-    table = outbox._model()._meta.db_table
-    try:  # where rows are written and workers relay from (write_alias() is one: E010)
-        held = [a for a in outbox.aliases() if a in connections]
-    except ConfigurationError:
-        return []  # delayq.E009 says why
-    for alias in held:
-        if databases is not None and alias not in databases:
-            continue  # check --database names the ones to look at
-        try:
-            tables = connections[alias].introspection.table_names()
-        except DatabaseError:
-            continue
-        if table not in tables:
-            problems.append(
-                Error(
-                    f"the outbox table {table!r} is missing from database {alias!r}: "
-                    "schedule(..., on_commit=True) in a transaction and DELAYQ['HORIZON'] "
-                    "store jobs there, and workers relay from it.",
-                    hint=f"Run: python manage.py migrate django_delayq --database {alias}, or "
-                    "name the databases that hold rows in DELAYQ['OUTBOX_DATABASES'].",
-                    id="delayq.E011",
-                )
-            )
-    for name in held:
-        if databases is not None and name not in databases:
-            continue
-        try:
-            transactional = connections[name].features.supports_transactions
-        except DatabaseError:
-            continue
-        if not transactional:
-            problems.append(
-                Warning(
-                    f"database {name!r} does not support transactions: a job scheduled with "
-                    "on_commit=True is stored at once, whether or not the caller's changes "
-                    "commit.",
-                    hint="Use a transactional engine (InnoDB on MySQL), or leave this "
-                    "database out of DELAYQ['OUTBOX_DATABASES'] (and the routers' "
-                    "db_for_write() for django_delayq.OutboxJob).",
-                    id="delayq.W003",
-                )
-            )
-    return problems

@@ -57,6 +57,10 @@ DEFAULTS: dict[str, Any] = {
     # without DATABASE_ROUTERS every database except TEST MIRROR ones. List every alias you
     # pass as schedule(..., on_commit="alias"); never a read replica.
     "OUTBOX_DATABASES": None,
+    # Recurring schedules: name -> {"task": ..., "cron": "0 3 * * *" | "every": seconds, ...}
+    # (docs/howto/recurring.rst), and seconds between two reconcile passes of a worker.
+    "SCHEDULES": {},
+    "RECONCILE_INTERVAL": 2.0,
 }
 
 
@@ -64,11 +68,10 @@ class DelayQSettings:
     """Attribute access to ``settings.DELAYQ`` merged over :data:`DEFAULTS`.
 
     Read on first use, never at import, and read again after Django's ``setting_changed``
-    (``override_settings`` sends it): schedule() reads seven settings a call, and Django's
-    lazy settings object costs a few microseconds an attribute."""
-
-    def __init__(self) -> None:
-        self._merged: dict[str, Any] | None = None
+    (``override_settings`` sends it): schedule() reads several settings a call, and Django's
+    lazy settings object costs a few microseconds an attribute. The merged values become this
+    object's attributes (its ``__dict__``, replaced whole), so a read after the first is a
+    plain attribute lookup; :meth:`reload` empties it."""
 
     def user_settings(self) -> dict[str, Any]:
         value = getattr(django_settings, "DELAYQ", None)
@@ -79,21 +82,19 @@ class DelayQSettings:
         return name in self.user_settings()
 
     def __getattr__(self, name: str) -> Any:
-        merged = self.__dict__.get("_merged")
-        if merged is None:
-            merged = self.__dict__["_merged"] = {**DEFAULTS, **self.user_settings()}
-        try:
-            return merged[name] if name in DEFAULTS else self._unknown(name)
-        except KeyError:  # pragma: no cover - DEFAULTS has every name
-            return DEFAULTS[name]
-
-    @staticmethod
-    def _unknown(name: str) -> Any:
-        raise AttributeError(f"django-delayq has no setting named {name!r}")
+        """Only called for a name not read since the last reload (or not a setting)."""
+        if name not in DEFAULTS:
+            raise AttributeError(f"django-delayq has no setting named {name!r}")
+        seen = self.__dict__
+        user = self.user_settings()  # names outside DEFAULTS are not settings (W001)
+        merged = {**DEFAULTS, **{k: v for k, v in user.items() if k in DEFAULTS}}
+        if self.__dict__ is seen:  # no reload meanwhile: keep what was just read
+            self.__dict__ = merged
+        return merged[name]
 
     def reload(self) -> None:
         """Read ``settings.DELAYQ`` again on the next access."""
-        self._merged = None
+        self.__dict__ = {}
 
 
 delayq_settings = DelayQSettings()

@@ -10,19 +10,24 @@ A queue is healthy unless
   knows it: no setting, registered task, live worker or job in Redis names it (a typo
   in a probe must not pass for a healthy, empty queue).
 
+A paused queue (``django_delayq.pause``) is never ``lag`` or ``no_worker``: its due jobs
+wait on purpose.
+
 Reads only: per queue one round trip for its counts (and one for its totals, for the
 metrics), plus two for the roster.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-from .conf import delayq_settings
-from .registry import registered
-from .roster import LiveWorker
-from .store import Store, check_queue_name
+from django_delayq.conf import delayq_settings
+from django_delayq.registry import registered
+from django_delayq.storage.queues import check_queue_name
+from django_delayq.storage.roster import LiveWorker
+from django_delayq.storage.store import Store
 
 LAG = "lag"
 NO_WORKER = "no_worker"
@@ -40,6 +45,7 @@ class QueueHealth:
     workers: int  # live workers serving the queue
     problems: tuple[str, ...] = ()
     totals: dict[str, int] = field(default_factory=dict)  # reads.totals, when asked for
+    paused: bool = False  # django_delayq.pause(): nothing is claimed until resume()
 
     @property
     def healthy(self) -> bool:
@@ -71,8 +77,12 @@ def workers_per_queue(workers: Iterable[LiveWorker]) -> dict[str, int]:
     return served
 
 
-def problems(due: int, lag: float, workers: int, max_lag: float | None) -> tuple[str, ...]:
-    found = []
+def problems(
+    due: int, lag: float, workers: int, max_lag: float | None, paused: bool = False
+) -> tuple[str, ...]:
+    found: list[str] = []
+    if paused:  # its jobs wait on purpose
+        return ()
     if max_lag is not None and lag > max_lag:
         found.append(LAG)
     if due and not workers:
@@ -80,22 +90,39 @@ def problems(due: int, lag: float, workers: int, max_lag: float | None) -> tuple
     return tuple(found)
 
 
-def known_queues(store: Store, workers: Iterable[LiveWorker] = ()) -> list[str]:
-    """The configured queues, those of registered tasks, every queue ``store`` remembers
-    (what the admin lists), then the queues live workers serve; invalid names skipped."""
+def iter_known_queues(store: Store, workers: Iterable[LiveWorker] = ()) -> Iterator[str]:
+    """Every queue something names, each once, in this order: the configured ones
+    (DEFAULT_QUEUE, QUEUES), those of registered tasks, every queue ``store`` remembers
+    (read from Redis only when the caller gets that far, never cached), then those
+    ``workers`` serve; invalid names skipped. The one list of queues: the admin lists them,
+    get_job() and cancel() search them, the status, the metrics, the upgrade and the system
+    checks look at them."""
+    seen: set[str] = set()
+    yield from named_queues(seen)
+    yield from new_names(store.queues(), seen)  # read once the caller gets this far
+    yield from new_names((q for worker in workers for q in worker.queues), seen)
+
+
+def named_queues(seen: set[str]) -> Iterator[str]:
+    """The queues the settings and registered tasks name (the start of
+    :func:`iter_known_queues`, which reads Redis for the rest), each added to ``seen``."""
     configured = delayq_settings.QUEUES
     names = [delayq_settings.DEFAULT_QUEUE]
-    names += list(configured) if isinstance(configured, (list, tuple)) else []
+    names += list(configured) if isinstance(configured, (list, tuple, dict)) else []
     names += [t.queue for t in registered().values() if t.queue]
-    names += store.queues()
-    names += [q for worker in workers for q in worker.queues]
-    known = []
-    for name in dict.fromkeys(n for n in names if isinstance(n, str)):
+    yield from new_names(names, seen)
+
+
+def new_names(names: Iterable[Any], seen: set[str]) -> Iterator[str]:
+    """The valid queue names of ``names`` not in ``seen`` (each then added to it)."""
+    for name in names:
+        if not isinstance(name, str) or name in seen:
+            continue
+        seen.add(name)
         try:
-            known.append(check_queue_name(name))
+            yield check_queue_name(name)
         except ValueError:
             continue  # a bad setting (delayq.E005) or garbage in a description
-    return known
 
 
 def report(
@@ -105,13 +132,13 @@ def report(
     max_lag: float | None = None,
     totals: bool = False,
 ) -> Report:
-    """The health of ``queues`` (default: :func:`known_queues`). Raises DelayQError when
+    """The health of ``queues`` (default: :func:`iter_known_queues`). Raises DelayQError when
     Redis cannot be read."""
     now = store.server_time()
     unreadable: list[str] = []
     workers = store.live_workers(now, unreadable)
     served = workers_per_queue(workers)
-    known = known_queues(store, workers)
+    known = list(iter_known_queues(store, workers))
     names = list(queues) if queues is not None else known
     results = []
     for queue in names:
@@ -128,8 +155,12 @@ def report(
                 dead=counts["dead"],
                 lag=lag,
                 workers=served.get(queue, 0),
-                problems=unknown + problems(counts["due"], lag, served.get(queue, 0), max_lag),
+                problems=unknown
+                + problems(
+                    counts["due"], lag, served.get(queue, 0), max_lag, counts.get("paused", False)
+                ),
                 totals=store.totals(queue) if totals else {},
+                paused=counts.get("paused", False),
             )
         )
     return Report(now, max_lag, results, workers, sorted(unreadable), known)

@@ -4,10 +4,12 @@ Per queue, read from Redis at each scrape (:func:`django_delayq.health.report`),
 web process answers the same:
 
 gauges   ``delayq_pending_jobs``, ``delayq_due_jobs``, ``delayq_running_jobs``,
-         ``delayq_dead_jobs``, ``delayq_lag_seconds``, ``delayq_live_workers``
+         ``delayq_dead_jobs``, ``delayq_lag_seconds``, ``delayq_live_workers``,
+         ``delayq_queue_paused`` (1 while ``django_delayq.pause`` holds the queue)
 counters ``delayq_jobs_done_total``, ``delayq_attempts_failed_total``,
          ``delayq_attempts_retried_total``, ``delayq_jobs_dead_lettered_total``,
-         ``delayq_jobs_recovered_total`` (kept in Redis by the scripts since the queue began)
+         ``delayq_jobs_recovered_total``, ``delayq_jobs_limited_total`` (kept in Redis by the
+         scripts since the queue began)
 
 each labelled ``queue``. Rendered by ``prometheus_client`` (the ``prometheus`` extra) from a
 collector registered in a registry of its own per request, never in the global one, in the
@@ -29,10 +31,11 @@ from django.http import HttpRequest, HttpResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
 
-from . import health
-from .conf import delayq_settings
-from .connection import get_store
-from .exceptions import ConfigurationError, DelayQError
+from django_delayq import health
+from django_delayq.conf import delayq_settings
+from django_delayq.exceptions import ConfigurationError, DelayQError
+from django_delayq.recurring.status import ScheduleCollector, safe_report
+from django_delayq.storage.connection import get_store
 
 try:
     from prometheus_client import CollectorRegistry
@@ -56,6 +59,7 @@ GAUGES = (
     ("delayq_dead_jobs", "Jobs in the dead-letter set.", "dead"),
     ("delayq_lag_seconds", "Seconds the oldest due job has waited (0: none is due).", "lag"),
     ("delayq_live_workers", "Live workers serving the queue.", "workers"),
+    ("delayq_queue_paused", "1 while the queue is paused (nothing is claimed), else 0.", "paused"),
 )
 COUNTERS = (
     ("delayq_jobs_done", "Jobs that ran successfully.", "done"),
@@ -66,6 +70,11 @@ COUNTERS = (
         "delayq_jobs_recovered",
         "Jobs taken back from workers that stopped heartbeating.",
         "recovered",
+    ),
+    (
+        "delayq_jobs_limited",
+        "Due jobs held back by their task's rate or concurrency limit.",
+        "limited",
     ),
 )
 
@@ -128,5 +137,6 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
         return HttpResponse(f"Redis cannot be read: {exc}\n", status=503, content_type="text/plain")
     registry = CollectorRegistry(auto_describe=False)
     registry.register(QueueCollector(report))
+    registry.register(ScheduleCollector(safe_report(get_store())))  # recurring schedules
     encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
     return HttpResponse(encoder(registry), content_type=content_type)

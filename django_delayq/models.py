@@ -15,7 +15,8 @@ class Job(models.Model):
 
     Permissions (``django_delayq.<codename>``): ``view_job`` (dashboard, lists,
     detail), ``cancel_job`` (cancel pending), ``run_job`` (run pending now),
-    ``requeue_job`` (dead -> pending), ``delete_job`` (delete dead, purge a queue).
+    ``requeue_job`` (dead -> pending), ``delete_job`` (delete dead, purge a queue),
+    ``pause_queue`` (pause and resume a queue).
     """
 
     id = models.CharField(primary_key=True, max_length=26)
@@ -29,6 +30,7 @@ class Job(models.Model):
             ("cancel_job", "Can cancel pending delayed jobs"),
             ("run_job", "Can run pending delayed jobs now"),
             ("requeue_job", "Can requeue dead delayed jobs"),
+            ("pause_queue", "Can pause and resume delayed-job queues"),
         ]
 
     def __str__(self) -> str:
@@ -38,7 +40,7 @@ class Job(models.Model):
 class OutboxJob(models.Model):
     """A pending job that waits in the database (see outbox.py).
 
-    ``record`` holds the job record exactly as Redis will hold it (job.py's format, with
+    ``record`` holds the job record exactly as Redis will hold it (record.py's format, with
     the tombstone flag 'i', so a relay sent twice never runs the job twice). ``relay_at``
     is when a worker moves the row into Redis: shortly after it was written for an
     on_commit job (the committing process normally relays it at once), ``due_at - HORIZON``
@@ -71,3 +73,73 @@ class OutboxJob(models.Model):
 
     def __str__(self) -> str:
         return self.id
+
+
+class Schedule(models.Model):
+    """A recurring schedule edited at run time (the admin's Schedules page); the same fields
+    as a ``DELAYQ["SCHEDULES"]`` entry (docs/howto/recurring.rst). Workers pick up a new,
+    changed, disabled or deleted row within RECONCILE_INTERVAL (django_delayq.recurring)."""
+
+    MISSED_CHOICES = [
+        ("skip", _("skip: run none of the missed occurrences")),
+        ("once", _("once: run the latest missed occurrence once")),
+        ("all", _("all: run every missed occurrence (at most 100)")),
+    ]
+
+    name = models.CharField(max_length=100, unique=True)
+    task = models.CharField(max_length=200, help_text=_("dotted name, such as shop.tasks.sweep"))
+    cron = models.CharField(
+        max_length=120, blank=True, help_text=_("five fields, such as 0 3 * * *; or use every")
+    )
+    every = models.PositiveIntegerField(
+        null=True, blank=True, help_text=_("seconds between occurrences; or use cron")
+    )
+    args = models.JSONField(default=list, blank=True)
+    kwargs = models.JSONField(default=dict, blank=True)
+    queue = models.CharField(max_length=64, blank=True)
+    tz = models.CharField(
+        max_length=64, blank=True, help_text=_("IANA zone of the cron; blank: TIME_ZONE")
+    )
+    missed = models.CharField(max_length=8, choices=MISSED_CHOICES, default="once")
+    enabled = models.BooleanField(default=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        db_table = "django_delayq_schedule"
+        verbose_name = _("recurring schedule")
+        verbose_name_plural = _("recurring schedules")
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ScheduleState(models.Model):
+    """What workers record about each schedule (of the settings or the database), written
+    by django_delayq.recurring only: the durable half of its exactly-once rule.
+
+    ``last_fire_ms`` is the latest fire time whose occurrence started (written before the
+    task runs): no occurrence at or before it is ever created again, whatever Redis lost.
+    ``since_ms`` is when the current definition (``digest``, ``generation``) took effect:
+    no occurrence at or before it is created. Times are epoch milliseconds (Redis's clock).
+    """
+
+    name = models.CharField(primary_key=True, max_length=100)
+    name_hash = models.BigIntegerField(db_index=True)
+    digest = models.CharField(max_length=32)
+    generation = models.PositiveIntegerField(default=1)
+    definition = models.JSONField(default=dict)
+    since_ms = models.BigIntegerField()
+    last_fire_ms = models.BigIntegerField(null=True, blank=True)
+    last_job_id = models.CharField(max_length=26, blank=True)
+    last_started_at = models.DateTimeField(null=True, blank=True)
+    last_outcome = models.CharField(max_length=16, blank=True)
+    last_finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "django_delayq_schedule_state"
+        default_permissions = ()
+        verbose_name = "schedule state"
+
+    def __str__(self) -> str:
+        return self.name

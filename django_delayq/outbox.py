@@ -6,28 +6,15 @@ Two kinds of rows:
 
 - ``schedule(..., on_commit=True)`` inside a transaction inserts the job's row in that
   transaction. After the commit the committing process relays the row at once
-  (:func:`relay_now`, the fast path) and deletes it; if that fails (Redis down, process
+  (relaying.relay_now, the fast path) and deletes it; if that fails (Redis down, process
   killed) the row's ``relay_at`` (``GRACE`` seconds after it was written) passes and any
   worker relays it.
 - With ``DELAYQ["HORIZON"]``, a job due later than now + HORIZON is a row whose
   ``relay_at`` is ``due_at - HORIZON``: workers move it into Redis as it comes within the
   horizon, long before it is due, so it runs as on time as a job held in Redis.
 
-A relay reads its rows under their row lock, with the database's now() in the same query,
-and sends each row's id and record through schedule.lua / schedule_many.lua in relay mode:
-a delay= row as the delay that remains on the database's clock (Redis's clock counts it,
-so a producer's clock never makes a job early), an at= row as its absolute time; a keyed
-row adopts its key (a pending Redis holder is removed: the job runs under the row's id).
-The scripts mark each relayed id in the queue's "relayed" set; a marked id is never stored
-again, however long the row's DELETE is refused. The marks are removed once the DELETE
-committed (:func:`unmark`), and a worker's relay sweeps old marks of rows that are gone
-(:func:`sweep_marks`). The commit hook relays the row *as the table holds it at commit*
-(read by id): a cancel or a replace later in the transaction is what the commit applies.
-
-Several workers relay at once without duplicates: on PostgreSQL and MySQL/MariaDB each pass
-takes its rows with ``SELECT ... FOR UPDATE SKIP LOCKED`` in a transaction that deletes what
-it relayed; SQLite has no row locks, so a pass first takes the database's write lock (a
-no-op DELETE) and holds it for the pass (one batch, one Redis round trip).
+How a relay moves rows into Redis, exactly once, and how several relay at once: see
+relaying.py.
 """
 
 from __future__ import annotations
@@ -37,7 +24,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
@@ -47,15 +34,14 @@ from django.db import (
     router,
     transaction,
 )
-from django.db.models import DateTimeField, DurationField, ExpressionWrapper, Value
-from django.db.models.functions import Now
 from django.utils import timezone
 
-from .conf import delayq_settings
-from .exceptions import ConfigurationError, DelayQError
+from django_delayq.conf import delayq_settings
+from django_delayq.database_time import When, column_time, epoch, now_sql, sql_time
+from django_delayq.exceptions import ConfigurationError, DelayQError
 
 if TYPE_CHECKING:
-    from .models import OutboxJob
+    from django_delayq.models import OutboxJob
 
 logger = logging.getLogger("django_delayq.outbox")
 
@@ -84,53 +70,8 @@ class Row:
 ROW_FIELDS = ("id", "queue", "due_at", "record", "key", "on_conflict", "relative")
 
 
-@dataclass(frozen=True)
-class When:
-    """A time the database's clock makes: ``seconds`` after its now (``relative``), else
-    the epoch ``seconds``."""
-
-    seconds: float
-    relative: bool = True
-
-
 def key_hash(key: str | None) -> str | None:
     return None if key is None else hashlib.sha256(key.encode()).hexdigest()
-
-
-def _dt(epoch: float) -> datetime:
-    """An epoch as the DateTimeFields take it: aware (UTC), naive in the default time zone
-    when USE_TZ is off (outbox promise I9)."""
-    moment = datetime.fromtimestamp(epoch, UTC)
-    if not settings.USE_TZ:
-        return timezone.make_naive(moment, timezone.get_default_timezone())
-    return moment
-
-
-def _epoch(moment: datetime) -> float:
-    if timezone.is_naive(moment):
-        moment = timezone.make_aware(moment, timezone.get_default_timezone())
-    return moment.timestamp()
-
-
-def _now_sql(alias: str, now: float | None = None) -> Any:
-    """The database's now as an SQL expression (SQLite runs in this process: its clock is
-    this process's, passed as a value, in the form the column holds)."""
-    vendor = connections[alias].vendor
-    if now is not None or vendor == "sqlite":
-        return Value(_dt(time.time() if now is None else now), output_field=DateTimeField())
-    return Now()  # STATEMENT_TIMESTAMP() on PostgreSQL: not the transaction's start
-
-
-def _sql_time(alias: str, when: When | float) -> Any:
-    """``when`` as a value or an SQL expression on the database's clock."""
-    if not isinstance(when, When):
-        return _dt(when)
-    if not when.relative:
-        return _dt(when.seconds)
-    return ExpressionWrapper(
-        _now_sql(alias) + Value(timedelta(seconds=when.seconds), output_field=DurationField()),
-        output_field=DateTimeField(),
-    )
 
 
 def db_now(alias: str) -> float:
@@ -138,26 +79,26 @@ def db_now(alias: str) -> float:
     if connections[alias].vendor == "sqlite":
         return time.time()
     with connections[alias].cursor() as cursor:
-        sql, params = _rows(alias).query.get_compiler(alias).compile(_now_sql(alias))
+        sql, params = _rows(alias).query.get_compiler(alias).compile(now_sql(alias))
         cursor.execute(f"SELECT {sql}", params)
         (moment,) = cursor.fetchone()
     if isinstance(moment, str):  # pragma: no cover - a backend without a converter
         moment = datetime.fromisoformat(moment)
     if timezone.is_naive(moment) and settings.USE_TZ:
         moment = moment.replace(tzinfo=UTC)
-    return _epoch(moment)
+    return epoch(moment)
 
 
 def _model() -> type[OutboxJob]:
     """The model, imported on first use (the package is imported before the app registry
     is ready: django_delayq/__init__.py imports the API)."""
-    from .models import OutboxJob
+    from django_delayq.models import OutboxJob
 
     return OutboxJob
 
 
 def _row(obj: OutboxJob) -> Row:
-    return Row(obj.id, obj.queue, _epoch(obj.due_at), bytes(obj.record), obj.key, obj.on_conflict)
+    return Row(obj.id, obj.queue, epoch(obj.due_at), bytes(obj.record), obj.key, obj.on_conflict)
 
 
 def aliases() -> list[str]:
@@ -248,7 +189,7 @@ def save(alias: str, row: Row, relay_at: When | float, now: float | None = None)
 
 
 def _due_sql(alias: str, row: Row) -> Any:
-    return _sql_time(alias, When(row.due_at, False) if row.delay is None else When(row.delay))
+    return sql_time(alias, When(row.due_at, False) if row.delay is None else When(row.delay))
 
 
 def _save(alias: str, row: Row, relay_at: When | float, now: float) -> tuple[str, Row]:
@@ -267,7 +208,7 @@ def _save(alias: str, row: Row, relay_at: When | float, now: float) -> tuple[str
             _rows(alias).filter(id=held.id).update(
                 record=row.record,
                 due_at=_due_sql(alias, row),
-                relay_at=_sql_time(alias, relay_at),
+                relay_at=sql_time(alias, relay_at),
                 relative=row.delay is not None,
                 on_conflict=row.on_conflict,
             )
@@ -276,13 +217,13 @@ def _save(alias: str, row: Row, relay_at: When | float, now: float) -> tuple[str
         id=row.id,
         queue=row.queue,
         due_at=_due_sql(alias, row),
-        relay_at=_sql_time(alias, relay_at),
+        relay_at=sql_time(alias, relay_at),
         relative=row.delay is not None,
         key=row.key,
         key_hash=hashed,
         on_conflict=row.on_conflict,
         record=row.record,
-        created_at=_dt(now),
+        created_at=column_time(now),
     )
     return "created", row
 
@@ -292,10 +233,10 @@ def save_many(
 ) -> None:
     """Insert rows without unique keys ((row, relay_at) pairs, relay_at an epoch or a
     :class:`When`), in batches: times on the database's clock, read once (:func:`db_now`)."""
-    created = _dt(time.time() if now is None else now)
+    created = column_time(time.time() if now is None else now)
     base = db_now(alias)
 
-    def epoch(when: When | float) -> float:
+    def on_db_clock(when: When | float) -> float:
         if not isinstance(when, When):
             return when
         return base + when.seconds if when.relative else when.seconds
@@ -304,8 +245,8 @@ def save_many(
         _model()(
             id=row.id,
             queue=row.queue,
-            due_at=_dt(row.due_at if row.delay is None else base + row.delay),
-            relay_at=_dt(epoch(relay_at)),
+            due_at=column_time(row.due_at if row.delay is None else base + row.delay),
+            relay_at=column_time(on_db_clock(relay_at)),
             relative=row.delay is not None,
             record=row.record,
             on_conflict=row.on_conflict,
@@ -347,7 +288,7 @@ def leftover(queue: str, job_id: str) -> bool:
     """Whether the row of ``job_id`` is a leftover of a relay (its job stored in Redis, its
     DELETE refused or lost): marked relayed. False when Redis cannot tell (the row is then
     taken for a waiting job, as before the marks)."""
-    from .connection import get_store
+    from django_delayq.storage.connection import get_store
 
     try:
         return bool(get_store().relayed(queue, [job_id]))

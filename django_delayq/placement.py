@@ -8,37 +8,29 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
-from django.db import DEFAULT_DB_ALIAS, transaction
+from django.db import transaction
 
-from . import outbox, relaying, signals
-from .conf import delayq_settings
-from .connection import get_store
-from .exceptions import DelayQError
-from .job import DEFERRED, IN_DATABASE, KEPT, PENDING, Job, decode_fields, job_from_raw, make_job
-from .registry import sender
-from .store import Store
-
-if TYPE_CHECKING:
-    from .api import _Prepared as Prepared
+from django_delayq import outbox, relaying, signals
+from django_delayq.conf import delayq_settings
+from django_delayq.database_time import When
+from django_delayq.exceptions import DelayQError
+from django_delayq.job import (
+    DEFERRED,
+    IN_DATABASE,
+    KEPT,
+    PENDING,
+    Job,
+    decode_fields,
+    job_from_raw,
+    make_job,
+)
+from django_delayq.plan import Plan, Prepared, relay_beyond_horizon
+from django_delayq.registry import sender
+from django_delayq.storage.connection import get_store
+from django_delayq.storage.store import Store
 
 logger = logging.getLogger("django_delayq.api")
-
-
-def transaction_alias(on_commit: bool | str) -> str | None:
-    """The database alias whose transaction an on_commit job joins, None when there is
-    none (no on_commit, or no atomic block open on that alias)."""
-    if not on_commit:
-        return None
-    alias = on_commit if isinstance(on_commit, str) else DEFAULT_DB_ALIAS
-    if isinstance(on_commit, str):  # checked even outside a transaction: it names a database
-        outbox.check_on_commit(alias, on_commit)
-    if not transaction.get_connection(alias).in_atomic_block:
-        return None
-    if not isinstance(on_commit, str):
-        outbox.check_on_commit(alias, on_commit)
-    return alias
 
 
 def row_job(row: outbox.Row, outcome: str | None) -> Job:
@@ -65,7 +57,7 @@ def store_row(prepared: Prepared, alias: str | None, far: bool, now: float) -> J
     on_conflict = plan.options["on_conflict"]
     delay = plan.options.get("delay")  # None for at=: the row keeps the absolute time
     row = outbox.Row(prepared.id, plan.queue, due, prepared.record, plan.key, on_conflict, delay)
-    who = plan.task or plan.name
+    who = prepared.sender
     displaced: str | None = None  # a pending job in Redis whose unique key this row takes
     if plan.key is not None and (far or on_conflict == "keep"):
         # A near replace needs no look: its relay adopts the key (schedule.lua ARGV[9]).
@@ -76,14 +68,8 @@ def store_row(prepared: Prepared, alias: str | None, far: bool, now: float) -> J
                 signals.send(signals.job_scheduled, who, job=job)
                 return job
             displaced = holder.id  # far: the holder must not run before the row is due
-    horizon = delayq_settings.HORIZON
     # On the database's clock (outbox promise I7): never the producer's for a delay.
-    if far and horizon is not None:
-        relay_at = (
-            outbox.When(due - horizon, False) if delay is None else outbox.When(delay - horizon)
-        )
-    else:
-        relay_at = outbox.When(outbox.GRACE)
+    relay_at = relay_beyond_horizon(due, delay) if far else When(outbox.GRACE)
     outcome, row = outbox.save(target, row, relay_at, now)
     job = row_job(row, DEFERRED if alias is not None and outcome != KEPT else outcome)
     if outcome == KEPT:
@@ -137,7 +123,7 @@ def replace_row(prepared: Prepared, alias: str, held: outbox.Row) -> Job:
     """A job due within the horizon whose unique key a database row holds: ``keep`` keeps
     the row; ``replace`` gives the row the new record and due time, and relays it now."""
     plan = prepared.plan
-    who = plan.task or plan.name
+    who = prepared.sender
     if plan.options["on_conflict"] == "keep":
         job = row_job(held, KEPT)
         signals.send(signals.job_scheduled, who, job=job)
@@ -147,7 +133,7 @@ def replace_row(prepared: Prepared, alias: str, held: outbox.Row) -> Job:
     row = outbox.Row(
         prepared.id, plan.queue, plan.due(now), prepared.record, plan.key, "replace", delay
     )
-    outcome, row = outbox.save(alias, row, outbox.When(0.0), now)
+    outcome, row = outbox.save(alias, row, When(0.0), now)
     job = row_job(row, outcome)
 
     def committed() -> None:
@@ -162,21 +148,19 @@ def bulk_rows(rows: list[tuple[int, Prepared]], now: float) -> dict[int, Job]:
     """Jobs without unique keys beyond the horizon: rows, in one transaction."""
     if not rows:
         return {}
-    horizon = float(delayq_settings.HORIZON)
     alias = outbox.write_alias()
     made = []
     for _, p in rows:
         due = p.plan.due(now)
         delay = p.plan.options.get("delay")
         row = outbox.Row(p.id, p.plan.queue, due, p.record, delay=delay)
-        relay = outbox.When(due - horizon, False) if delay is None else outbox.When(delay - horizon)
-        made.append((row, relay))
+        made.append((row, relay_beyond_horizon(due, delay)))
     outbox.save_many(alias, made, now)
     jobs = {i: row_job(row, "created") for (i, _), (row, _) in zip(rows, made, strict=True)}
 
     def committed() -> None:
         for (_, p), job in zip(rows, jobs.values(), strict=True):
-            signals.send(signals.job_scheduled, p.plan.task or p.plan.name, job=job)
+            signals.send(signals.job_scheduled, p.sender, job=job)
 
     transaction.on_commit(committed, using=alias)
     return jobs
@@ -212,3 +196,17 @@ def _stale(rows: list[outbox.Row]) -> set[str]:
     for queue in {row.queue for row in rows}:
         stale |= get_store().relayed(queue, [row.id for row in rows if row.queue == queue])
     return stale
+
+
+def place(
+    plan: Plan, args: tuple | list, kwargs: dict, alias: str | None, now: float
+) -> Job | Prepared:
+    """The database part of a schedule() call: the job stored as an outbox row (or the
+    held row replaced), or, when it goes to Redis, the call prepared for it."""
+    where = plan.place(alias, now)
+    prepared = Prepared(plan, args, kwargs, outbox=where.in_outbox)
+    if where.held is not None:
+        return replace_row(prepared, *where.held)
+    if where.in_outbox:
+        return store_row(prepared, alias, where.far, now)
+    return prepared

@@ -12,24 +12,27 @@ import functools
 import inspect
 import math
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, overload
 
-from .exceptions import TaskNotFound
-from .store import check_queue_name
+from django_delayq.control import check_concurrency, check_priority, parse_rate
+from django_delayq.exceptions import TaskNotFound
+from django_delayq.storage.queues import check_queue_name
 
 if TYPE_CHECKING:
-    from .job import Job
+    from django_delayq.job import Job
 
 # schedule()'s own keyword arguments; a task parameter with one of these names
 # could not be passed by keyword, so @task refuses it.
 SCHEDULE_OPTIONS = frozenset(
-    {"delay", "at", "key", "on_conflict", "on_commit", "queue", "max_retries"}
+    {"delay", "at", "key", "on_conflict", "on_commit", "queue", "max_retries", "priority"}
 )
 
 _registry: dict[str, Task] = {}
 _lock = threading.Lock()
 _discovered = False  # autodiscover() ran: the registry holds every task of this code base
+_scheduler: Callable[..., Job] | None = None  # api.schedule (see use_scheduler)
+_async_scheduler: Callable[..., Awaitable[Job]] | None = None  # async_api.aschedule
 
 
 class Task:
@@ -43,6 +46,10 @@ class Task:
         queue: str | None = None,
         max_retries: int | None = None,
         retry_backoff: float | None = None,
+        priority: int = 0,
+        rate: str | None = None,
+        concurrency: int | None = None,
+        timeout: float | None = None,
     ) -> None:
         if not callable(func):
             raise TypeError(f"@task needs a function, got {func!r}")
@@ -57,12 +64,22 @@ class Task:
             raise ValueError(
                 f"retry_backoff must be a finite number of seconds >= 0, got {retry_backoff!r}"
             )
+        self.priority = check_priority(priority, "@task(priority=...)")
+        self.rate = parse_rate(rate)  # (count, period in ms) or None
+        self.concurrency = check_concurrency(concurrency)  # attempts at once, or None
+        self.timeout = check_timeout(timeout)
         self.func = func
         self.name = name or f"{func.__module__}.{func.__qualname__}"
         self.queue = check_queue_name(queue) if queue is not None else None
         self.max_retries = max_retries
         self.retry_backoff = retry_backoff
         self.is_async = asyncio.iscoroutinefunction(func)
+        # A sync task that runs some of its jobs as coroutines (run_django_task, for Django
+        # Tasks defined with async def): given a job's args and kwargs, the coroutine
+        # function a worker's event loop awaits instead (worker/aio.py), or None.
+        self.coroutine_for: Callable[[list, dict], Callable[..., Awaitable[Any]] | None] | None = (
+            None
+        )
         self._shapes: set[Any] = set()  # call shapes known to bind (see check_call)
         try:
             self.signature: inspect.Signature | None = inspect.signature(func)
@@ -102,7 +119,15 @@ class Task:
 
     def schedule(self, /, *args: Any, **options: Any) -> Job:
         """Store a job for this task; see :func:`django_delayq.schedule`."""
-        return _api().schedule(self, *args, **options)
+        if _scheduler is None:  # pragma: no cover - django_delayq/__init__.py imports api.py
+            raise RuntimeError("django_delayq.api is not imported: import django_delayq")
+        return _scheduler(self, *args, **options)
+
+    async def aschedule(self, /, *args: Any, **options: Any) -> Job:
+        """Store a job for this task from async code; see :func:`django_delayq.aschedule`."""
+        if _async_scheduler is None:  # pragma: no cover - django_delayq/__init__.py imports it
+            raise RuntimeError("django_delayq.async_api is not imported: import django_delayq")
+        return await _async_scheduler(self, *args, **options)
 
 
 @overload
@@ -114,11 +139,29 @@ def task(
     queue: str | None = ...,
     max_retries: int | None = ...,
     retry_backoff: float | None = ...,
+    priority: int = ...,
+    rate: str | None = ...,
+    concurrency: int | None = ...,
+    timeout: float | None = ...,
 ) -> Callable[[Callable[..., Any]], Task]: ...
 
 
 def task(func: Callable[..., Any] | None = None, /, **options: Any) -> Any:
-    """Register a function as a task: ``@task`` or ``@task(queue=..., max_retries=...)``."""
+    """Register a function as a task: ``@task`` or ``@task(queue=..., max_retries=...)``.
+
+    ``timeout`` (seconds, a positive finite number): an attempt that runs longer fails with a
+    ``TimeoutError`` naming the task and the limit, and is retried like any failure (backoff,
+    ``max_retries``, the dead-letter set, ``job_failed``). A worker runs jobs on threads, and
+    Python cannot stop a thread: at the deadline the worker records the failure, stops
+    extending the lease and puts a new runner thread in the old one's place; the old thread
+    goes on until the task returns, and whatever it returns then is discarded. Under
+    ``delayq_worker --processes N`` a child that has left as many threads hanging as its
+    ``--concurrency`` makes way for a new process, which ends them; a worker without
+    ``--processes`` logs an error instead. An ``async def`` task is cancelled at its
+    deadline; one that blocks its event loop is abandoned a second later, as a sync one. The
+    limit is looked up in the worker's registry when the job runs, so changing it applies to
+    jobs already scheduled.
+    """
 
     def register(f: Callable[..., Any]) -> Task:
         new = Task(f, **options)
@@ -135,11 +178,46 @@ def task(func: Callable[..., Any] | None = None, /, **options: Any) -> Any:
     return register(func) if func is not None else register
 
 
-@functools.cache
-def _api() -> Any:
-    from . import api  # api imports this module: import it on first use
+def check_timeout(timeout: Any) -> float | None:
+    """A task's ``timeout``: None, or a positive finite number of seconds (as a float)."""
+    if timeout is None:
+        return None
+    if (
+        not isinstance(timeout, (int, float))
+        or isinstance(timeout, bool)
+        or not math.isfinite(timeout)
+        or timeout <= 0
+    ):
+        raise ValueError(f"timeout must be a finite number of seconds > 0, got {timeout!r}")
+    return float(timeout)
 
-    return api
+
+def loop_function(task: Task | None, args: list, kwargs: dict) -> Callable[..., Any] | None:
+    """The coroutine function a worker's event loop awaits for a job of ``task`` with these
+    arguments: an ``async def`` task's own, the one its ``coroutine_for`` names, else None
+    (a sync job, or a task this process does not know: a runner thread runs it)."""
+    if task is None:
+        return None
+    if task.coroutine_for is not None:
+        try:
+            return task.coroutine_for(args, kwargs)
+        except Exception:  # the runner thread's call reports what is wrong
+            return None
+    return task.func if task.is_async else None
+
+
+def use_scheduler(schedule: Callable[..., Job]) -> None:
+    """Give :meth:`Task.schedule` the function it calls: api.py registers its schedule()
+    when it is imported (the package's __init__ imports it), so this module, which api.py
+    imports, never imports api.py."""
+    global _scheduler
+    _scheduler = schedule
+
+
+def use_async_scheduler(aschedule: Callable[..., Awaitable[Job]]) -> None:
+    """Give :meth:`Task.aschedule` the coroutine function it calls (as use_scheduler)."""
+    global _async_scheduler
+    _async_scheduler = aschedule
 
 
 def _origin(func: Callable[..., Any]) -> tuple:

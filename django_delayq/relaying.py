@@ -25,18 +25,19 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
-from datetime import timedelta
 from typing import Any
 
 from django.db import DatabaseError, close_old_connections, connections, transaction
-from django.db.models import DateTimeField, DurationField, ExpressionWrapper, Q, Value
+from django.db.models import Q
 
-from . import outbox
-from .conf import delayq_settings
-from .exceptions import DelayQError
-from .outbox import GRACE, ROW_FIELDS, Row, aliases
-from .store import Scheduled, Store
-from .wording import counted
+from django_delayq import outbox
+from django_delayq.batch import Batch, Entry
+from django_delayq.conf import delayq_settings
+from django_delayq.database_time import after, epoch, now_sql
+from django_delayq.exceptions import DelayQError
+from django_delayq.outbox import GRACE, ROW_FIELDS, Row, aliases
+from django_delayq.storage.store import Scheduled, Store
+from django_delayq.wording import counted
 
 logger = logging.getLogger("django_delayq.outbox")
 
@@ -65,47 +66,10 @@ def relay(
     without unique keys, one schedule op per row with one, all marked ``relay``, re-sent for
     ``budget`` seconds. Returns the results of the rows Redis took, by id, and the first
     error (those rows stay)."""
-    ops = []
-    owners: list[list[Row]] = []
-    plain: dict[str, list[Row]] = {}
-    for row in rows:
-        if row.queue not in plain:
-            plain[row.queue] = []
-            ops.append(store.remember_queue_op(row.queue))
-            owners.append([])
-        if row.key is None:
-            plain[row.queue].append(row)
-        else:
-            ops.append(
-                store.schedule_op(
-                    row.queue,
-                    row.id,
-                    row.record,
-                    **_when(row),
-                    key=row.key,
-                    on_conflict=row.on_conflict,
-                    relay=True,
-                    adopt=True,  # the row's id is the job (outbox promise I1, I3)
-                )
-            )
-            owners.append([row])
-    for queue, group in plain.items():
-        if group:
-            jobs = [(r.id, r.record, _when(r)) for r in group]
-            ops.append(store.schedule_many_op(queue, jobs, relay=True))
-            owners.append(group)
-    done: dict[str, Scheduled] = {}
-    error: Exception | None = None
-    for group, result in zip(owners, store.run(ops, budget=budget), strict=True):
-        if isinstance(result, Exception):
-            error = error or result
-            continue
-        if not group:
-            continue  # the queue registry's SADD (a lost one heals with the next job)
-        if isinstance(result, Scheduled):
-            done[group[0].id] = result
-        else:
-            done.update(zip((r.id for r in group), result, strict=True))
+    # Relay mode: a relayed id is never stored twice; a keyed row's id is the job (outbox
+    # promises I1, I3).
+    batch = Batch(store, [_entry(row) for row in rows], relay=True)
+    done, error = batch.results(store.run(batch.ops, budget=budget))
     if error is not None:
         logger.warning(
             "outbox relay: %d of %d rows not relayed (%s)", len(rows) - len(done), len(rows), error
@@ -113,10 +77,11 @@ def relay(
     return done, error
 
 
-def _when(row: Row) -> dict[str, float]:
-    """How a relay tells Redis the due time: the remaining delay (Redis's clock counts it),
+def _entry(row: Row) -> Entry:
+    """A row as a batch entry. Its due time: the remaining delay (Redis's clock counts it),
     or the absolute time of an ``at=`` job."""
-    return {"at": row.due_at} if row.delay is None else {"delay": max(row.delay, 0.0)}
+    when = {"at": row.due_at} if row.delay is None else {"delay": max(row.delay, 0.0)}
+    return Entry(row.id, row.queue, row.record, when, row.key, row.on_conflict)
 
 
 def relay_now(store: Store, alias: str, ids: Sequence[str]) -> bool:
@@ -174,38 +139,10 @@ def relay_pass(
     ``DELAYQ["HORIZON"]`` off also every row whose relay time lies beyond an on_commit
     row's GRACE (rows left from when it was on move at once; an on_commit row still
     waits its GRACE for its committing process's fast path)."""
-    horizon = delayq_settings.HORIZON
-    db_now = outbox._now_sql(alias, now)  # the database's clock (``now``: a test's)
+    db_now = now_sql(alias, now)  # the database's clock (``now``: a test's)
     with transaction.atomic(using=alias):
         _lock(alias)
-        rows = outbox._rows(alias)
-        if ids is not None:
-            rows = rows.filter(id__in=ids)
-            if near and horizon is not None:
-                rows = rows.filter(due_at__lte=_sql_time_from(db_now, horizon))
-        elif horizon is not None:
-            rows = rows.filter(relay_at__lte=db_now)
-        else:
-            rows = rows.filter(
-                Q(relay_at__lte=db_now) | Q(relay_at__gt=_sql_time_from(db_now, GRACE + 1.0))
-            )
-        rows = rows.order_by("relay_at")
-        if connections[alias].features.has_select_for_update_skip_locked:
-            rows = rows.select_for_update(skip_locked=True)
-        batch = [
-            Row(
-                i,
-                q,
-                outbox._epoch(due),
-                bytes(record),
-                key,
-                on_conflict,
-                (due - read_at).total_seconds() if relative else None,
-            )
-            for i, q, due, record, key, on_conflict, relative, read_at in rows.values_list(
-                *ROW_FIELDS, db_now
-            )[:limit]
-        ]
+        batch = _read(_to_relay(alias, db_now, ids, near), db_now, limit)
         if not batch:
             return 0
         done, error = relay(store, batch, budget)
@@ -223,11 +160,42 @@ def relay_pass(
     return len(done)
 
 
-def _sql_time_from(db_now: Any, seconds: float) -> Any:
-    return ExpressionWrapper(
-        db_now + Value(timedelta(seconds=seconds), output_field=DurationField()),
-        output_field=DateTimeField(),
-    )
+def _to_relay(alias: str, db_now: Any, ids: Sequence[str] | None, near: bool) -> Any:
+    """The rows a pass takes (see :func:`relay_pass`), oldest relay time first, locked
+    (skipping rows another relay holds) where the database can."""
+    horizon = delayq_settings.HORIZON
+    rows = outbox._rows(alias)
+    if ids is not None:
+        rows = rows.filter(id__in=ids)
+        if near and horizon is not None:
+            rows = rows.filter(due_at__lte=after(db_now, horizon))
+    elif horizon is not None:
+        rows = rows.filter(relay_at__lte=db_now)
+    else:
+        rows = rows.filter(Q(relay_at__lte=db_now) | Q(relay_at__gt=after(db_now, GRACE + 1.0)))
+    rows = rows.order_by("relay_at")
+    if connections[alias].features.has_select_for_update_skip_locked:
+        rows = rows.select_for_update(skip_locked=True)
+    return rows
+
+
+def _read(rows: Any, db_now: Any, limit: int) -> list[Row]:
+    """Up to ``limit`` of ``rows``, a delay= row's delay being what remains on the
+    database's clock (read in the same query)."""
+    return [
+        Row(
+            i,
+            q,
+            epoch(due),
+            bytes(record),
+            key,
+            on_conflict,
+            (due - read_at).total_seconds() if relative else None,
+        )
+        for i, q, due, record, key, on_conflict, relative, read_at in rows.values_list(
+            *ROW_FIELDS, db_now
+        )[:limit]
+    ]
 
 
 def unmark(store: Store, rows: Sequence[Row]) -> None:
@@ -270,7 +238,7 @@ def run_now(store: Store, queue: str, ids: Sequence[str], now: float | None = No
     moved: list[str] = []
     for alias in aliases():
         with transaction.atomic(using=alias):
-            at = outbox._now_sql(alias, now)
+            at = now_sql(alias, now)
             outbox._rows(alias).filter(queue=queue, id__in=ids).update(
                 due_at=at, relay_at=at, relative=True
             )

@@ -18,6 +18,7 @@ this process, else the task's name (a string).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from django.dispatch import Signal
@@ -33,14 +34,70 @@ job_cancelled = Signal()
 job_released = Signal()
 
 
+# The package's own per-job hooks (recurring/hooks.py), called by send() before the
+# signal's receivers without Django's dispatch, which would cost every job two
+# send_robust calls for what is, but for recurring occurrences, one id check:
+# signal -> [(hook, unless)], ``unless(job)`` as for loop_safe (a hook that may use the ORM
+# for that job is sent through a thread from an event loop).
+_HOOKS: dict[Signal, list[tuple[Callable[..., Any], Callable[[Any], bool] | None]]] = {}
+
+
+def hook(
+    signal: Signal, func: Callable[..., Any], unless: Callable[[Any], bool] | None = None
+) -> None:
+    """Call ``func(sender, **kwargs)`` on every ``send(signal, ...)``, before its receivers
+    (once, however often this is called)."""
+    hooks = _HOOKS.setdefault(signal, [])
+    if all(existing is not func for existing, _ in hooks):
+        hooks.append((func, unless))
+
+
 def send(signal: Signal, sender: Any, **kwargs: Any) -> None:
+    for func, _ in _HOOKS.get(signal, ()):
+        try:
+            func(sender, **kwargs)
+        except Exception as exc:
+            _log_error(func, exc)
     if not signal.receivers:
         return
     for receiver, response in signal.send_robust(sender, **kwargs):
         if isinstance(response, Exception):
-            logger.error(
-                "signal receiver %r raised %r",
-                receiver,
-                response,
-                exc_info=(type(response), response, response.__traceback__),
-            )
+            _log_error(receiver, response)
+
+
+def _log_error(receiver: Any, exc: Exception) -> None:
+    logger.error(
+        "signal receiver %r raised %r",
+        receiver,
+        exc,
+        exc_info=(type(exc), exc, exc.__traceback__),
+    )
+
+
+# Receivers the package connects (by dispatch_uid) that may be called on a worker's event
+# loop (worker/aio.py): they neither block long nor use the ORM, except for the jobs their
+# predicate names (a recurring occurrence's start uses the ORM: sent through a thread).
+_LOOP_SAFE: dict[str, Callable[[Any], bool] | None] = {}
+
+
+def loop_safe(dispatch_uid: str, unless: Callable[[Any], bool] | None = None) -> None:
+    """Declare the receiver connected with ``dispatch_uid`` safe to call on an event loop,
+    ``unless(job)`` says otherwise for a job."""
+    _LOOP_SAFE[dispatch_uid] = unless
+
+
+def needs_thread(signal: Signal, job: Any) -> bool:
+    """Whether sending ``signal`` for ``job`` from an event loop must go through a thread
+    (``sync_to_async``): a receiver is not known to be loop-safe (a user's may use the ORM,
+    which Django refuses on an event loop), or says so for this job; the same for hooks."""
+    for _, unless in _HOOKS.get(signal, ()):
+        if unless is not None and unless(job):
+            return True
+    for entry in signal.receivers:
+        uid = entry[0][0]
+        if not isinstance(uid, str) or uid not in _LOOP_SAFE:
+            return True
+        unless = _LOOP_SAFE[uid]
+        if unless is not None and unless(job):
+            return True
+    return False

@@ -9,4 +9,4 @@ backport) there is nothing to register.
 from importlib.util import find_spec
 
 if find_spec("django.tasks") is not None or find_spec("django_tasks") is not None:
-    from . import backends  # noqa: F401
+    from django_delayq import backends  # noqa: F401

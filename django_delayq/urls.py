@@ -7,7 +7,7 @@ read them).
 
 from django.urls import path
 
-from .metrics import metrics_view
+from django_delayq.metrics import metrics_view
 
 app_name = "django_delayq"
 

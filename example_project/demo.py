@@ -49,8 +49,11 @@ def log(message: str) -> None:
         print(f"demo: {message}", flush=True)
 
 
-class Stop(Exception):
-    """Ctrl-C, SIGTERM or SIGHUP: stop the demo."""
+class Stop(BaseException):
+    """Ctrl-C, SIGTERM or SIGHUP: stop the demo. A BaseException, as KeyboardInterrupt is:
+    raised wherever the main thread is, it must not be taken for a failure by code that
+    catches Exception (a commit hook's relay logs and swallows those, and the demo then
+    ran on after its Ctrl-C)."""
 
 
 class Signals:

@@ -9,8 +9,9 @@ import redis
 from django.conf import settings
 from django.test import override_settings
 
-from django_delayq import connection, relaying
-from django_delayq.store import Store
+from django_delayq import relaying
+from django_delayq.storage import connection
+from django_delayq.storage.store import Store
 from tests.testapp import tasks as testtasks
 
 
@@ -131,3 +132,20 @@ def names_unchecked(store: Store):
     """DELAYQ["CHECK_NAMES"] = False: the opt-out of producers that schedule tasks another
     code base defines."""
     return more_settings(store, CHECK_NAMES=False)
+
+
+@pytest.fixture
+def proxied():
+    """(proxy, store): the API's store talks to the real Redis (6379) through a fault proxy
+    (tests/reliability/faults.py), for the transport's sync and async tests."""
+    from tests.reliability.faults import FaultProxy
+
+    with FaultProxy(6379) as proxy:
+        client = redis.Redis.from_url(proxy.url, socket_timeout=5)
+        installed = _installed(client)
+        store = next(installed)
+        try:
+            yield proxy, store
+        finally:
+            store.client = real_redis()  # the cleanup must not go through the proxy
+            installed.close()

@@ -17,9 +17,12 @@ from django.test import Client
 from django.urls import reverse
 
 from django_delayq import schedule, signals
-from django_delayq.admin_views import ALL_MATCHING_LIMIT, duration, preview
-from django_delayq.job import Job, encode_record, new_job_id
-from django_delayq.store import Store
+from django_delayq.admin.actions import ALL_MATCHING_LIMIT
+from django_delayq.admin.views import duration, preview
+from django_delayq.job import Job
+from django_delayq.job_ids import new_job_id
+from django_delayq.record import encode_record
+from django_delayq.storage.store import Store
 from tests.testapp import tasks as testtasks
 
 pytestmark = pytest.mark.django_db
@@ -628,9 +631,9 @@ def test_all_matching_requeues_the_whole_dead_set(real_store, admin_client):
 
 
 def test_all_matching_is_capped(real_store, admin_client, monkeypatch):
-    from django_delayq import admin_views
+    from django_delayq.admin import actions as admin_actions
 
-    monkeypatch.setattr(admin_views, "ALL_MATCHING_LIMIT", 2)
+    monkeypatch.setattr(admin_actions, "ALL_MATCHING_LIMIT", 2)
     for i in range(3):
         schedule(testtasks.add, i, i, delay=600)
     body = text(admin_client.get(url("pending")))
@@ -646,9 +649,9 @@ def test_all_matching_is_capped(real_store, admin_client, monkeypatch):
 
 
 def test_all_matching_run_now_skips_jobs_already_due(real_store, admin_client, monkeypatch):
-    from django_delayq import admin_views
+    from django_delayq.admin import actions as admin_actions
 
-    monkeypatch.setattr(admin_views, "ALL_MATCHING_LIMIT", 2)
+    monkeypatch.setattr(admin_actions, "ALL_MATCHING_LIMIT", 2)
     overdue = [schedule_overdue(real_store, 60) for _ in range(3)]
     later = [schedule(testtasks.add, i, i, delay=3600 + i).id for i in range(2)]
     response = _post(admin_client, action="run_now", select_across="1")
@@ -658,9 +661,9 @@ def test_all_matching_run_now_skips_jobs_already_due(real_store, admin_client, m
 
 
 def test_all_matching_task_search_says_how_far_it_looked(real_store, admin_client, monkeypatch):
-    from django_delayq import admin_views
+    from django_delayq.admin import actions as admin_actions
 
-    monkeypatch.setattr(admin_views, "ALL_SCAN", 3)
+    monkeypatch.setattr(admin_actions, "ALL_SCAN", 3)
     others = [schedule(testtasks.remember, i, delay=600 + i) for i in range(3)]
     far = schedule(testtasks.add, 1, 1, delay=700)
     fields = {"action": "cancel", "select_across": "1", "task": "tests.testapp.tasks.add"}

@@ -30,6 +30,7 @@ import pytest
 from django.test import Client
 
 from django_delayq import schedule
+from django_delayq.health import named_queues
 from tests.test_admin import confirm, make_dead, make_running, schedule_overdue, url
 from tests.test_admin_workers import beat
 from tests.testapp import tasks as testtasks
@@ -199,7 +200,7 @@ def untranslated(html: str, data: list[str]) -> list[str]:
 
 
 def test_every_text_of_the_admin_is_translated(real_store, admin_client, pseudo, monkeypatch):
-    from django_delayq import admin_views
+    from django_delayq.admin import actions as admin_actions
 
     store = real_store
     # Something on every page: throughput, a running job, overdue and later jobs with a
@@ -218,6 +219,8 @@ def test_every_text_of_the_admin_is_translated(real_store, admin_client, pseudo,
     data = [
         Q,
         "emails",
+        # The queues of tasks other test modules register (the dashboard lists them too).
+        *named_queues(set()),
         "tests.testapp.tasks.add",
         "tests.testapp.tasks.always_fails",
         "tests.testapp.tasks.send_mail",
@@ -276,15 +279,15 @@ def test_every_text_of_the_admin_is_translated(real_store, admin_client, pseudo,
     post = {"queue": Q}
     seen("no action", client.post(url("action"), {**post, "action": "x"}, follow=True))
     seen("no ids", client.post(url("action"), {**post, "action": "run_now"}, follow=True))
-    monkeypatch.setattr(admin_views, "CONFIRM_SHOWN", 3)  # a job gone, one running, ...
+    monkeypatch.setattr(admin_actions, "CONFIRM_SHOWN", 3)  # a job gone, one running, ...
     ids = ["no-such-id", running, later.id, overdue]
     page = client.post(url("action"), {**post, "action": "cancel", "ids": ids})
     seen("confirm cancel", page)
     seen("cancelled", confirm(client, page))
     page = client.post(url("action"), {**post, "action": "delete", "ids": [dead]})
     seen("confirm delete", page)
-    monkeypatch.setattr(admin_views, "ALL_MATCHING_LIMIT", 1)
-    monkeypatch.setattr(admin_views, "ALL_SCAN", 1)
+    monkeypatch.setattr(admin_actions, "ALL_MATCHING_LIMIT", 1)
+    monkeypatch.setattr(admin_actions, "ALL_SCAN", 1)
     across = {**post, "action": "delete", "select_across": "1"}
     seen("confirm all", client.post(url("action"), across))
     task = {**across, "task": "tests.testapp.tasks.add"}
@@ -302,7 +305,7 @@ def test_every_text_of_the_admin_is_translated(real_store, admin_client, pseudo,
 def test_untranslated_text_is_caught(real_store, admin_client, pseudo):
     """The check above can fail: a page with an untranslated literal does."""
     html = admin_client.get(url("changelist")).content.decode()
-    queues = [Q, "emails"]  # "emails": the queue of a registered task, listed too
+    queues = [Q, *named_queues(set())]  # queues of registered tasks ("emails"...) are listed
     assert untranslated(html, queues) == []
     broken = html.replace('<div id="content-main">', '<div id="content-main"><p>Oops</p>', 1)
     (left,) = untranslated(broken, queues)

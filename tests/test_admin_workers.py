@@ -10,8 +10,8 @@ import uuid
 import pytest
 
 import django_delayq
-from django_delayq.roster import encode_description
-from django_delayq.worker import Worker
+from django_delayq.storage.roster import encode_description
+from django_delayq.worker.dispatch import Worker
 from tests.test_admin import XSS, Q, client_for, make_running, schedule_overdue, staff, text, url
 from tests.testapp import tasks as testtasks
 

@@ -280,7 +280,7 @@ def test_schedule_when_redis_is_down_raises():
 
 
 def test_cache_alias_connections(real_client):
-    from django_delayq.connection import get_store
+    from django_delayq.storage.connection import get_store
 
     for alias in ("default", "builtin"):
         with override_settings(DELAYQ={"CACHE": alias, "PREFIX": "dqt-alias"}):
@@ -289,7 +289,7 @@ def test_cache_alias_connections(real_client):
 
 def test_record_format_3_and_the_records_of_0_1():
     from django_delayq.exceptions import CorruptJob
-    from django_delayq.job import Fields, decode_record, encode_record
+    from django_delayq.record import Fields, decode_record, encode_record
 
     assert encode_record("shop.tasks.ping", [42, "x"], {}, max_retries=5) == (
         b'5\nshop.tasks.ping\n42,"x"'
@@ -322,7 +322,7 @@ def test_schedule_many_sends_a_chunk_again_after_a_lost_reply(store, monkeypatch
     import redis
 
     from django_delayq import api
-    from django_delayq.transport import Transport
+    from django_delayq.storage.transport import Transport
 
     monkeypatch.setattr(api, "BULK_CHUNK", 3)
     calls = [(i, i) for i in range(10)] + [{"args": [0, 0], "key": "unique"}]

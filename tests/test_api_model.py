@@ -54,11 +54,12 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule, run_state_machine_as_test
 
-from django_delayq import cancel, connection, get_job, outbox, relaying, signals
+from django_delayq import cancel, get_job, outbox, relaying, signals
 from django_delayq.exceptions import DelayQError
 from django_delayq.models import OutboxJob
-from django_delayq.store import Store
-from django_delayq.worker import Worker
+from django_delayq.storage import connection
+from django_delayq.storage.store import Store
+from django_delayq.worker.dispatch import Worker
 from tests.api_model import NEW, Mismatch, Model
 from tests.conftest import _installed, real_redis
 from tests.reliability.faults import FaultProxy, drop_reply, script

@@ -20,7 +20,8 @@ from django.core.checks import Error, Warning
 from django.test import override_settings
 from django.utils import timezone
 
-from django_delayq import connection, get_job, relaying, schedule
+from django_delayq import get_job, relaying, schedule
+from django_delayq.storage import connection
 
 try:
     import django.tasks  # noqa: F401
@@ -30,7 +31,7 @@ except ImportError:  # Django 5.2 needs the backport: pip install 'django-delayq
 from django_delayq.backends import INTERNAL_TASK, DelayQBackend, run_django_task
 from django_delayq.exceptions import ConfigurationError
 from django_delayq.exceptions import ConnectionError as DelayQConnectionError
-from django_delayq.worker import Worker
+from django_delayq.worker.dispatch import Worker
 from tests.testapp import django_tasks as dt
 from tests.testapp import tasks as testtasks
 
@@ -90,7 +91,7 @@ def test_backend_is_the_configured_one(fake_store):
     backend = default_task_backend
     assert isinstance(task_backends["default"], DelayQBackend)
     assert backend.supports_defer and backend.supports_async_task and backend.supports_get_result
-    assert not backend.supports_priority
+    assert backend.supports_priority
 
 
 def test_enqueue_stores_a_ready_result_and_a_pending_job(store):
@@ -190,6 +191,37 @@ def test_return_values_round_trip_through_json(fake_store):
     work()
     result.refresh()
     assert result.return_value == {"args": [[1, 2], "bytes"], "kwargs": {"x": {"k": [3]}}}
+
+
+def test_an_async_task_runs_on_the_workers_event_loop(store):
+    """With --async-concurrency an async def Task is awaited on the worker's loop, its
+    result kept up to date (through sync_to_async) and its retries recorded as a sync one's."""
+    seen = []
+
+    def started(sender, **kwargs):
+        seen.append("started")
+
+    def finished(sender, **kwargs):
+        seen.append("finished")
+
+    task_started.connect(started, weak=False)
+    task_finished.connect(finished, weak=False)
+    try:
+        with override_settings(TASKS=tasks_setting(MAX_RETRIES=2)):
+            result = dt.async_flaky.enqueue(1)
+            worker = Worker(["default"], burst=True, async_concurrency=10)
+            assert worker.run() == 0
+            result.refresh()
+    finally:
+        task_started.disconnect(started)
+        task_finished.disconnect(finished)
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert result.return_value == [2, "delayq-loop"]
+    assert result.attempts == 2 and result.worker_ids == [worker.name] * 2
+    assert [e.exception_class_path for e in result.errors] == ["builtins.RuntimeError"]
+    assert "async attempt 1 fails" in result.errors[0].traceback
+    assert worker.loop.in_flight_max == 1 and worker.processed == 1 and worker.failed == 1
+    assert seen == ["started", "started", "finished"]
 
 
 # -- retries and attempts ---------------------------------------------------------------
@@ -448,8 +480,10 @@ def test_validate_task_errors(fake_store):
 
     with pytest.raises(InvalidTask, match="module level"):
         dt.task(local)
-    with pytest.raises(InvalidTask, match="priority"):
-        dt.add.using(priority=10)
+    # Django's TaskTestCase.test_invalid_priority: its range check, with this backend
+    for bad in (-101, 101, 3.1):
+        with pytest.raises(InvalidTask, match="priority"):
+            dt.add.using(priority=bad)
     with pytest.raises(InvalidTask, match="Queue 'other' is not valid"):
         dt.add.using(queue_name="other")
     with pytest.raises(InvalidTask, match="context"):
@@ -692,3 +726,39 @@ def test_a_django_task_shows_and_logs_as_itself_once(store, admin_client, caplog
     assert len(ours) == 1, [r.getMessage() for r in ours]
     assert ours[0].levelname == "ERROR"
     assert "tests.testapp.django_tasks.fail failed" in ours[0].getMessage()
+
+
+# -- priorities (issue 20): Django's tests/tasks priority expectations, on this backend -----
+# Django's own tests run unchanged in tests/test_django_upstream.py (loaded from Django's
+# sdist at test time); this re-expression stays, as it runs without the sdist.
+
+
+def test_using_priority_and_chained_using(fake_store):
+    """Mirrors Django's tests/tasks/test_tasks.py TaskTestCase.test_using_priority,
+    test_chained_using and the accepted edges of test_invalid_priority."""
+    assert dt.add.priority == 0
+    assert dt.add.using(priority=1).priority == 1
+    assert dt.add.priority == 0
+    now = timezone.now()
+    later = dt.add.using(run_after=now).using(priority=10)
+    assert (later.priority, later.run_after) == (10, now)
+    for edge in (100, -100, 0):
+        assert dt.add.using(priority=edge).priority == edge
+
+
+def test_enqueue_passes_the_priority_through(store):
+    result = dt.add.using(priority=42).enqueue(1, 2)
+    assert result.task.priority == 42
+    assert get_job(result.id).priority == 42
+    assert dt.add.get_result(result.id).task.priority == 42
+    plain = dt.add.enqueue(1, 2)
+    assert get_job(plain.id).priority == 0
+
+
+def test_the_worker_claims_higher_django_priorities_first(store):
+    low = [dt.echo.using(priority=-50).enqueue(f"low{i}") for i in range(3)]
+    high = [dt.echo.using(priority=50).enqueue(f"high{i}") for i in range(3)]
+    Worker(["default"], burst=True, concurrency=1).run()
+    finished = [dt.echo.get_result(r.id).finished_at for r in high + low]
+    assert all(f is not None for f in finished)
+    assert max(finished[:3]) <= min(finished[3:])

@@ -6,7 +6,8 @@ import pytest
 from django.core.management import call_command
 from django.test import override_settings
 
-from django_delayq.checks import check_outbox, check_redis, check_settings
+from django_delayq.checks import check_redis, check_settings
+from django_delayq.outbox_checks import check_outbox
 
 
 def ids(**delayq):

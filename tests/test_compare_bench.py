@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from benchmarks.compare import SIZES, combine, percentile
+from benchmarks.compare import SIZES, SYSTEMS, combine, percentile
 from benchmarks.peers.report import FIGURES, render
 from benchmarks.peers.resp import Resp
 
@@ -70,3 +70,40 @@ def test_table_marks_failures_caps_and_notes():
     assert "RQ's default Worker forks a work horse per job" in text  # the drain cell's note
     table = text.split("\n\n")[0].splitlines()
     assert len(table) == len(FIGURES) + 4  # three rules, the header, one row per figure
+
+
+def test_variant_is_named_in_heading_setup_and_notes():
+    size = SIZES["full"]
+    env = {"date": "2026-01-01", "cpus": 2, "python": "3.13.0", "redis_server": "7.0.15"}
+    env.update(commit="abc1234", seconds=1.0, setup_seconds=0.0, rounds=1)
+    entry = {"label": "arq", "versions": {"system": "0.28.0"}, "setup": "arq WorkerSettings"}
+    results = {
+        "arq": {**entry, "variant": None, "figures": {"drain": 2.0, "drain_done": 60}},
+        "arq-10": {
+            **entry,
+            "variant": "max_jobs 10",
+            "figures": {"drain": 200.0, "drain_done": 6000},
+            "errors": {"memory": "RuntimeError: boom"},
+        },
+    }
+    results["arq"]["errors"] = {}
+    text = render(results, env, size, quick=False)
+    header = text.splitlines()[1]
+    assert "arq 0.28.0 (max_jobs 10)" in header
+    assert "arq 0.28.0  " in header  # the plain column has no variant
+    assert "- arq 0.28.0 (max_jobs 10): arq WorkerSettings;" in text
+    assert "arq (max_jobs 10), memory: RuntimeError: boom" in text
+    assert "arq (max_jobs 10), drain: measured over the first 30 s, 6,000 of" in text
+    assert "arq, drain: measured over the first 30 s, 60 of" in text
+    assert "starts one job per poll" in text  # the notes of both drain cells
+    assert "runs up to 10 at once" in text
+    assert "0-0.5 s after it is due" not in text  # no lateness figures: no lateness notes
+
+
+def test_systems_sharing_a_virtualenv_share_its_requirements():
+    shared = {name: spec["venv"] for name, spec in SYSTEMS.items() if "venv" in spec}
+    assert shared  # arq-10 runs in arq's virtualenv
+    for name, owner in shared.items():
+        assert owner in SYSTEMS
+        assert SYSTEMS[name]["requirements"] == SYSTEMS[owner]["requirements"], name
+        assert SYSTEMS[name]["adapter"] == SYSTEMS[owner]["adapter"], name

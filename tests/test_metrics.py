@@ -13,9 +13,10 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
-from django_delayq.job import encode_record, new_job_id
-from django_delayq.roster import encode_description
-from django_delayq.worker import Worker
+from django_delayq.job_ids import new_job_id
+from django_delayq.record import encode_record
+from django_delayq.storage.roster import encode_description
+from django_delayq.worker.dispatch import Worker
 from tests.conftest import more_settings
 from tests.testapp import tasks as t
 
@@ -30,6 +31,7 @@ GAUGES = {
     "delayq_dead_jobs",
     "delayq_lag_seconds",
     "delayq_live_workers",
+    "delayq_queue_paused",
 }
 COUNTERS = {
     "delayq_jobs_done",
@@ -37,6 +39,7 @@ COUNTERS = {
     "delayq_attempts_retried",
     "delayq_jobs_dead_lettered",
     "delayq_jobs_recovered",
+    "delayq_jobs_limited",
 }
 
 
@@ -85,7 +88,12 @@ def test_per_queue_gauges_and_counters_parsed_by_prometheus_client(store, client
     assert response["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
     assert "no-cache" in response["Cache-Control"]
     types, samples = values(text_string_to_metric_families(response.content.decode()))
-    assert types == {**dict.fromkeys(GAUGES, "gauge"), **dict.fromkeys(COUNTERS, "counter")}
+    schedules = dict.fromkeys(("delayq_schedule_missing", "delayq_schedule_overdue"), "gauge")
+    assert types == {
+        **dict.fromkeys(GAUGES, "gauge"),
+        **dict.fromkeys(COUNTERS, "counter"),
+        **schedules,  # recurring schedules (none here: no samples)
+    }
     assert samples["delayq_jobs_done_total", "default"] == 2
     assert samples["delayq_attempts_failed_total", "default"] == 3
     assert samples["delayq_attempts_retried_total", "default"] == 2
@@ -96,6 +104,7 @@ def test_per_queue_gauges_and_counters_parsed_by_prometheus_client(store, client
     assert samples["delayq_running_jobs", "default"] == 0
     assert 119 <= samples["delayq_lag_seconds", "default"] < 180
     assert samples["delayq_live_workers", "default"] == 0
+    assert samples["delayq_queue_paused", "default"] == 0
     assert (
         samples["delayq_pending_jobs", "emails"] == 1 and samples["delayq_due_jobs", "emails"] == 0
     )

@@ -18,9 +18,10 @@ from django.db.backends.signals import connection_created
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
-from django_delayq import cancel, connection, get_job, outbox, relaying
+from django_delayq import cancel, get_job, outbox, relaying
 from django_delayq.models import OutboxJob
-from django_delayq.store import Store
+from django_delayq.storage import connection
+from django_delayq.storage.store import Store
 from tests.routers import OutboxDatabases
 from tests.testapp import tasks as t
 

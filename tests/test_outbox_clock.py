@@ -16,15 +16,17 @@ from django.test import override_settings
 from django_delayq import (
     api,
     cancel,
-    connection,
+    database_time,
     get_job,
     outbox,
     placement,
+    plan,
     relaying,
     schedule_many,
 )
 from django_delayq.models import OutboxJob
-from django_delayq.store import Store
+from django_delayq.storage import connection
+from django_delayq.storage.store import Store
 from tests.routers import OutboxOnly
 from tests.test_outbox import alias, pending_ids, rows, run_burst  # noqa: F401
 from tests.testapp import tasks as t
@@ -39,7 +41,7 @@ def slow_producer(monkeypatch):
     """This process's time.time() 30 s behind, for the producer's modules only (the
     worker's and fakeredis's clocks stay right)."""
     slow = types.SimpleNamespace(time=lambda: time.time() - BEHIND, monotonic=time.monotonic)
-    for module in (api, placement, outbox):
+    for module in (api, plan, placement, outbox, database_time):
         monkeypatch.setattr(module, "time", slow)
     return monkeypatch
 

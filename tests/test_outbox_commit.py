@@ -13,9 +13,10 @@ from django.conf import settings
 from django.db import connections, transaction
 from django.test import override_settings
 
-from django_delayq import cancel, connection, get_job, outbox, relaying, signals
-from django_delayq.job import encode_record
+from django_delayq import cancel, get_job, outbox, relaying, signals
 from django_delayq.models import OutboxJob
+from django_delayq.record import encode_record
+from django_delayq.storage import connection
 from tests.routers import OutboxOnly
 from tests.test_outbox import alias, horizon, pending_ids, rows, run_burst  # noqa: F401
 from tests.testapp import tasks as t
@@ -101,7 +102,10 @@ def test_two_replaces_in_one_transaction_the_last_wins(store, alias):  # noqa: F
     assert rows(alias) == [] and pending_ids(store) == [first.id]
     stored = get_job(first.id)
     assert stored.args == [2]
-    assert abs((stored.due_at - second.due_at).total_seconds()) < 0.01
+    # The row keeps its delay and the relay applies it on Redis's clock at commit: the job
+    # is due about 60 s on (the second call's), never 30 s (the first's). Seconds of slack
+    # tell the two apart whatever the machine's load.
+    assert abs((stored.due_at - second.due_at).total_seconds()) < 5
 
 
 def test_near_then_far_in_one_transaction_waits_as_a_row(store, alias, horizon):  # noqa: F811

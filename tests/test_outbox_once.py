@@ -15,8 +15,8 @@ from django.test import override_settings
 
 from django_delayq import outbox, relaying
 from django_delayq.models import OutboxJob
-from django_delayq.store import DONE_TTL, Store
-from django_delayq.worker import Worker
+from django_delayq.storage.store import DONE_TTL, Store
+from django_delayq.worker.dispatch import Worker
 from tests.routers import OutboxOnly
 from tests.test_outbox import alias, pending_ids, rows, run_burst  # noqa: F401
 from tests.testapp import tasks as t

@@ -14,17 +14,13 @@ import pytest
 
 from django_delayq.exceptions import ConnectionError as DelayQConnectionError
 from django_delayq.exceptions import DelayQError
-from django_delayq.job import (
-    RESERVED,
-    decode_record,
-    encode_record,
-    frame_error,
-    new_job_id,
-    parse_errors,
-    parse_state,
-)
-from django_delayq.scripts import SCRIPTS, _lib_parts, script_source
-from django_delayq.store import DONE_TTL, KEY_KINDS, Store
+from django_delayq.job import RESERVED
+from django_delayq.job_ids import new_job_id
+from django_delayq.job_state import frame_error, parse_errors, parse_state
+from django_delayq.record import decode_record, encode_record
+from django_delayq.storage.keys import KEY_KINDS
+from django_delayq.storage.scripts import SCRIPTS, _lib_parts, script_source
+from django_delayq.storage.store import DONE_TTL, Store
 
 T0 = 1_800_000_000.0
 Q = "default"
@@ -97,7 +93,7 @@ def test_keys_share_one_hash_tag(store):
 
 
 def test_every_script_is_registered_and_documents_its_contract():
-    lua = resources.files("django_delayq") / "lua"
+    lua = resources.files("django_delayq.storage") / "lua"
     names = sorted(
         p.name[:-4] for p in lua.iterdir() if p.name.endswith(".lua") and p.name != "_lib.lua"
     )
@@ -113,7 +109,7 @@ def test_every_script_is_registered_and_documents_its_contract():
 
 
 def test_scripts_carry_only_the_helpers_they_use():
-    lib = (resources.files("django_delayq") / "lua" / "_lib.lua").read_text()
+    lib = (resources.files("django_delayq.storage") / "lua" / "_lib.lua").read_text()
     preamble, parts = _lib_parts(lib)
     assert sorted((preamble + "".join(t for _, t in parts)).splitlines()) == sorted(
         lib.splitlines()
@@ -571,6 +567,8 @@ def test_counts_page_and_throughput(store):
         "waiting": 0,
         "dead": 0,
         "oldest_due_at": T0,
+        "paused": False,
+        "priorities": [],
     }
     page = store.page(Q, "pending", 1, 2)
     assert [r.id for r in page] == ids[1:] and page[0].score == T0 + 10
@@ -686,9 +684,9 @@ def test_fetch_reads_one_job_whole(store):
 
 
 def test_a_script_using_a_key_it_does_not_declare_is_refused(tmp_path, monkeypatch):
-    from django_delayq import scripts
+    from django_delayq.storage import scripts
 
-    lib = (resources.files("django_delayq") / "lua" / "_lib.lua").read_text()
+    lib = (resources.files("django_delayq.storage") / "lua" / "_lib.lua").read_text()
     (tmp_path / "_lib.lua").write_text(lib)
     (tmp_path / "schedule.lua").write_text(
         "-- schedule.lua: x\n-- KEYS: pending jobs\nwake()\nreturn redis.call('HGET', J, 'x')\n"
@@ -714,6 +712,13 @@ def test_totals_count_every_outcome_since_the_queue_began(store):
     claim(store, now=T0 + 12, token="w#2")
     start(store, failing, now=T0 + 12)
     fail(store, failing, token="w#2", now=T0 + 12)  # dead (2 of 2)
-    assert store.totals(Q) == {"done": 1, "failed": 2, "retried": 2, "dead": 2, "recovered": 1}
+    assert store.totals(Q) == {
+        "done": 1,
+        "failed": 2,
+        "retried": 2,
+        "dead": 2,
+        "recovered": 1,
+        "limited": 0,
+    }
     store.client.hset(store.key(Q, "stats"), "done", "garbage")
     assert store.totals(Q)["done"] == 0

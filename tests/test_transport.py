@@ -7,17 +7,15 @@ from __future__ import annotations
 import re
 
 import pytest
-import redis
 
 from django_delayq import DelayQError, OutcomeUnknown, cancel, get_job, schedule
 from django_delayq.exceptions import ConnectionError as DelayQConnectionError
-from django_delayq.store import Store
-from tests.conftest import _installed, real_redis
+from django_delayq.storage.store import Store
+from tests.conftest import real_redis
 from tests.reliability.faults import (
     BUSY,
     NOSCRIPT,
     WRONGTYPE,
-    FaultProxy,
     cut,
     drop_reply,
     error,
@@ -27,20 +25,6 @@ from tests.reliability.faults import (
 from tests.testapp import tasks as t
 
 PORT = 6379
-
-
-@pytest.fixture
-def proxied():
-    """(proxy, store): the API's store talks to the real Redis through a fault proxy."""
-    with FaultProxy(PORT) as proxy:
-        client = redis.Redis.from_url(proxy.url, socket_timeout=5)
-        installed = _installed(client)
-        store = next(installed)
-        try:
-            yield proxy, store
-        finally:
-            store.client = real_redis()  # the cleanup must not go through the proxy
-            installed.close()
 
 
 def test_a_lost_schedule_reply_is_sent_again_and_stores_the_job_once(proxied):

@@ -24,11 +24,12 @@ from django.core.management import call_command
 
 from django_delayq import cancel, get_job, signals
 from django_delayq.checks import check_layout
-from django_delayq.job import decode_record, parse_state
-from django_delayq.scripts import lib_constant
-from django_delayq.store import Store
-from django_delayq.upgrade import reencode, refusal, refuse_old_layout, upgrade_queue
-from django_delayq.worker import Worker
+from django_delayq.job_state import parse_state
+from django_delayq.record import decode_record
+from django_delayq.storage.scripts import lib_constant
+from django_delayq.storage.store import Store
+from django_delayq.worker.dispatch import Worker
+from django_delayq.worker.upgrade import reencode, refusal, refuse_old_layout, upgrade_queue
 from tests.conftest import more_settings
 from tests.test_command import ROOT
 from tests.test_worker import Recorder

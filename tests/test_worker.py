@@ -9,7 +9,9 @@ from unittest import mock
 import pytest
 
 from django_delayq import get_job, schedule_many, signals, task
-from django_delayq.worker import PREFETCH_MAX, PREFETCH_WAIT, Worker, backoff_delay
+from django_delayq.worker.dispatch import Worker
+from django_delayq.worker.execution import backoff_delay
+from django_delayq.worker.prefetch import PREFETCH_MAX, PREFETCH_WAIT
 from tests.conftest import names_unchecked
 from tests.testapp import tasks as t
 
@@ -137,7 +139,7 @@ def test_unknown_task_is_retried_then_dead_lettered(store):
 
 
 def test_close_old_connections_around_every_job(store):
-    with mock.patch("django_delayq.execution.close_old_connections") as close:
+    with mock.patch("django_delayq.worker.execution.close_old_connections") as close:
         t.remember.schedule(1)
         t.remember.schedule(2)
         run_burst()
@@ -239,7 +241,7 @@ def test_graceful_stop_lets_running_jobs_finish(store):
 def test_stop_works_while_redis_is_unreachable(fake_store):
     import redis as redis_py
 
-    from django_delayq.store import Store
+    from django_delayq.storage.store import Store
 
     down = Store(redis_py.Redis(port=1, socket_connect_timeout=0.1), prefix=fake_store.prefix)
     worker = Worker(["default"], store=down, shutdown_timeout=30)
@@ -253,18 +255,18 @@ def test_stop_works_while_redis_is_unreachable(fake_store):
 
 
 def test_forced_stop_delivers_finished_results_and_hands_back_only_the_others(fake_store):
-    from django_delayq.execution import FINISHED, STARTED, Attempt, Outcome
+    from django_delayq.worker.execution import FINISHED, STARTED, Attempt, Outcome
 
     finished = t.remember.schedule("finished")
     running = t.remember.schedule("running")
     claim = fake_store.claim("default", 2, lease=30, token="w~1#1", instance="w~1")
     worker = Worker(["default"])
     attempts = [Attempt("default", c.id, "w~1#1", c.record, 1) for c in claim.jobs]
+    worker.holdings.add(attempts)  # held, as after the claim
     for attempt in attempts:
         attempt.state = FINISHED if attempt.id == finished.id else STARTED
-        worker._leases[attempt.lease] = attempt
-    worker._done.append(
-        Outcome(attempts[0] if attempts[0].id == finished.id else attempts[1], ok=True)
+    worker.holdings.return_results(
+        [Outcome(attempts[0] if attempts[0].id == finished.id else attempts[1], ok=True)]
     )
     with mock.patch.object(fake_store, "release", wraps=fake_store.release) as release:
         assert worker._stop_now() == 1
@@ -332,18 +334,18 @@ def test_short_jobs_are_prefetched_and_each_runs_once(store):
         t.remember.schedule(i)
     worker = run_burst()
     assert sorted(args[0] for args, _ in t.CALLS) == list(range(80))
-    assert worker._prefetch > 0  # claimed more than one job per round trip
+    assert worker.prefetch.size > 0  # claimed more than one job per round trip
     assert store.client.zcard(store.key("default", "running")) == 0
 
 
 def test_no_prefetch_for_jobs_slower_than_the_prefetch_wait(store):
     worker = Worker(["default"])
-    worker._job_time = 0.5
-    assert worker._prefetch_size() == 0
-    worker._job_time = 0.0001
-    assert worker._prefetch_size() == PREFETCH_MAX
-    worker._job_time = PREFETCH_WAIT / 4  # four such jobs fit in the wait
-    assert worker._prefetch_size() == 4
+    worker.prefetch.job_time = 0.5
+    assert worker.prefetch.wanted() == 0
+    worker.prefetch.job_time = 0.0001
+    assert worker.prefetch.wanted() == PREFETCH_MAX
+    worker.prefetch.job_time = PREFETCH_WAIT / 4  # four such jobs fit in the wait
+    assert worker.prefetch.wanted() == 4
 
 
 def _blocked_worker_with_waiting_jobs(store):
@@ -358,7 +360,7 @@ def _blocked_worker_with_waiting_jobs(store):
     blocker.schedule()
     waiting = [t.remember.schedule(i) for i in range(3)]
     worker = Worker(["default"])
-    worker._job_time = 0.0001  # as if jobs had been fast: prefetch from the first claim
+    worker.prefetch.job_time = 0.0001  # as if jobs had been fast: prefetch from the first claim
     runner = threading.Thread(target=worker.run)
     runner.start()
     assert started.wait(10)

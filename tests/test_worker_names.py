@@ -9,8 +9,8 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from django_delayq import get_job, task
-from django_delayq.job import encode_instance_name, parse_state, worker_of
-from django_delayq.worker import Worker
+from django_delayq.job_state import encode_instance_name, parse_state, worker_of
+from django_delayq.worker.dispatch import Worker
 from tests.testapp import tasks as t
 
 NASTY = [
@@ -79,7 +79,7 @@ def test_a_name_utf8_cannot_carry_is_refused_naming_it(fake_store):
 
 
 def test_the_roster_names_a_worker_by_its_given_name(store):
-    from django_delayq.roster import decode_description
+    from django_delayq.storage.roster import decode_description
 
     worker = Worker(["default"], name="~x y")
     worker.presence.beat()

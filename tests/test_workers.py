@@ -14,10 +14,11 @@ import pytest
 from django.core.management import call_command
 
 from django_delayq import health, schedule
-from django_delayq.job import encode_record, new_job_id
-from django_delayq.presence import MISSED_BEATS, beat_interval
-from django_delayq.roster import FORGET_AFTER, decode_description, encode_description
-from django_delayq.worker import Worker
+from django_delayq.job_ids import new_job_id
+from django_delayq.record import encode_record
+from django_delayq.storage.roster import FORGET_AFTER, decode_description, encode_description
+from django_delayq.worker.dispatch import Worker
+from django_delayq.worker.presence import MISSED_BEATS, beat_interval
 from tests.conftest import more_settings
 from tests.testapp import tasks as t
 
@@ -139,7 +140,8 @@ def test_a_running_worker_is_on_the_roster_with_its_running_jobs(store):
 
         def running():
             listed = store.live_workers(store.server_time())
-            if listed and listed[0].running:
+            # a claimed job shows with its task once its runner has read the record
+            if listed and listed[0].running and listed[0].running[0].task:
                 return listed[0]
             worker.presence.beat()  # the loop beats every 5 s: do not wait for it
             return None

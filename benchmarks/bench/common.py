@@ -38,12 +38,16 @@ SIZES: dict[str, dict[str, Any]] = {
         "push": 5_000,
         "orm": 3_000,
         "sleep": 4_000,
+        "async_sleep": 2_000,  # issue 21: async tasks on the worker's event loop
         "idle_worker_seconds": 30.0,
         "idle_worker_runs": 1,
         # the outbox (issue 12)
         "outbox_memory": 100_000,
         "outbox_relay": 100_000,
         "outbox_schedule": 2_000,
+        # recurring schedules (issue 19): N schedules every minute, seconds of running
+        "recurring": 2_000,
+        "recurring_seconds": 130.0,
     },
     "quick": {
         "schedule": 300,
@@ -61,11 +65,14 @@ SIZES: dict[str, dict[str, Any]] = {
         "push": 300,
         "orm": 300,
         "sleep": 400,
+        "async_sleep": 400,
         "idle_worker_seconds": 3.0,
         "idle_worker_runs": 1,
         "outbox_memory": 2_000,
         "outbox_relay": 2_000,
         "outbox_schedule": 100,
+        "recurring": 100,
+        "recurring_seconds": 65.0,
     },
 }
 
@@ -83,7 +90,7 @@ def setup_django(prefix: str) -> None:
 
 
 def bench_store() -> Any:
-    from django_delayq.connection import get_store
+    from django_delayq.storage.connection import get_store
 
     return get_store()
 
@@ -376,7 +383,7 @@ def store_on(client: Any, prefix: str) -> Iterator[Any]:
     """Make the API (schedule_many, get_store) use ``client`` while inside."""
     from django.test import override_settings
 
-    from django_delayq import connection
+    from django_delayq.storage import connection
 
     with override_settings(DELAYQ={"REDIS_URL": url_of(client), "PREFIX": prefix}):
         try:

@@ -32,7 +32,7 @@ def bench_schedule_one(store: Any, prefix: str, n: int, runs: int) -> list[dict[
     """schedule() one call per job vs one raw EVALSHA per job (issue 5) and vs one
     plain ZADD round trip per job (issue 11), all three loops in each run."""
     from benchmarks.tasks import noop
-    from django_delayq.job import encode_record
+    from django_delayq.record import encode_record
 
     client = store.client
     raw = client.register_script(RAW_SCHEDULE)
@@ -55,7 +55,7 @@ def bench_schedule_one(store: Any, prefix: str, n: int, runs: int) -> list[dict[
         with Timer() as t_api:
             for i in range(n):
                 noop.schedule(i, delay=3600)
-        assert pending_count(store) == n + 1
+        assert pending_count(store) == n + 1, (pending_count(store), n, store.key(QUEUE, "pending"))
         baselines.append(n / t_raw.seconds)
         zadds.append(n / t_zadd.seconds)
         values.append(n / t_api.seconds)
@@ -108,7 +108,7 @@ def bench_schedule_many(store: Any, prefix: str, n: int, runs: int) -> dict[str,
         noop.schedule(-1, delay=3600)
         with Timer() as t_api:
             schedule_many(noop, calls, delay=3600)
-        assert pending_count(store) == n + 1
+        assert pending_count(store) == n + 1, (pending_count(store), n, store.key(QUEUE, "pending"))
         baselines.append(n / t_raw.seconds)
         values.append(n / t_api.seconds)
     cleanup(client, prefix)
@@ -171,25 +171,35 @@ def timed_drain(
     concurrency: int = 1,
     env: dict[str, str] | None = None,
     burst: bool = True,
+    priorities: tuple[int, ...] = (),
+    extra: tuple[str, ...] = (),
 ) -> tuple[float, Workers]:
     """Schedule ``task(i)`` for i < n, due now, and drain them with ``processes``
     workers (``burst``: they exit when done; else they are stopped with SIGTERM once
-    the last job is acknowledged, as a production worker would run): jobs/s from the
+    the last job is acknowledged, as a production worker would run; ``extra``: more
+    command-line options): jobs/s from the
     first claim to the last ack (polling ZCARD of pending and running every 3 ms), and
     the exited workers (their rusage, and their CPU when they logged "started" and when
     the last job was acknowledged)."""
     from django_delayq import schedule_many
 
-    schedule_many(task, [(i,) for i in range(n)])
+    if priorities:  # issue 20: job i gets priorities[i % len], cycling
+        calls: list[Any] = [
+            {"args": [i], "priority": priorities[i % len(priorities)]} for i in range(n)
+        ]
+        schedule_many(task, calls)
+    else:
+        schedule_many(task, [(i,) for i in range(n)])
     pending, running = store.key(QUEUE, "pending"), store.key(QUEUE, "running")
+    ranked = store.key(QUEUE, "ranked")
     mode = ("--burst",) if burst else ()
-    workers = Workers(processes, workdir, *mode, concurrency=concurrency, env=env)
+    workers = Workers(processes, workdir, *mode, *extra, concurrency=concurrency, env=env)
     first = None
     try:
         while True:
-            left, busy = (
-                store.client.pipeline(transaction=False).zcard(pending).zcard(running).execute()
-            )
+            pipe = store.client.pipeline(transaction=False).zcard(pending).zcard(running)
+            left, busy, more = pipe.zcard(ranked).execute()
+            left += more
             now = time.perf_counter()
             workers.sample_started()
             if first is None and (left < n or busy):
@@ -247,11 +257,60 @@ def bench_drain(store: Any, prefix: str, n: int, runs: int, workdir: Path) -> li
     ]
 
 
+def bench_drain_priority(store: Any, prefix: str, n: int, runs: int, workdir: Path) -> list[dict]:
+    """Issue 20: the drain of drain_1 (one burst worker, concurrency 1) with every job
+    prioritised (-10, 10, -10, ...: all in the ranked set, two bands), with every job's task
+    rate-limited (a rate of 1,000,000/s, which never holds a job back: what is measured is
+    the general claim path and the pacing's bookkeeping), and with a queue concurrency limit
+    (1,000, never reached: the slots' bookkeeping, and the claim without prefetch it
+    brings), each against drain_1 of priority-0 jobs in the same run: the cost per job."""
+    from benchmarks.tasks import noop, noop_rated
+
+    plain: list[float] = []
+    found: dict[str, list[float]] = {"priority": [], "rate": [], "queue": []}
+    for _ in range(runs):
+        cleanup(store.client, prefix)
+        plain.append(drain_with_workers(store, n, 1, workdir))
+        cleanup(store.client, prefix)
+        found["priority"].append(timed_drain(store, noop, n, 1, workdir, priorities=(-10, 10))[0])
+        cleanup(store.client, prefix)
+        env = {"DELAYQ_BENCH_RATE": "1000000/s"}
+        found["rate"].append(timed_drain(store, noop_rated, n, 1, workdir, env=env)[0])
+        cleanup(store.client, prefix)
+        env = {"DELAYQ_BENCH_QUEUE_LIMIT": "1000"}
+        found["queue"].append(timed_drain(store, noop, n, 1, workdir, env=env)[0])
+    cleanup(store.client, prefix)
+    titles = {
+        "priority": ("drain_priority", f"every job prioritised ({n:,} due, priorities -10/10)"),
+        "rate": ("drain_rate", f"every job's task rate-limited ({n:,} due, 1,000,000/s)"),
+        "queue": ("drain_queue_limit", f"queue concurrency limit 1,000 ({n:,} due)"),
+    }
+    out = []
+    for kind, values in found.items():
+        name, what = titles[kind]
+        us = [1e6 / v - 1e6 / b for v, b in zip(values, plain, strict=True)]
+        out.append(
+            figure(
+                name,
+                f"drain jobs/s, 1 worker, {what}",
+                values,
+                plain,
+                "jobs/s",
+                "no target",
+                None,
+                ratio_kind="limited / plain" if kind != "priority" else "prioritised / priority 0",
+                note="baseline: drain_1 (priority 0) of the same run; extra cost per job (us): "
+                + ", ".join(f"{u:.0f}" for u in us),
+            )
+        )
+    return out
+
+
 def bench_upgrade(store: Any, prefix: str, n: int, runs: int) -> dict[str, Any]:
     """``delayq_upgrade`` of a queue of 0.1 (``upgrade_queue``): ``n`` jobs written as 0.1
     wrote them (format 2 records, scores in seconds; 90 % pending, 5 % running, 5 % dead,
     meta for 20 %), converted in batches of 500. Baseline: writing those keys, pipelined."""
-    from django_delayq.upgrade import upgrade_queue
+    from django_delayq.worker.upgrade import upgrade_queue
 
     client = store.client
     key = f"{store.prefix}:{{{QUEUE}}}:%s"

@@ -114,7 +114,8 @@ def bench_relay(client: Any, n: int, runs: int) -> dict[str, Any]:
     rows), vs ``schedule_many()`` of the same jobs straight to Redis."""
     from benchmarks.tasks import noop
     from django_delayq import outbox, relaying, schedule_many
-    from django_delayq.job import encode_record, new_job_id
+    from django_delayq.job_ids import new_job_id
+    from django_delayq.record import encode_record
 
     values, baselines = [], []
     for _ in range(runs):

@@ -315,6 +315,46 @@ def bench_orm(
     ]
 
 
+def drain_runs(
+    own: Any,
+    prefix: str,
+    task: Any,
+    n: int,
+    runs: int,
+    workdir: Path,
+    env: dict[str, str],
+    *,
+    concurrency: int,
+    extra: tuple[str, ...] = (),
+) -> tuple[list[float], list[float], str]:
+    """``runs`` drains of ``n`` jobs of ``task`` by one worker process (not burst): the
+    rates, the worker CPU s per 1,000 jobs, and the note on start-up CPU."""
+    rates: list[float] = []
+    cpus: list[float] = []
+    startup: list[float] = []
+    totals: list[float] = []
+    for _ in range(runs):
+        own.flushdb()
+        with store_on(own, prefix) as store:
+            rate, workers = timed_drain(
+                store,
+                task,
+                n,
+                1,
+                workdir,
+                concurrency=concurrency,
+                env=env,
+                burst=False,
+                extra=extra,
+            )
+        rates.append(rate)
+        cpus.append(per_thousand(workers, n))
+        startup.append(workers.start_cpu[0] or 0.0)
+        totals.append(workers.cpu_seconds()[0])
+    own.flushdb()
+    return rates, cpus, cpu_note(startup, totals)
+
+
 # -- task 3: 10 ms of I/O at concurrency 8 ---------------------------------------------------
 
 
@@ -324,21 +364,7 @@ def bench_sleep(
     from benchmarks.tasks import sleep_io
 
     n = size["sleep"]
-    rates: list[float] = []
-    cpus: list[float] = []
-    startup: list[float] = []
-    totals: list[float] = []
-    for _ in range(runs):
-        own.flushdb()
-        with store_on(own, prefix) as store:
-            rate, workers = timed_drain(
-                store, sleep_io, n, 1, workdir, concurrency=8, env=env, burst=False
-            )
-        rates.append(rate)
-        cpus.append(per_thousand(workers, n))
-        startup.append(workers.start_cpu[0] or 0.0)
-        totals.append(workers.cpu_seconds()[0])
-    own.flushdb()
+    rates, cpus, note = drain_runs(own, prefix, sleep_io, n, runs, workdir, env, concurrency=8)
     return [
         figure(
             "sleep_drain",
@@ -359,7 +385,7 @@ def bench_sleep(
             "cpu_s",
             "<= 0.3 CPU s per 1,000 jobs",
             lambda v, r: v <= 0.3,
-            note=cpu_note(startup, totals),
+            note=note,
         ),
     ]
 

@@ -35,11 +35,11 @@ def script_names(store: Any) -> dict[str, str]:
     """{SHA: script name} of the Store's Lua scripts.
 
     The one place the Redis-CPU breakdown touches django_delayq internals: it reads
-    ``django_delayq.scripts`` (the script names and the SHA each is sent as). If that
+    ``django_delayq.storage.scripts`` (the script names and the SHA each is sent as). If that
     changes, scripts are labelled by their SHA (and Redis Functions by their name, which
     FCALL sends anyway); every total stays right."""
     try:
-        from django_delayq.scripts import SCRIPTS, script
+        from django_delayq.storage.scripts import SCRIPTS, script
     except ImportError:
         return {}
     return {script(name).sha: name for name in SCRIPTS}

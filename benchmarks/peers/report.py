@@ -16,6 +16,13 @@ FIGURES: list[tuple[str, str, str, str]] = [
     ("rss", "worker RSS bytes per pending job (same)", "{:,.0f}", "memory"),
 ]
 
+ARQ_ONE_PER_POLL = (
+    "arq's worker polls its sorted set every poll_delay (0.5 s by default) and at max_jobs 1 "
+    "starts one job per poll: 2 jobs a second, under the 20 a second due in the lateness "
+    "workload, so jobs fall further behind through the run (arq's default is max_jobs 10: "
+    "its own column)."
+)
+
 # What a reader needs to know to read a system's cell; (system, figure key) -> note.
 NOTES: dict[tuple[str, str], str] = {
     ("huey", "late_p50"): "huey's consumer moves due tasks to the queue once per second "
@@ -33,6 +40,21 @@ NOTES: dict[tuple[str, str], str] = {
     "holds it in memory until due (next row); the Redis transport keeps a copy of each in "
     "its 'unacked' hash until the task is acknowledged (this row), and redelivers it if the "
     "visibility timeout (1 h by default) passes first.",
+    ("arq", "rate"): "arq's enqueue_job is three round trips (WATCH, EXISTS, then MULTI, "
+    "PSETEX, ZADD, EXEC); arq and saq calls are awaited through loop.run_until_complete from "
+    "synchronous code, about 10 us of each call here.",
+    ("arq", "late_p50"): ARQ_ONE_PER_POLL,
+    ("arq", "drain"): ARQ_ONE_PER_POLL,
+    ("arq-10", "late_p50"): "arq's worker polls its sorted set every poll_delay (0.5 s by "
+    "default), so a job starts 0-0.5 s after it is due.",
+    ("arq-10", "drain"): "arq's worker reads at most queue_read_limit due ids per poll (by "
+    "default the larger of 5 x max_jobs and 100) every poll_delay (0.5 s), so by default it "
+    "drains at most 200 jobs a second however short they are; at max_jobs 10 it runs up to 10 "
+    "at once on its event loop (each awaiting its RPUSH), where every other column runs one "
+    "job at a time.",
+    ("saq", "late_p50"): "saq's worker moves due jobs to its queue once per second (its "
+    "'schedule' timer, 1 s by default), so a job starts up to a second after it is due, "
+    "sometimes more.",
     ("dramatiq", "memory"): "dramatiq's worker holds up to 1,000 delayed messages per worker "
     "thread in memory (next row, averaged over all jobs); every message also stays in Redis "
     "(this row) until it is acknowledged.",
@@ -43,11 +65,17 @@ def cell(value: Any, fmt: str) -> str:
     return "-" if value is None else fmt.format(value)
 
 
+def title(entry: dict[str, Any], version: bool = True) -> str:
+    """A column's heading: the label, the version, and the variant's setting if any."""
+    text = entry["label"]
+    if version:
+        text += f" {entry['versions'].get('system', '?')}"
+    return f"{text} ({entry['variant']})" if entry.get("variant") else text
+
+
 def render(results: dict[str, Any], env: dict[str, Any], size: dict, quick: bool) -> str:
     names = list(results)
-    header = ["figure"] + [
-        f"{results[n]['label']} {results[n]['versions'].get('system', '?')}" for n in names
-    ]
+    header = ["figure"] + [title(results[n]) for n in names]
     rows, notes = [header], []
 
     def mark(text: str) -> str:
@@ -60,7 +88,8 @@ def render(results: dict[str, Any], env: dict[str, Any], size: dict, quick: bool
         for name in names:
             figures, errors = results[name]["figures"], results[name]["errors"]
             if workload in errors:
-                text = "failed " + mark(f"{results[name]['label']}, {workload}: {errors[workload]}")
+                error = f"{title(results[name], version=False)}, {workload}: {errors[workload]}"
+                text = "failed " + mark(error)
             else:
                 text = cell(figures.get(key), fmt)
                 note = NOTES.get((name, key))
@@ -92,10 +121,10 @@ def render(results: dict[str, Any], env: dict[str, Any], size: dict, quick: bool
             f"{k.replace('system', results[name]['label'])} {v}"
             for k, v in results[name]["versions"].items()
         )
-        out.append(f"- {results[name]['label']}: {results[name]['setup']}; {versions}")
+        out.append(f"- {title(results[name])}: {results[name]['setup']}; {versions}")
     for name in names:
         figures = results[name]["figures"]
-        label = results[name]["label"]
+        label = title(results[name], version=False)
         for flag, what in (("late_overlap", "lateness"), ("drain_overlap", "drain")):
             if figures.get(flag):
                 mark(

@@ -97,6 +97,16 @@ DELAYQ = {
     # Jobs due more than a day ahead (the 7-day delivery reminders) wait in the database,
     # not in Redis memory; the worker moves them into Redis a day before they are due.
     "HORIZON": 24 * 60 * 60,
+    # Recurring jobs (docs/howto/recurring.rst): every night at 03:00 (Berlin time), cancel
+    # the orders still unpaid after a day. Every worker keeps it going; it runs once a night.
+    "SCHEDULES": {
+        "nightly-unpaid-sweep": {
+            "task": "shop.tasks.sweep_unpaid_orders",
+            "cron": "0 3 * * *",
+            "tz": "Europe/Berlin",
+            "kwargs": {"older_than_hours": 24},
+        },
+    },
 }
 ORDER_AUTOCANCEL_SECONDS = float(os.environ.get("ORDER_AUTOCANCEL_SECONDS", 1800))
 INVOICE_SECONDS = float(os.environ.get("INVOICE_SECONDS", 8))

@@ -3,6 +3,7 @@
 
 import logging
 import time
+from datetime import timedelta
 
 from django.conf import settings
 from django.core.mail import send_mail
@@ -33,6 +34,29 @@ def cancel_unpaid_order(order_id: int) -> str:
         "order %s cancelled: unpaid after %s s", order_id, settings.ORDER_AUTOCANCEL_SECONDS
     )
     return "cancelled"
+
+
+@task(max_retries=3)
+def sweep_unpaid_orders(older_than_hours: float = 24) -> int:
+    """The nightly sweep (a recurring schedule, DELAYQ["SCHEDULES"] in the settings): cancel
+    every order still unpaid after ``older_than_hours``, the safety net under the per-order
+    auto-cancel jobs (an order created while Redis was unreachable has none). Idempotent:
+    a second run finds nothing left to cancel. Returns how many it cancelled."""
+    cutoff = timezone.now() - timedelta(hours=older_than_hours)
+    cancelled = 0
+    with transaction.atomic():
+        stale = Order.objects.select_for_update().filter(
+            status=Order.Status.UNPAID, created_at__lt=cutoff
+        )
+        for order in stale:
+            order.status = Order.Status.CANCELLED
+            order.cancelled_at = timezone.now()
+            order.save(update_fields=["status", "cancelled_at"])
+            cancelled += 1
+    logger.info(
+        "nightly sweep: %s unpaid order(s) older than %s h cancelled", cancelled, older_than_hours
+    )
+    return cancelled
 
 
 @task(queue="emails", max_retries=3)

@@ -12,7 +12,7 @@ from typing import Any
 
 import redis
 
-from django_delayq.worker import Worker
+from django_delayq.worker.dispatch import Worker
 from tests.reliability.harness import wait_until
 
 SETS = ("pending", "running", "dead")

@@ -61,7 +61,7 @@ WRONGTYPE = b"-WRONGTYPE Operation against a key holding the wrong kind of value
 @functools.cache
 def script_sha(name: str) -> str:
     """SHA1 of the text django-delayq sends for script ``name`` (what EVALSHA carries)."""
-    from django_delayq.scripts import script
+    from django_delayq.storage.scripts import script
 
     return script(name).sha
 

@@ -22,9 +22,9 @@ import pytest
 import redis
 from django.test import override_settings
 
-from django_delayq import connection
-from django_delayq.job import parse_state, worker_of
-from django_delayq.store import Store
+from django_delayq.job_state import parse_state, worker_of
+from django_delayq.storage import connection
+from django_delayq.storage.store import Store
 
 ROOT = Path(__file__).resolve().parents[2]
 HOST = "127.0.0.1"

@@ -28,7 +28,8 @@ django.setup()
 from django.db import transaction  # noqa: E402
 
 from django_delayq import outbox  # noqa: E402
-from django_delayq.job import encode_record, new_job_id  # noqa: E402
+from django_delayq.job_ids import new_job_id  # noqa: E402
+from django_delayq.record import encode_record  # noqa: E402
 from tests.reliability.tasks import mark  # noqa: E402
 
 

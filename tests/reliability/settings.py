@@ -7,7 +7,8 @@ with ``DELAYQ_SENTINEL_SERVICE``, ``DELAYQ_MAX_RETRIES``, ``DELAYQ_MAX_SLEEP``.
 ``DELAYQ_DATABASE`` (a JSON DATABASES entry: the only database, no routers) and
 ``DELAYQ_HORIZON`` for the outbox scenarios. ``DELAYQ_TASKS_QUEUES`` (a JSON list) makes
 DelayQBackend the ``django.tasks`` backend with those QUEUES, and
-``DELAYQ_TASKS_MAX_RETRIES`` its OPTIONS["MAX_RETRIES"].
+``DELAYQ_TASKS_MAX_RETRIES`` its OPTIONS["MAX_RETRIES"]. ``DELAYQ_QUEUES`` (JSON) is
+``DELAYQ["QUEUES"]``.
 """
 
 import json
@@ -65,3 +66,11 @@ if os.environ.get("DELAYQ_DATABASE"):
     DATABASE_ROUTERS: list = []
 if os.environ.get("DELAYQ_HORIZON"):
     DELAYQ["HORIZON"] = float(os.environ["DELAYQ_HORIZON"])
+# Recurring schedules (tests/reliability/test_recurring.py): the SCHEDULES setting as JSON,
+# and the reconcile pass's interval.
+if os.environ.get("DELAYQ_QUEUES"):
+    DELAYQ["QUEUES"] = json.loads(os.environ["DELAYQ_QUEUES"])
+if os.environ.get("DELAYQ_SCHEDULES"):
+    DELAYQ["SCHEDULES"] = json.loads(os.environ["DELAYQ_SCHEDULES"])
+if os.environ.get("DELAYQ_RECONCILE_INTERVAL"):
+    DELAYQ["RECONCILE_INTERVAL"] = float(os.environ["DELAYQ_RECONCILE_INTERVAL"])

@@ -15,7 +15,7 @@ import time
 import redis
 
 from django_delayq import task
-from django_delayq.execution import current_job
+from django_delayq.worker.execution import current_job
 from tests.testapp.tasks import runs_client
 
 DIED = 3  # exit code of a worker process ended by the die task
@@ -124,3 +124,86 @@ def held(tag: str, value: str, limit: float) -> None:
     while not client.exists(f"runs:{tag}:release") and time.monotonic() < deadline:
         time.sleep(0.05)
     client.rpush(f"runs:{tag}", value)
+
+
+@task(retry_backoff=0, max_retries=20, concurrency=1)
+def exclusive(tag: str, value: str, seconds: float) -> None:
+    """Issue 20: at most one attempt at a time across workers. Records "start <value> <t>"
+    and "end <value> <t>" (runs server clock); sleeps ``seconds`` on its first attempt only."""
+    client = runs_client()
+    first = client.incr(f"runs:{tag}:attempts:{value}") == 1
+    seconds_now, micros = client.time()
+    client.rpush(f"runs:{tag}", f"start {value} {seconds_now + micros / 1e6:.6f}")
+    if first:
+        time.sleep(seconds)
+    seconds_now, micros = client.time()
+    client.rpush(f"runs:{tag}", f"end {value} {seconds_now + micros / 1e6:.6f}")
+
+
+@task(retry_backoff=0, max_retries=20)
+def overlapping(tag: str, value: str, seconds: float) -> None:
+    """Scheduled to the queue "limited" (issue 20: a queue concurrency limit; not the task's
+    own queue, which every test importing this module would see listed). Counts the
+    attempts of ``tag`` running at once in the runs Redis: pushes the count as it starts to
+    runs:<tag>:peak, sleeps ``seconds``, then records the run: runs:<tag> gets ``value``."""
+    client = runs_client()
+    client.rpush(f"runs:{tag}:peak", client.incr(f"runs:{tag}:now"))
+    time.sleep(seconds)
+    client.decr(f"runs:{tag}:now")
+    client.rpush(f"runs:{tag}", value)
+
+
+@task(retry_backoff=0, max_retries=3)
+def mark_pid(tag: str, value: str) -> None:
+    """Record one run with the pid of the process that ran it: "<value> <pid>"."""
+    runs_client().rpush(f"runs:{tag}", f"{value} {os.getpid()}")
+
+
+_leaked: list[bytes] = []  # what leak() keeps, for the life of the worker process
+
+
+@task(retry_backoff=0, max_retries=3)
+def leak(tag: str, value: str, megabytes: int) -> None:
+    """Keep ``megabytes`` MB of touched memory for good (a task that leaks), then record
+    the run with the pid: "<value> <pid>"."""
+    _leaked.append(b"x" * (megabytes * 2**20))
+    runs_client().rpush(f"runs:{tag}", f"{value} {os.getpid()}")
+
+
+@task(retry_backoff=0, max_retries=2, timeout=1.0)
+def hangs(tag: str, value: str) -> None:
+    """Record the start ("<value> <pid> <attempt>"), then hang past the 1 s timeout until the
+    test sets runs:<tag>:release (or the process ends); record the finish if ever released."""
+    client = runs_client()
+    job = current_job()
+    client.rpush(f"runs:{tag}:started", f"{value} {os.getpid()} {job.attempts if job else 0}")
+    while not client.exists(f"runs:{tag}:release"):
+        time.sleep(0.05)
+    client.rpush(f"runs:{tag}", value)
+
+
+@task(retry_backoff=0, max_retries=20)
+def occurrence(tag: str) -> None:
+    """An occurrence of a recurring schedule: records "<fire ms> <job id> <attempt> <ran ms>"
+    under runs:<tag>: the fire time is in the occurrence's id (django_delayq.recurring.times),
+    the run's time is the runs Redis's clock (this process's may be skewed)."""
+    from django_delayq.recurring.times import parse_occurrence_id
+
+    client = runs_client()
+    job = current_job()
+    parsed = parse_occurrence_id(job.id) if job is not None else None
+    fire = parsed[0] if parsed else 0
+    seconds, micros = client.time()
+    ran = seconds * 1000 + micros // 1000
+    attempt = job.attempts if job is not None else 0
+    client.rpush(f"runs:{tag}", f"{fire} {job.id if job else '-'} {attempt} {ran}")
+
+
+@task(retry_backoff=0, max_retries=20)
+async def amark(tag: str, value: str, seconds: float = 0.2) -> None:
+    """async def: await ``seconds`` (on the worker's event loop with --async-concurrency),
+    then record one run under runs:<tag> (the write in a thread, off the loop)."""
+    import asyncio
+
+    await asyncio.sleep(seconds)
+    await asyncio.to_thread(runs_client().rpush, f"runs:{tag}", value)

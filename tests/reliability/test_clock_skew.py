@@ -12,7 +12,7 @@ from unittest import mock
 import pytest
 from django.utils import timezone
 
-from django_delayq.store import Store
+from django_delayq.storage.store import Store
 from tests.reliability.harness import installed, runs, wait_until, worker_env
 from tests.reliability.tasks import stamp
 

@@ -11,9 +11,10 @@ import redis
 from django.test import override_settings
 
 from django_delayq import cancel, get_job, schedule_many
-from django_delayq import connection as dq_connection
-from django_delayq.connection import get_store
-from django_delayq.job import decode_record, encode_record, new_job_id
+from django_delayq.job_ids import new_job_id
+from django_delayq.record import decode_record, encode_record
+from django_delayq.storage import connection as dq_connection
+from django_delayq.storage.connection import get_store
 from tests.reliability.harness import runs, wait_until, worker_env
 from tests.reliability.tasks import explode, mark
 

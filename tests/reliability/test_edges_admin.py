@@ -18,8 +18,8 @@ from django.test import Client
 from django.urls import reverse
 
 from django_delayq import get_job, schedule, task
-from django_delayq.store import Store
-from django_delayq.worker import Worker
+from django_delayq.storage.store import Store
+from django_delayq.worker.dispatch import Worker
 from tests.reliability.edges import SETS, job_hashes, queue_key, sets_holding
 from tests.reliability.harness import installed
 from tests.testapp import tasks as t

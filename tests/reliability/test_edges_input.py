@@ -21,7 +21,7 @@ from django.test import override_settings
 
 from django_delayq import cancel, get_job, schedule, schedule_many, task
 from django_delayq.registry import unregister
-from django_delayq.store import Store
+from django_delayq.storage.store import Store
 from tests.reliability.edges import (
     leftovers,
     nested,

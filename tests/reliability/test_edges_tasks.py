@@ -19,8 +19,8 @@ import pytest
 from django.test import override_settings
 
 from django_delayq import get_job, schedule
-from django_delayq.store import Store
-from django_delayq.worker import Worker
+from django_delayq.storage.store import Store
+from django_delayq.worker.dispatch import Worker
 from tests.reliability.edges import sets_holding
 from tests.reliability.harness import ROOT, installed, wait_until, worker_env
 from tests.testapp import tasks as t

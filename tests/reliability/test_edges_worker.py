@@ -16,7 +16,7 @@ from collections.abc import Callable
 import pytest
 
 from django_delayq import get_job, task
-from django_delayq.store import Store
+from django_delayq.storage.store import Store
 from tests.reliability.edges import Background, queue_key, sets_holding
 from tests.reliability.harness import free_port, installed, runs, sizes, wait_until, worker_env
 from tests.reliability.tasks import mark, slow

@@ -12,7 +12,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from django_delayq.store import Store
+from django_delayq.storage.store import Store
 from tests.reliability import faults
 from tests.reliability.faults import (
     BUSY,

@@ -12,7 +12,7 @@ import pytest
 import redis
 
 from django_delayq import get_job, schedule
-from django_delayq.store import Store
+from django_delayq.storage.store import Store
 from tests.reliability.faults import (
     BUSY,
     NOSCRIPT,

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from django_delayq.store import Store
+from django_delayq.storage.store import Store
 from tests.reliability.harness import ROOT, installed, runs, wait_until, worker_env
 from tests.reliability.tasks import mark
 

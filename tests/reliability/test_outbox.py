@@ -24,7 +24,7 @@ from django.db import connections, transaction
 from django.test import override_settings
 
 from django_delayq.models import OutboxJob
-from django_delayq.store import Store
+from django_delayq.storage.store import Store
 from tests.reliability.harness import ROOT, installed, runs, wait_until, worker_env
 from tests.reliability.tasks import mark, stamp
 from tests.routers import OutboxDatabases

@@ -22,7 +22,7 @@ from django.db import connections, transaction
 
 from django_delayq import cancel, get_job
 from django_delayq.models import OutboxJob
-from django_delayq.store import Store
+from django_delayq.storage.store import Store
 from tests.reliability import test_outbox
 from tests.reliability.harness import ROOT, installed, runs, sizes, wait_until, worker_env
 from tests.reliability.tasks import whoami

@@ -16,7 +16,7 @@ import pytest
 
 from django_delayq import get_job, registry, schedule, schedule_many, task
 from django_delayq.registry import Task
-from django_delayq.store import Store
+from django_delayq.storage.store import Store
 from tests.reliability.faults import FaultProxy, carries_acks, delay
 from tests.reliability.harness import held_by, installed, runs, sizes, wait_until, worker_env
 from tests.reliability.tasks import DIED, die, explode, held, mark, slow

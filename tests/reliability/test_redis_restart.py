@@ -15,7 +15,7 @@ from redis.retry import Retry
 
 from django_delayq import ConnectionError as DelayQConnectionError
 from django_delayq import schedule, schedule_many
-from django_delayq.store import Store
+from django_delayq.storage.store import Store
 from tests.reliability.faults import FaultProxy, command, drop_reply
 from tests.reliability.harness import installed, runs, sizes, wait_until, worker_env
 from tests.reliability.tasks import mark

@@ -13,9 +13,9 @@ import pytest
 from django.test import override_settings
 
 from django_delayq import ConnectionError as DelayQConnectionError
-from django_delayq import connection as dq_connection
 from django_delayq import schedule, schedule_many
-from django_delayq.connection import get_store
+from django_delayq.storage import connection as dq_connection
+from django_delayq.storage.connection import get_store
 from tests.reliability.harness import HOST, runs, sizes, wait_until, worker_env
 from tests.reliability.tasks import mark
 

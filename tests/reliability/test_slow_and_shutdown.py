@@ -9,7 +9,7 @@ import time
 import pytest
 
 from django_delayq import get_job, schedule_many
-from django_delayq.store import Store
+from django_delayq.storage.store import Store
 from tests.reliability.harness import installed, runs, sizes, wait_until, worker_env
 from tests.reliability.tasks import slow, stall
 

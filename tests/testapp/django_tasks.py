@@ -68,3 +68,15 @@ def bad_return():
 
 def not_a_task():
     CALLS.append(("not_a_task",))
+
+
+@task(takes_context=True)
+async def async_flaky(context, failures):
+    """async def: fails the first ``failures`` attempts, then returns the attempt number and
+    the thread it ran in."""
+    import threading
+
+    CALLS.append(("async_flaky", context.attempt))
+    if context.attempt <= failures:
+        raise RuntimeError(f"async attempt {context.attempt} fails")
+    return [context.attempt, threading.current_thread().name]

@@ -83,3 +83,117 @@ def gate(name: str) -> threading.Event:
 def wait_for_gate(name, seconds=30):
     """Run until the test opens gate(name) (in-process workers only), at most ``seconds``."""
     gate(name).wait(seconds)
+
+
+@task(timeout=0.2, max_retries=1, retry_backoff=0)
+def hangs_first(name):
+    """Its first attempt waits for gate(name), past its timeout; the next returns at once."""
+    from django_delayq.worker.execution import current_job
+
+    attempt = current_job().attempts
+    CALLS.append(("hangs_first", attempt))
+    if attempt == 1:
+        gate(name).wait(30)
+    return attempt
+
+
+@task(timeout=0.2, max_retries=1, retry_backoff=0)
+def always_hangs(name):
+    """Every attempt waits for gate(name), past its timeout."""
+    CALLS.append(("always_hangs", name))
+    gate(name).wait(30)
+
+
+@task(timeout=30, retry_backoff=0)
+def within_timeout(x):
+    CALLS.append(("within_timeout", x))
+    return x
+
+
+@task(timeout=0.2, max_retries=1, retry_backoff=0)
+async def async_hangs(name):
+    """Awaits far past its timeout: cancelled at it."""
+    import asyncio
+
+    CALLS.append(("async_hangs", name))
+    await asyncio.sleep(30)
+
+
+@task(timeout=0.2, max_retries=0, retry_backoff=0)
+async def async_blocks(name):
+    """Blocks its event loop (a sync wait inside async def): cancellation cannot reach it."""
+    CALLS.append(("async_blocks", name))
+    gate(name).wait(30)
+
+
+# -- the worker's event loop (worker/aio.py) ----------------------------------------------
+
+IN_FLIGHT: dict[str, list[int]] = {}  # name -> [in flight now, most at once]
+EVENTS: dict[tuple, object] = {}  # (name, loop) -> an asyncio.Event of that loop
+
+
+@task(retry_backoff=0)
+async def async_together(name, expected, seconds=20):
+    """Counts the attempts in flight at once; all wait until ``expected`` of them are (or
+    ``seconds`` passed): the most at once is what the loop could hold."""
+    import asyncio
+
+    counts = IN_FLIGHT.setdefault(name, [0, 0])
+    counts[0] += 1
+    counts[1] = max(counts[1], counts[0])
+    event = EVENTS.setdefault((name, asyncio.get_running_loop()), asyncio.Event())
+    if counts[0] >= expected:
+        event.set()
+    try:
+        await asyncio.wait_for(event.wait(), seconds)
+    except TimeoutError:
+        pass
+    finally:
+        counts[0] -= 1
+    CALLS.append(("async_together", name))
+    return counts[1]
+
+
+@task(max_retries=2, retry_backoff=0)
+async def async_always_fails(x):
+    import asyncio
+
+    from django_delayq.worker.execution import current_job
+
+    await asyncio.sleep(0)
+    CALLS.append(("async_always_fails", current_job().attempts))
+    raise ValueError(f"async nope {x}")
+
+
+@task(retry_backoff=0)
+async def async_waits_for_gate(name, seconds=30):
+    """Awaits (polling, without blocking the loop) until gate(name) opens."""
+    import asyncio
+
+    CALLS.append(("async_waits_for_gate", name))
+    for _ in range(int(seconds * 100)):
+        if gate(name).is_set():
+            return name
+        await asyncio.sleep(0.01)
+    return None
+
+
+@task(retry_backoff=0)
+async def async_sleeps(seconds):
+    import asyncio
+
+    await asyncio.sleep(seconds)
+    CALLS.append(("async_sleeps", seconds))
+    return seconds
+
+
+def _thread_name():
+    return threading.current_thread().name
+
+
+@task(retry_backoff=0)
+async def async_sync_call(x):
+    """Makes a thread-sensitive sync_to_async call, as the async ORM does."""
+    from asgiref.sync import sync_to_async
+
+    CALLS.append(("async_sync_call", x, await sync_to_async(_thread_name)()))

@@ -15,9 +15,10 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from django_delayq import health
-from django_delayq.connection import get_store
 from django_delayq.exceptions import DelayQError
-from django_delayq.store import check_queue_name
+from django_delayq.recurring.status import as_dicts, as_lines, safe_report
+from django_delayq.storage.connection import get_store
+from django_delayq.storage.queues import queue_list
 from django_delayq.wording import counted
 
 HEALTHY, UNHEALTHY, UNREACHABLE = 0, 1, 2
@@ -26,9 +27,10 @@ HELP = """Print, per queue: pending jobs, jobs due now, jobs in progress, dead j
 long the oldest due job has waited) and the live workers serving it.
 
 A queue is healthy unless its lag exceeds --max-lag (when given), or it has due jobs and no
-live worker serves it. Exit status: 0 when every queue shown is healthy, 1 when one is not,
-2 when Redis cannot be read (unreachable, or no answer within --timeout seconds) or the
-options are wrong. Usable as a Kubernetes probe, a cron alert or a Nagios check."""
+live worker serves it; a paused queue (delayq_queue pause) is healthy and shown as paused.
+Exit status: 0 when every queue shown is healthy, 1 when one is not, 2 when Redis cannot be
+read (unreachable, or no answer within --timeout seconds) or the options are wrong.
+Usable as a Kubernetes probe, a cron alert or a Nagios check."""
 
 
 def seconds(value: str) -> float:
@@ -76,7 +78,7 @@ class Command(BaseCommand):
         queues = None
         if options["queues"]:
             try:
-                queues = [check_queue_name(q.strip()) for q in options["queues"].split(",")]
+                queues = queue_list(options["queues"])
             except ValueError as exc:  # exit 2, as argparse does for bad options
                 raise CommandError(f"--queues: {exc}", returncode=UNREACHABLE) from exc
         found: list[Any] = []
@@ -104,16 +106,27 @@ class Command(BaseCommand):
             else:
                 self.stderr.write(f"ERROR: {error}")
             sys.exit(UNREACHABLE)
+        schedules = safe_report(get_store())  # recurring schedules: missing or overdue
+        troubled = as_lines(schedules)
         if options["json"]:
-            self.stdout.write(json.dumps(as_json(result), indent=2))
+            self.stdout.write(
+                json.dumps(
+                    {
+                        **as_json(result),
+                        "healthy": result.healthy and not troubled,
+                        "schedules": as_dicts(schedules),
+                    },
+                    indent=2,
+                )
+            )
         else:
-            self.stdout.write(as_text(result))
+            self.stdout.write("\n".join([as_text(result), *troubled]))
             if result.unreadable:  # not a queue's health: the exit code says nothing of it
                 self.stderr.write(
                     f"WARNING: roster entries of another type, left out: "
                     f"{', '.join(result.unreadable)} (delete them if no worker wrote them)"
                 )
-        if not result.healthy:
+        if not result.healthy or troubled:
             sys.exit(UNHEALTHY)
 
 
@@ -132,6 +145,7 @@ def as_json(report: health.Report) -> dict[str, Any]:
                 "lag_seconds": round(q.lag, 3),
                 "live_workers": q.workers,
                 "healthy": q.healthy,
+                "paused": q.paused,
                 "problems": list(q.problems),
             }
             for q in report.queues
@@ -167,7 +181,7 @@ def _problem_text(q: health.QueueHealth, report: health.Report) -> str:
         texts.append(f"LAG: oldest due job waited {q.lag:.1f} s > {max_lag:g} s")
     if health.NO_WORKER in q.problems:
         texts.append(f"NO WORKER: {q.due} due, no live worker serves {q.queue}")
-    return "; ".join(texts) or "ok"
+    return "; ".join(texts) or ("paused" if q.paused else "ok")
 
 
 def as_text(report: health.Report) -> str:

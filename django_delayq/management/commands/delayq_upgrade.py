@@ -1,6 +1,6 @@
 """``manage.py delayq_upgrade``: convert queues from the Redis layout of django-delayq 0.1.
 
-Thin: :mod:`django_delayq.upgrade` does the work; this picks the queues and prints.
+Thin: :mod:`django_delayq.worker.upgrade` does the work; this picks the queues and prints.
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from django_delayq import health
-from django_delayq.connection import get_store
 from django_delayq.exceptions import DelayQError
-from django_delayq.store import check_queue_name
-from django_delayq.upgrade import BATCH, QueueUpgrade, upgrade_queue
+from django_delayq.storage.connection import get_store
+from django_delayq.storage.queues import queue_list
+from django_delayq.worker.upgrade import BATCH, QueueUpgrade, upgrade_queue
 
 HELP = """Convert the jobs of django-delayq 0.1 in Redis to this version's layout (due times
 in milliseconds, leases, attempts, errors and records). Run it after stopping every worker
@@ -50,9 +50,9 @@ class Command(BaseCommand):
         try:
             store = get_store()
             if options["queues"]:
-                queues = [check_queue_name(q.strip()) for q in options["queues"].split(",")]
+                queues = queue_list(options["queues"])
             else:
-                queues = health.known_queues(store)
+                queues = list(health.iter_known_queues(store))
             if options["dry_run"]:
                 data_all = store.old_data(queues)
                 found = [d for d in data_all if d.found]

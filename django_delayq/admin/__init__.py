@@ -1,0 +1,16 @@
+"""The dashboard inside the Django admin (imported by ``admin.autodiscover()``).
+
+- ``dashboard``: the ModelAdmin (registered here): its URL table and read-only pages.
+- ``pages``: what every page shares (permissions, URLs, context, rendering).
+- ``list_pages``: the pending / running / dead lists.
+- ``action_pages``: the action endpoint, its confirmation page and the purge page.
+- ``views``: what the pages read and show.
+- ``actions``: what the actions do.
+- ``workers``: the Workers tab.
+- ``texts``: the texts the pages show.
+"""
+
+from django_delayq.admin.dashboard import JobAdmin
+from django_delayq.admin.schedules import ScheduleAdmin  # recurring schedules (issue 19)
+
+__all__ = ["JobAdmin", "ScheduleAdmin"]

@@ -1,0 +1,243 @@
+"""The dashboard's POST side: the action endpoint (``<admin>/django_delayq/job/action/``)
+that the lists' and job pages' forms post to, the confirmation page it shows before a
+cancel or delete, the purge page of a queue's dead jobs (``purge/``), and the dashboard's
+pause and resume buttons (``queue/``, issue 20: the ``pause_queue`` permission).
+
+Every change is a POST, checks the action's own permission, and reports what it did
+through the messages framework; cancel, delete and purge destroy data, so they ask on a
+confirmation page first. What an action does is in :mod:`django_delayq.admin.actions`.
+"""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.translation import gettext
+from django.views.decorators.http import require_POST
+
+from django_delayq.admin import actions as actions
+from django_delayq.admin import texts as texts
+from django_delayq.admin import views as views
+from django_delayq.admin.pages import AdminPages, int_param
+from django_delayq.admin.texts import Count
+from django_delayq.job import DEAD, PENDING
+from django_delayq.storage import control
+from django_delayq.storage.connection import get_store
+from django_delayq.storage.store import Store
+
+
+def cap_warnings(
+    action: actions.Action, queue: str, task: str, capped: bool, searched: int | None
+) -> list[str]:
+    """What an "all matching" action left out: past its cap, or past its task search."""
+    out = []
+    if capped:
+        out.append(texts.STOPPED % {"count": Count(actions.ALL_MATCHING_LIMIT)})
+    if searched:
+        searched_text = texts.SEARCHED[action.status]
+        out.append(searched_text % {"count": Count(searched), "queue": queue, "task": task})
+    return out
+
+
+class ActionPages(AdminPages):
+    """The action, confirmation and purge pages of
+    :class:`~django_delayq.admin.dashboard.JobAdmin`."""
+
+    @staticmethod
+    def _safe_next(request: HttpRequest, fallback: str) -> str:
+        target = request.POST.get("next", "")
+        allowed = url_has_allowed_host_and_scheme(
+            target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+        )
+        return target if target and allowed else fallback
+
+    def action_view(self, request: HttpRequest) -> HttpResponse:
+        return require_POST(self._action)(request)
+
+    def _action(self, request: HttpRequest) -> HttpResponse:
+        # A row's own button posts one="<action>:<id>"; the bulk form posts action + ids
+        # (or select_across); a confirmation page posts action + job_ids + confirmed.
+        post = request.POST
+        one_action, _, one_id = post.get("one", "").partition(":")
+        action = actions.ACTIONS.get(one_action or post.get("action", ""))
+        if action is None:
+            messages.error(request, gettext("Choose an action."))
+            return HttpResponseRedirect(self._safe_next(request, self._url("changelist")))
+        self._require(request, action.permission)
+        store = get_store()
+        queue = self._queue(post.get("queue"), views.admin_queues(store))
+        fallback = self._url(action.status, queue=queue)
+        task = post.get("task", "").strip()[:300]
+        confirmed = action.confirm and post.get("confirmed") == "yes"
+        across = post.get("select_across") == "1" and not one_action and not confirmed
+        capped, searched = False, None
+        if confirmed:  # exactly the jobs the confirmation page counted
+            ids = post.get("job_ids", "").split()[: actions.ALL_MATCHING_LIMIT]
+            capped = post.get("capped") == "1"
+            searched = int_param(post.get("searched"), 0, 0, 10**9) or None
+        elif one_action:
+            ids = [one_id] if one_id else []
+        elif across:
+            matching = actions.matching_ids(
+                store, queue, action.status, task, skip_due=action.name == "run_now"
+            )
+            ids, capped, searched = matching.ids, matching.limited, matching.searched
+        else:
+            ids = post.getlist("ids")[: actions.MAX_POSTED_IDS]
+        notes = cap_warnings(action, queue, task, capped, searched)
+        if not ids:
+            messages.warning(
+                request,
+                texts.NONE_MATCHED[action.status]
+                if across
+                else gettext("No jobs were selected: tick the jobs to act on."),
+            )
+            for warning in notes:
+                messages.warning(request, warning)
+            return HttpResponseRedirect(self._safe_next(request, fallback))
+        if action.confirm and not confirmed:
+            return self._confirm(request, action, queue, ids, task, capped, searched)
+        return self._apply(request, store, action, queue, ids, notes, fallback)
+
+    def _apply(
+        self,
+        request: HttpRequest,
+        store: Store,
+        action: actions.Action,
+        queue: str,
+        ids: list[str],
+        notes: list[str],
+        fallback: str,
+    ) -> HttpResponse:
+        """Run the action, report what it did (then ``notes``), and go back."""
+        applied = actions.apply_action(store, action, queue, ids)
+        done, missed = applied.done, applied.missed
+        running = actions.running_among(store, queue, missed) if action.status == PENDING else 0
+        level = messages.SUCCESS if done else messages.WARNING
+        messages.add_message(
+            request,
+            level,
+            actions.action_message(action, done, len(missed), running, applied.held_keys),
+        )
+        for warning in notes:
+            messages.warning(request, warning)
+        if done and request.POST.get("from_detail"):
+            # The job left the page's state (cancelled, deleted, or due now and likely
+            # claimed at once): its page would say "No job ...". Show its list instead.
+            return HttpResponseRedirect(self._url(action.lands_on, queue=queue))
+        return HttpResponseRedirect(self._safe_next(request, fallback))
+
+    def _confirm(
+        self,
+        request: HttpRequest,
+        action: actions.Action,
+        queue: str,
+        ids: list[str],
+        task: str,
+        capped: bool,
+        searched: int | None,
+    ) -> HttpResponse:
+        """The page that asks before a cancel or delete; its form posts the same action
+        with the ids it counted and confirmed=yes. Nothing changes until then."""
+        store = get_store()
+        ids = list(dict.fromkeys(ids))
+        shown = views.fetch_rows(store, queue, ids[: actions.CONFIRM_SHOWN], store.server_time())
+        for _job_id, row in shown:
+            if row is not None:
+                row.url = self._url("detail", queue, row.job.id)
+        count = Count(len(ids))
+        back = self._safe_next(request, self._url(action.status, queue=queue))
+        context = self._context(
+            request,
+            texts.CONFIRM_TITLES[action.name] % {"count": count},
+            crumbs=[
+                (gettext("Dashboard"), self._url("changelist")),
+                self._list_crumb(action.status, queue),
+                (action.label, ""),
+            ],
+            action=action,
+            queue=queue,
+            status=action.status,
+            count=count,
+            shown=shown,
+            more=len(ids) - len(shown),
+            warning=texts.CONFIRM_WARNINGS[action.name],
+            notes=cap_warnings(action, queue, task, capped, searched),
+            button=texts.CONFIRM_BUTTONS[action.name] % {"count": count},
+            job_ids=" ".join(ids),
+            task=task,
+            capped=capped,
+            searched=searched or "",
+            from_detail=request.POST.get("from_detail", ""),
+            next=back,
+            back_url=back,
+            action_url=self._url("action"),
+        )
+        return self._render(request, "action_confirm.html", context)
+
+    def purge_view(self, request: HttpRequest) -> HttpResponse:
+        self._require(request, "delete_job")
+        source = request.POST if request.method == "POST" else request.GET
+        store = get_store()
+        queue = self._queue(source.get("queue"), views.admin_queues(store))
+        dead_url = self._url(DEAD, queue=queue)
+        if request.method == "POST":
+            # Only the jobs that had died when the confirmation page was shown.
+            try:
+                died_before = float(request.POST.get("died_before", ""))
+            except ValueError:
+                died_before = store.server_time()
+            purged = store.purge_dead(queue, died_before=died_before)
+            messages.success(
+                request,
+                texts.PURGED % {"count": Count(purged), "queue": queue},
+            )
+            return HttpResponseRedirect(dead_url)
+        context = self._context(
+            request,
+            gettext("Purge the dead jobs of %(queue)s") % {"queue": queue},
+            crumbs=[
+                (gettext("Dashboard"), self._url("changelist")),
+                self._list_crumb(DEAD, queue),
+                (gettext("Purge"), ""),
+            ],
+            queue=queue,
+            dead=store.size(queue, DEAD),
+            died_before=repr(store.server_time()),
+            dead_url=dead_url,
+        )
+        return self._render(request, "purge_confirm.html", context)
+
+    def queue_view(self, request: HttpRequest) -> HttpResponse:
+        """Pause or resume a queue: a POST with the CSRF token, from a user with the
+        ``pause_queue`` permission (405 for a GET, 403 without it)."""
+        return require_POST(self._pause_or_resume)(request)
+
+    def _pause_or_resume(self, request: HttpRequest) -> HttpResponse:
+        self._require(request, "pause_queue")
+        store = get_store()
+        queue = self._queue(request.POST.get("queue"), [])
+        back = self._url("changelist")
+        operation = request.POST.get("operation")
+        if operation == "pause":
+            changed = control.pause(store, queue)
+            text = (
+                gettext("Queue %(queue)s paused: no job of it is claimed until it is resumed.")
+                if changed
+                else gettext("Queue %(queue)s was paused already.")
+            )
+        elif operation == "resume":
+            changed = control.resume(store, queue)
+            text = (
+                gettext("Queue %(queue)s resumed.")
+                if changed
+                else gettext("Queue %(queue)s was not paused.")
+            )
+        else:
+            messages.error(request, gettext("Choose pause or resume."))
+            return HttpResponseRedirect(back)
+        messages.add_message(
+            request, messages.SUCCESS if changed else messages.WARNING, text % {"queue": queue}
+        )
+        return HttpResponseRedirect(back)

@@ -1,0 +1,167 @@
+"""The pending, in progress and dead lists of a queue (``<admin>/django_delayq/job/pending/``
+and the others): the query a list page is asked for, its page of jobs (a page of the set,
+or, filtered by task, a bounded scan of it), and the bulk actions it offers.
+
+What the rows show is in :mod:`django_delayq.admin.views`; the actions the list's form
+posts are served by :mod:`django_delayq.admin.action_pages`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.core.paginator import Paginator
+from django.http import HttpRequest, HttpResponse
+from django.utils.translation import gettext
+
+from django_delayq.admin import actions as actions
+from django_delayq.admin import texts as texts
+from django_delayq.admin import views as views
+from django_delayq.admin.pages import AdminPages, int_param
+from django_delayq.admin.texts import Count
+from django_delayq.job import DEAD, PENDING
+from django_delayq.outbox import count as outbox_count
+from django_delayq.registry import registered
+from django_delayq.storage.connection import get_store
+from django_delayq.storage.reads import RawJob
+from django_delayq.storage.store import Store
+
+
+@dataclass(frozen=True)
+class Listing:
+    """What a list page was asked for: the set, the queue, the task filter, the page size."""
+
+    status: str
+    queue: str
+    task: str
+    per_page: int
+
+    def params(self) -> dict[str, Any]:
+        """The query that keeps them across the page's links."""
+        params: dict[str, Any] = {"queue": self.queue, "task": self.task}
+        if self.per_page != views.PER_PAGE:
+            params["per_page"] = self.per_page
+        return params
+
+
+def every_label(listing: Listing, total: int) -> str:
+    """The label of the bulk form's "all matching" choice."""
+    status, queue = listing.status, listing.queue
+    if listing.task:
+        return gettext("every job of this task in %(queue)s (at most %(limit)s)") % {
+            "queue": queue,
+            "limit": Count(actions.ALL_MATCHING_LIMIT),
+        }
+    if total > actions.ALL_MATCHING_LIMIT:
+        return texts.FIRST_JOBS[status] % {
+            "count": Count(total),
+            "limit": Count(actions.ALL_MATCHING_LIMIT),
+            "queue": queue,
+        }
+    return texts.EVERY_JOB[status] % {"count": Count(total), "queue": queue}
+
+
+class ListPages(AdminPages):
+    """The list pages of :class:`~django_delayq.admin.dashboard.JobAdmin`."""
+
+    def list_view(self, request: HttpRequest, status: str) -> HttpResponse:
+        self._require(request, "view_job")
+        store = get_store()
+        queues = views.admin_queues(store)
+        queue = self._queue(request.GET.get("queue"), queues)
+        if queue not in queues:
+            queues.append(queue)
+        task = request.GET.get("task", "").strip()[:300]
+        per_page = int_param(request.GET.get("per_page"), views.PER_PAGE, 1, views.MAX_PER_PAGE)
+        listing = Listing(status, queue, task, per_page)
+        now = store.server_time()
+        total = store.size(queue, status)
+        in_database = outbox_count(queue) if status == PENDING and views.outbox_shown() else 0
+        context: dict[str, Any] = {"show_where": status == PENDING and views.outbox_shown()}
+        if task:
+            raws = self._task_page(request, store, listing, total, context)
+        else:
+            raws = self._page(request, store, listing, total, in_database, context)
+            total += in_database
+        offered = [a for a in actions.actions_for(status) if self._perm(request, a.permission)]
+        rows = [views.make_row(raw, now) for raw in raws]
+        for row in rows:
+            row.url = self._url("detail", queue, row.job.id)
+        context.update(
+            crumbs=[
+                (gettext("Dashboard"), self._url("changelist")),
+                (self._list_crumb(status, queue)[0], ""),
+            ],
+            status=status,
+            queue=queue,
+            queues=[(q, self._url(status, queue=q, task=task)) for q in queues],
+            task=task,
+            tasks=sorted(registered()),
+            total=total,
+            total_text=texts.TOTALS[status] % {"count": Count(total)},
+            rows=rows,
+            actions=offered,
+            every_label=every_label(listing, total) if offered else "",
+            action_url=self._url("action"),
+            next=request.get_full_path(),
+            purge_url=self._url("purge", queue=queue)
+            if status == DEAD and total and self._perm(request, "delete_job")
+            else "",
+        )
+        title = texts.LIST_TITLES[status] % {"queue": queue}
+        return self._render(request, "list.html", self._context(request, title, **context))
+
+    def _task_page(
+        self,
+        request: HttpRequest,
+        store: Store,
+        listing: Listing,
+        total: int,
+        context: dict[str, Any],
+    ) -> list[RawJob]:
+        """The jobs of one task, scanned from rank ``from`` on; its links go on in the scan."""
+        status, params = listing.status, listing.params()
+        start = int_param(request.GET.get("from"), 0, 0, max(total, 0))
+        scan = views.scan_for_task(
+            store, listing.queue, status, listing.task, start, listing.per_page, views.SCAN_BUDGET
+        )
+        context["scan"] = scan
+        context["first_url"] = self._url(status, **params) if start else ""
+        context["next_url"] = self._url(status, **params, **{"from": scan.end}) if scan.more else ""
+        context["empty"] = texts.EMPTY_TASK_LISTS[status] % {
+            "task": listing.task,
+            "queue": listing.queue,
+        }
+        return scan.raws
+
+    def _page(
+        self,
+        request: HttpRequest,
+        store: Store,
+        listing: Listing,
+        in_redis: int,
+        in_database: int,
+        context: dict[str, Any],
+    ) -> list[RawJob]:
+        """Page ``p`` of the set (pending: of Redis, then of the database outbox)."""
+        status, queue, params = listing.status, listing.queue, listing.params()
+        jobs = (
+            views.PendingSlice(store, queue, in_redis, in_database)
+            if in_database
+            else views.SortedSetSlice(store, queue, status, in_redis)
+        )
+        paginator = Paginator(jobs, listing.per_page)
+        page = paginator.get_page(int_param(request.GET.get("p"), 1, 1, 10**9))
+        raws = list(page.object_list)
+        context["page"] = page
+        context["page_links"] = [
+            (n, self._url(status, **params, p=n) if n != paginator.ELLIPSIS else "")
+            for n in paginator.get_elided_page_range(page.number, on_each_side=2, on_ends=1)
+        ]
+        if page.has_previous():
+            context["prev_url"] = self._url(status, **params, p=page.previous_page_number())
+        if page.has_next():
+            context["next_url"] = self._url(status, **params, p=page.next_page_number())
+        context["empty"] = texts.EMPTY_LISTS[status] % {"queue": queue}
+        return raws

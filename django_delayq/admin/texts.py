@@ -1,0 +1,112 @@
+"""The admin's texts: whole sentences per job status and per action, so that each can be
+translated as a whole (a translator never sees "No {status} jobs"). Lazy: translated
+when shown, in the language active then. The action names and reports are beside the
+actions, in :mod:`django_delayq.admin.actions`.
+"""
+
+from __future__ import annotations
+
+from django.utils.formats import number_format
+from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext_lazy
+
+from django_delayq.job import DEAD, PENDING, RUNNING
+
+STATUS_TITLES = {PENDING: _("Pending"), RUNNING: _("In progress"), DEAD: _("Dead")}
+LIST_TITLES = {
+    PENDING: _("Pending jobs in %(queue)s"),
+    RUNNING: _("Jobs in progress in %(queue)s"),
+    DEAD: _("Dead jobs in %(queue)s"),
+}
+EMPTY_LISTS = {
+    PENDING: _("No pending jobs in %(queue)s."),
+    RUNNING: _("No jobs in progress in %(queue)s."),
+    DEAD: _("No dead jobs in %(queue)s."),
+}
+EMPTY_TASK_LISTS = {
+    PENDING: _("No pending jobs of %(task)s in %(queue)s."),
+    RUNNING: _("No jobs of %(task)s in progress in %(queue)s."),
+    DEAD: _("No dead jobs of %(task)s in %(queue)s."),
+}
+TOTALS = {
+    PENDING: ngettext_lazy("%(count)s pending job", "%(count)s pending jobs", "count"),
+    RUNNING: ngettext_lazy("%(count)s job in progress", "%(count)s jobs in progress", "count"),
+    DEAD: ngettext_lazy("%(count)s dead job", "%(count)s dead jobs", "count"),
+}
+# The "all matching" checkbox of the lists that have actions (pending, dead).
+EVERY_JOB = {
+    PENDING: ngettext_lazy(
+        "the %(count)s pending job of %(queue)s", "all %(count)s pending jobs of %(queue)s", "count"
+    ),
+    DEAD: ngettext_lazy(
+        "the %(count)s dead job of %(queue)s", "all %(count)s dead jobs of %(queue)s", "count"
+    ),
+}
+FIRST_JOBS = {
+    PENDING: ngettext_lazy(
+        "the first %(limit)s of the %(count)s pending job of %(queue)s",
+        "the first %(limit)s of the %(count)s pending jobs of %(queue)s",
+        "count",
+    ),
+    DEAD: ngettext_lazy(
+        "the first %(limit)s of the %(count)s dead job of %(queue)s",
+        "the first %(limit)s of the %(count)s dead jobs of %(queue)s",
+        "count",
+    ),
+}
+NONE_MATCHED = {PENDING: _("No pending jobs matched."), DEAD: _("No dead jobs matched.")}
+SEARCHED = {
+    PENDING: ngettext_lazy(
+        "Only the first %(count)s pending job of queue %(queue)s was searched for %(task)s; "
+        "jobs further back are left alone.",
+        "Only the first %(count)s pending jobs of queue %(queue)s were searched for %(task)s; "
+        "jobs further back are left alone.",
+        "count",
+    ),
+    DEAD: ngettext_lazy(
+        "Only the first %(count)s dead job of queue %(queue)s was searched for %(task)s; "
+        "jobs further back are left alone.",
+        "Only the first %(count)s dead jobs of queue %(queue)s were searched for %(task)s; "
+        "jobs further back are left alone.",
+        "count",
+    ),
+}
+STOPPED = ngettext_lazy(
+    "Only the first %(count)s matching job is included; run the action again for the rest.",
+    "Only the first %(count)s matching jobs are included; run the action again for the rest.",
+    "count",
+)
+# Confirmation pages (actions with ``confirm``).
+CONFIRM_TITLES = {
+    "cancel": ngettext_lazy(
+        "Cancel %(count)s pending job?", "Cancel %(count)s pending jobs?", "count"
+    ),
+    "delete": ngettext_lazy("Delete %(count)s dead job?", "Delete %(count)s dead jobs?", "count"),
+}
+CONFIRM_WARNINGS = {
+    "cancel": _(
+        "A cancelled job never runs: it is removed with its arguments, and its unique key "
+        "becomes free. This cannot be undone."
+    ),
+    "delete": _(
+        "A deleted job is removed with its arguments and its errors. This cannot be undone."
+    ),
+}
+CONFIRM_BUTTONS = {
+    "cancel": ngettext_lazy("Yes, cancel it", "Yes, cancel them", "count"),
+    "delete": ngettext_lazy("Yes, delete it", "Yes, delete them", "count"),
+}
+
+PURGED = ngettext_lazy(
+    "Purged %(count)s dead job of queue %(queue)s.",
+    "Purged %(count)s dead jobs of queue %(queue)s.",
+    "count",
+)
+
+
+class Count(int):
+    """A number for a plural text: the plural form is chosen by its value, and it prints
+    with the active language's thousands separator ("12,345")."""
+
+    def __str__(self) -> str:
+        return number_format(int(self), force_grouping=True)

@@ -1,0 +1,147 @@
+"""The async API: aschedule(), acancel(), aget_job(), for async views.
+
+Validation and placement are the sync API's own (:class:`~.plan.Plan`,
+:class:`~.plan.Prepared`, the Store's ops); Redis is reached on a ``redis.asyncio`` client
+under the same retry policy (:mod:`.storage.async_store`). What needs the database (an outbox
+row: a job beyond ``DELAYQ["HORIZON"]``, the unique-key lookup of a keyed job, a miss of
+aget_job(), the rows acancel() removes) runs through ``sync_to_async``, as Django runs the
+ORM from async code; so do signal receivers (when any are connected).
+
+``on_commit=`` is refused: no transaction can be open in async code (Django's ``atomic()``
+is sync only), so there is nothing to join; Django would run the hook at once, and accepting
+it would let a reader believe the job waits for a commit.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.dispatch import Signal
+
+from django_delayq import outbox, placement, registry, signals
+from django_delayq.conf import delayq_settings
+from django_delayq.exceptions import OutcomeUnknown
+from django_delayq.health import named_queues, new_names
+from django_delayq.job import Job, decode_fields, job_from_raw, make_job
+from django_delayq.plan import OPTION_NAMES, Plan, Prepared
+from django_delayq.registry import Task, sender
+from django_delayq.storage.async_store import AsyncStore, get_async_store
+from django_delayq.storage.queues import check_queue_name
+
+ON_COMMIT_REFUSED = (
+    "aschedule() takes no on_commit=: no transaction can be open in async code (Django's "
+    "atomic() is sync only), so there is none to join. Call schedule(..., on_commit=True) "
+    "inside the sync function that opens the transaction (run it with "
+    "asgiref.sync.sync_to_async), or await aschedule() after that call returned (the "
+    "transaction has committed then)"
+)
+
+
+async def aschedule(task: Task | str, /, *args: Any, **kwargs: Any) -> Job:
+    """Store a job that runs ``task(*args, **kwargs)`` later, from async code.
+
+    The options, validation, errors and the Job returned are those of
+    :func:`~django_delayq.schedule`, except ``on_commit=``, which raises TypeError (no
+    transaction can be open in async code). A job beyond ``DELAYQ["HORIZON"]`` and a job
+    with a unique ``key`` consult the database outbox through ``sync_to_async``.
+    """
+    if kwargs.pop("on_commit", False):
+        raise TypeError(ON_COMMIT_REFUSED)
+    options = {name: kwargs.pop(name) for name in OPTION_NAMES.intersection(kwargs)}
+    plan = Plan(task, options)
+    now = time.time()
+    if plan.key is None and not plan.far(now):
+        prepared = Prepared(plan, args, kwargs)  # to Redis now: no database involved
+    else:
+        placed = await sync_to_async(placement.place)(plan, args, kwargs, None, now)
+        if isinstance(placed, Job):
+            return placed
+        prepared = placed
+    try:
+        result = await get_async_store().schedule(
+            plan.queue, prepared.id, prepared.record, **plan.options
+        )
+    except OutcomeUnknown as exc:
+        raise OutcomeUnknown(
+            f"{exc}; the job may have been stored: aget_job({prepared.id!r}) tells"
+        ) from exc
+    job = prepared.job(result)
+    await _send(signals.job_scheduled, prepared.sender, job=job)
+    return job
+
+
+async def _send(signal: Signal, sender: Any, **kwargs: Any) -> None:
+    """signals.send() in a thread, as Django runs sync receivers from async code."""
+    if signal.receivers:
+        await sync_to_async(signals.send)(signal, sender, **kwargs)
+
+
+async def _first(
+    store: AsyncStore, queue: str | None, probe: Callable[[str], Awaitable[Any]]
+) -> Any:
+    """``probe(name)`` for each queue to search, in api.search_queues's order (the given
+    queue; else the named ones, then those Redis remembers, read only when the search gets
+    that far) until one answers; that answer, or None."""
+    if queue is not None:
+        return await probe(check_queue_name(queue))
+    seen: set[str] = set()
+    for name in named_queues(seen):
+        if found := await probe(name):
+            return found
+    for name in new_names(await store.queues(), seen):
+        if found := await probe(name):
+            return found
+    return None
+
+
+async def aget_job(job_id: str, queue: str | None = None) -> Job | None:
+    """:func:`~django_delayq.get_job` from async code: the job with that id, or None. A
+    miss in Redis asks the database outbox through ``sync_to_async``."""
+    if not isinstance(job_id, str):
+        raise TypeError(f"job id must be a string, got {job_id!r}")
+    store = get_async_store()
+    raw = await _first(store, queue, lambda name: store.fetch(name, job_id))
+    if raw is not None:
+        return job_from_raw(raw, delayq_settings.MAX_RETRIES)
+    row = await sync_to_async(outbox.find)(job_id, queue)
+    if row is None or await store.relayed(row.queue, [row.id]):
+        return None  # a relayed row whose DELETE has not committed: the job is not there
+    return placement.row_job(row, None)
+
+
+async def acancel(
+    job_id: str | None = None, *, key: str | None = None, queue: str | None = None
+) -> bool:
+    """:func:`~django_delayq.cancel` from async code: True if the job was pending and is
+    now gone. Rows of the database outbox are removed through ``sync_to_async``."""
+    if (job_id is None) == (key is None):
+        raise TypeError("cancel() takes a job id or key=, exactly one of them")
+    in_queue = None if queue is None else check_queue_name(queue)
+    store = get_async_store()
+    for attempt in range(2):
+        found = bool(await _first(store, queue, lambda name: _cancel(store, name, job_id, key)))
+        if found and key is None:
+            return True
+        if attempt == 0 and await sync_to_async(placement.cancel_rows)(in_queue, job_id, key):
+            return True
+        if found:
+            return True
+    return False
+
+
+async def _cancel(store: AsyncStore, queue: str, job_id: str | None, key: str | None) -> bool:
+    found = await store.cancel(queue, job_id=job_id, key=key)
+    if found is None:
+        return False
+    cancelled_id, record = found
+    job = make_job(
+        cancelled_id, queue, "cancelled", decode_fields(record), delayq_settings.MAX_RETRIES
+    )
+    await _send(signals.job_cancelled, sender(job.task), job=job)
+    return True
+
+
+registry.use_async_scheduler(aschedule)  # Task.aschedule()

@@ -1,8 +1,0 @@
--- fetch.lua: read one job whole, atomically (read-only).
--- KEYS: pending running dead jobs state errors
--- ARGV[1] job id
--- Returns {record, state, errors, pending score, running score, dead score}, each false when
--- absent (scores in epoch milliseconds).
-local id = ARGV[1]
-return {redis.call('HGET', J, id), redis.call('HGET', S, id), redis.call('HGET', E, id),
-  redis.call('ZSCORE', P, id), redis.call('ZSCORE', R, id), redis.call('ZSCORE', D, id)}

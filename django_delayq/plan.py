@@ -1,0 +1,330 @@
+"""Where a job goes, decided in one place: schedule() and schedule_many() (api.py), the
+outbox side of scheduling (placement.py) and the django.tasks backend (backends.py) ask here.
+
+A schedule() call is validated and decided before anything is stored: its task, queue,
+retries (the record's header carries ``max_retries``, decided once), unique key and due
+time (:class:`Plan`); then its arguments are checked and encoded (:class:`Prepared`). Where
+it goes (:meth:`Plan.place`): to Redis now, or as a row of the database outbox (an
+on_commit job inside a transaction, a job due beyond ``DELAYQ["HORIZON"]``, or a job
+whose unique key a row holds). Nothing here writes to Redis or the database.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import DEFAULT_DB_ALIAS, transaction
+from django.utils import timezone
+
+from django_delayq import outbox
+from django_delayq.batch import Entry
+from django_delayq.conf import delayq_settings
+from django_delayq.control import check_priority
+from django_delayq.database_time import When
+from django_delayq.job import DEFERRED, PENDING, Job, decode_fields, make_job
+from django_delayq.job_ids import new_job_id
+from django_delayq.record import FLAG_TOMBSTONE, FLAG_UNDECIDED, Fields, encode_record
+from django_delayq.registry import Task, discovered, find_task, registered, unknown_task
+from django_delayq.storage.queues import check_queue_name
+from django_delayq.storage.store import DONE_TTL, Scheduled
+
+TASK_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_<>][\w<>]*)+")
+# Due times are kept before 2200 (a lease score of a not-started job is lease_until - 1e10,
+# which must stay negative) and delays at most 100 years.
+LATEST_DUE = datetime(2200, 1, 1, tzinfo=UTC)
+MAX_DELAY = 100 * 365.25 * 24 * 3600
+# A job due this soon may finish before a schedule() re-sent after a lost reply reaches
+# Redis, so it keeps a tombstone when it finishes (flag 'i'); `at=` allows an hour of clock
+# difference between this process and Redis.
+_SOON = DONE_TTL
+_SKEW = 3600.0
+
+OPTION_NAMES = frozenset({"delay", "at", "key", "on_conflict", "queue", "max_retries", "priority"})
+
+
+def resolve_task(task: Task | str | Callable[..., Any]) -> tuple[str, Task | None]:
+    if isinstance(task, Task):
+        return task.name, task
+    if isinstance(task, str):
+        found = find_task(task)
+        if found is not None:
+            return task, found
+        if not TASK_NAME.fullmatch(task):
+            raise ValueError(f"{task!r} is not a dotted task name like 'shop.tasks.cancel_order'")
+        if discovered() and delayq_settings.CHECK_NAMES:
+            raise unknown_task(task)
+        return task, None  # CHECK_NAMES is off: a task of another code base's workers
+    if callable(task):
+        raise TypeError(
+            f"{getattr(task, '__qualname__', task)!r} is not a task: decorate it with "
+            "@django_delayq.task so workers are allowed to run it"
+        )
+    raise TypeError(f"schedule() needs a task, a task name or a @task function, got {task!r}")
+
+
+def _at(at: Any) -> dict[str, float]:
+    if not isinstance(at, datetime):
+        raise TypeError(f"at= must be a datetime, got {type(at).__name__} {at!r}")
+    if timezone.is_naive(at):
+        if settings.USE_TZ:
+            raise ValueError(
+                f"at={at!r} is a naive datetime while USE_TZ is on: pass an aware datetime "
+                "(django.utils.timezone.now() + timedelta(...), or timezone.make_aware(at))"
+            )
+        at = timezone.make_aware(at, timezone.get_default_timezone())
+    if at >= LATEST_DUE:
+        raise ValueError(f"at={at!r} is too far ahead: django-delayq keeps due times before 2200")
+    return {"at": at.timestamp()}
+
+
+def when(delay: Any, at: Any) -> dict[str, float]:
+    """Translate delay/at into the store's keyword (seconds or epoch), refusing what no
+    due time can be."""
+    if delay is not None and at is not None:
+        raise TypeError("pass either delay= or at=, not both")
+    if at is not None:
+        return _at(at)
+    if delay is None:
+        return {"delay": 0.0}
+    if isinstance(delay, timedelta):
+        seconds = delay.total_seconds()
+    elif isinstance(delay, (int, float)) and not isinstance(delay, bool):
+        try:
+            seconds = float(delay)
+        except OverflowError:  # an int too large for a float
+            seconds = math.inf
+    else:
+        raise TypeError(
+            f"delay= must be a timedelta or a number of seconds, got {type(delay).__name__} "
+            f"{delay!r}"
+        )
+    if not math.isfinite(seconds) or seconds > MAX_DELAY:
+        raise ValueError(
+            f"delay= must be a finite number of seconds up to 100 years ({MAX_DELAY:.0f}), "
+            f"got {delay!r}"
+        )
+    return {"delay": max(seconds, 0.0)}
+
+
+def check_queue(queue: str) -> str:
+    """``queue`` if workers of this code base serve it: in QUEUES (when the settings give
+    it), the DEFAULT_QUEUE or a registered task's queue; else ValueError naming the known
+    ones (CHECK_NAMES=False skips this)."""
+    configured = delayq_settings.QUEUES
+    if queue in configured or queue == delayq_settings.DEFAULT_QUEUE:
+        return queue
+    if not delayq_settings.is_set("QUEUES") or not delayq_settings.CHECK_NAMES:
+        return queue
+    known = [*configured, delayq_settings.DEFAULT_QUEUE]
+    known += [t.queue for t in registered().values() if t.queue]
+    if queue in known:
+        return queue
+    known = list(dict.fromkeys(str(k) for k in known))
+    close = difflib.get_close_matches(queue, known, n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    raise ValueError(
+        f"queue {queue!r} is not one this code base's workers serve (known: "
+        f"{', '.join(known)}: DELAYQ['QUEUES'], DEFAULT_QUEUE and the queues of registered "
+        f"tasks): {hint}Fix the name or add it to DELAYQ['QUEUES'], or set "
+        "DELAYQ['CHECK_NAMES'] = False to schedule to queues of another code base's workers"
+    )
+
+
+def check_key(key: Any, on_conflict: Any) -> None:
+    if key is not None and (not isinstance(key, str) or not key or len(key) > 1024):
+        raise TypeError(f"key= must be a non-empty string of at most 1024 characters, got {key!r}")
+    if key is not None:
+        try:
+            key.encode()
+        except UnicodeEncodeError:
+            raise TypeError(f"key= must be encodable as UTF-8, got {key!r}") from None
+    if on_conflict not in ("replace", "keep"):
+        raise ValueError(f"on_conflict= must be 'replace' or 'keep', got {on_conflict!r}")
+
+
+def record_flags(due: dict[str, float], outbox: bool, policy: str = "") -> str:
+    """The flags of a job's record. Flag 'i' (a finished job leaves a tombstone) for a job
+    due soon (a re-sent schedule may reach Redis after it ran) and for a job bound for the
+    outbox (a row may be relayed twice: the second relay must never store it again)."""
+    soon = due["at"] - time.time() < _SOON + _SKEW if "at" in due else due["delay"] < _SOON
+    return (FLAG_TOMBSTONE if outbox or soon else "") + policy
+
+
+def beyond_horizon(due_in: float) -> bool:
+    """Whether a job due in ``due_in`` seconds waits in the database outbox: beyond
+    ``DELAYQ["HORIZON"]``."""
+    horizon = delayq_settings.HORIZON
+    return horizon is not None and due_in > horizon
+
+
+def relay_beyond_horizon(due: float, delay: float | None) -> When:
+    """When a row beyond the horizon is relayed: as it comes within the horizon, on the
+    database's clock (outbox promise I7): its delay less the horizon, or for an ``at=`` job
+    (``delay`` None) its due time less the horizon."""
+    horizon = float(delayq_settings.HORIZON)
+    if delay is None:
+        return When(due - horizon, False)
+    return When(delay - horizon)
+
+
+def transaction_alias(on_commit: bool | str) -> str | None:
+    """The database alias whose transaction an on_commit job joins, None when there is
+    none (no on_commit, or no atomic block open on that alias)."""
+    if not on_commit:
+        return None
+    alias = on_commit if isinstance(on_commit, str) else DEFAULT_DB_ALIAS
+    if isinstance(on_commit, str):  # checked even outside a transaction: it names a database
+        outbox.check_on_commit(alias, on_commit)
+    if not transaction.get_connection(alias).in_atomic_block:
+        return None
+    if not isinstance(on_commit, str):
+        outbox.check_on_commit(alias, on_commit)
+    return alias
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a job goes: Redis now (``in_outbox`` False), or the database outbox: a new row
+    (in the transaction of ``alias``, else in the routers' database; ``far``: beyond the
+    horizon), or, when ``held`` is set, the row (alias, row) that holds its unique key."""
+
+    in_outbox: bool
+    alias: str | None = None
+    far: bool = False
+    held: tuple[str, outbox.Row] | None = None
+
+
+class Plan:
+    """What a schedule() call decides before looking at the task's arguments: task,
+    queue, retries, unique key and due time. schedule_many() works it out once."""
+
+    __slots__ = (
+        "flags",
+        "key",
+        "max_retries",
+        "name",
+        "options",
+        "policy",
+        "priority",
+        "queue",
+        "task",
+        "when",
+    )
+
+    def __init__(self, task: Any, options: dict[str, Any]) -> None:
+        if not OPTION_NAMES.issuperset(options):
+            unknown = set(options) - OPTION_NAMES
+            raise TypeError(f"unknown schedule() option {sorted(unknown)[0]!r}")
+        self.name, self.task = resolve_task(task)
+        key, on_conflict = options.get("key"), options.get("on_conflict", "replace")
+        check_key(key, on_conflict)
+        queue = options.get("queue")
+        if queue:
+            self.queue = check_queue(check_queue_name(queue))
+        else:
+            default = self.task.queue if self.task is not None else None
+            self.queue = check_queue_name(default or delayq_settings.DEFAULT_QUEUE)
+        max_retries = options.get("max_retries")
+        # A task this process does not import: its max_retries is unknown here; the setting
+        # goes in the header with flag 'u', and the worker writes the task's (job.py).
+        self.policy = FLAG_UNDECIDED if max_retries is None and self.task is None else ""
+        if max_retries is None and self.task is not None:
+            max_retries = self.task.max_retries
+        if max_retries is None:
+            max_retries = delayq_settings.MAX_RETRIES
+        if type(max_retries) is not int or not 0 <= max_retries < 10**9:
+            raise ValueError(f"max_retries= must be an int >= 0, got {max_retries!r}")
+        self.max_retries = max_retries  # decided here, once: the record's header carries it
+        self.key = key
+        priority = options.get("priority")
+        if priority is None:
+            priority = getattr(self.task, "priority", 0) if self.task is not None else 0
+        self.priority = check_priority(priority)
+        self.when = when(options.get("delay"), options.get("at"))
+        self.flags = record_flags(self.when, outbox=False, policy=self.policy)
+        self.options = {**self.when, "key": key, "on_conflict": on_conflict}
+
+    def due(self, now: float) -> float:
+        """The due time (epoch seconds) as this process's clock sees it."""
+        return self.options["at"] if "at" in self.options else now + self.options["delay"]
+
+    def far(self, now: float) -> bool:
+        """Whether the job is due beyond DELAYQ["HORIZON"] (so it waits in the database)."""
+        return beyond_horizon(self.due(now) - now)
+
+    def place(self, alias: str | None, now: float) -> Place:
+        """Where the job goes, ``alias`` being the transaction it joins (see
+        :func:`transaction_alias`)."""
+        far = self.far(now)
+        if alias is not None or far:
+            return Place(True, alias, far)
+        # Outside a transaction on_commit stores at once, as Django runs the hook at once.
+        if self.key is not None:  # one indexed query, whatever HORIZON is (rows it left)
+            held = outbox.find_key(self.queue, self.key)
+            # The key's job waits in the database: it stays one job (unless the row is a
+            # relay's leftover: its job is in Redis, where this call replaces it, or ran).
+            if held is not None and not outbox.leftover(self.queue, held[1].id):
+                return Place(True, held=held)
+        return Place(False)
+
+
+class Prepared:
+    """A validated, encoded schedule() call, ready for the store (or the outbox)."""
+
+    __slots__ = ("args", "id", "kwargs", "plan", "record")
+
+    def __init__(self, plan: Plan, args: tuple | list, kwargs: dict, outbox: bool = False) -> None:
+        if plan.task is not None:
+            plan.task.check_call(args, kwargs)
+        self.plan = plan
+        self.args, self.kwargs = list(args), kwargs
+        # A record bound for the outbox may be relayed twice: flag 'i' makes a finished job
+        # leave a tombstone, so the second relay never stores it again.
+        flags = record_flags(plan.when, True, plan.policy) if outbox else plan.flags
+        self.record = encode_record(
+            plan.name, self.args, kwargs, plan.key, plan.max_retries, flags, plan.priority
+        )
+        self.id = new_job_id()
+
+    @property
+    def sender(self) -> Task | str:
+        """The sender of the job's signals."""
+        return self.plan.task or self.plan.name
+
+    def entry(self) -> Entry:
+        """The job as one entry of a batch for Redis (batch.py)."""
+        plan = self.plan
+        return Entry(
+            self.id, plan.queue, self.record, plan.when, plan.key, plan.options["on_conflict"]
+        )
+
+    def job(self, result: Scheduled | None) -> Job:
+        """The Job this call stored (or kept)."""
+        plan = self.plan
+        fields = Fields(
+            plan.name, self.args, self.kwargs, plan.key, plan.max_retries, priority=plan.priority
+        )
+        if result is not None and result.record:  # kept: describe the existing job
+            fields = decode_fields(result.record)
+        status = PENDING if result is None or result.outcome != "done" else "done"
+        return make_job(
+            result.id if result else self.id,
+            plan.queue,
+            status,
+            fields,
+            delayq_settings.MAX_RETRIES,
+            score=result.due_at if result else None,
+            outcome=DEFERRED
+            if result is None
+            else "created"
+            if status == "done"
+            else result.outcome,
+        )

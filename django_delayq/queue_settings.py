@@ -1,0 +1,95 @@
+"""Per-queue options of ``DELAYQ['QUEUES']`` (issue 20).
+
+``QUEUES`` is a list of queue names, or a dict of queue name -> options, like Django's
+``CACHES`` and ``DATABASES``::
+
+    DELAYQ = {"QUEUES": {"default": {}, "emails": {"concurrency": 5}}}
+
+The one option, ``concurrency`` (an int >= 1, or None: the default, no limit), lets at most N
+attempts of the queue's jobs run at once across all workers; claim.lua enforces it, with the
+slots of ``@task(concurrency=N)`` (``storage/control.py``). Workers publish it to Redis before
+their first claim (``worker/limits.py``). The system checks ``delayq.E012`` (a bad option
+value) and ``delayq.E013`` (options that are not a dict, or an unknown option) report what
+:func:`queue_limits` refuses.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django_delayq.conf import delayq_settings
+from django_delayq.exceptions import ConfigurationError
+
+OPTIONS = ("concurrency",)
+
+
+class QueueSettingError(ConfigurationError):
+    """A bad entry of ``DELAYQ['QUEUES']``; ``check_id`` is the system check reporting it."""
+
+    check_id = "delayq.E013"
+
+
+class BadQueueOptions(QueueSettingError):
+    """``DELAYQ['QUEUES']`` gives a queue options that are not a dict or name an unknown
+    option (delayq.E013)."""
+
+
+class BadQueueOption(QueueSettingError):
+    """An option of ``DELAYQ['QUEUES']`` has a bad value (delayq.E012)."""
+
+    check_id = "delayq.E012"
+
+
+def queue_options(queue: str, options: Any) -> dict[str, Any]:
+    """The options of ``queue`` as ``{"concurrency": int | None}``; ConfigurationError
+    naming the queue and the bad value otherwise."""
+    if options is None:
+        options = {}
+    if not isinstance(options, dict):
+        raise BadQueueOptions(
+            f"DELAYQ['QUEUES'][{queue!r}] must be a dict of options (such as "
+            f"{{'concurrency': 5}}) or None, got {options!r}"
+        )
+    unknown = sorted(str(name) for name in options if name not in OPTIONS)
+    if unknown:
+        raise BadQueueOptions(
+            f"DELAYQ['QUEUES'][{queue!r}] has an unknown option {unknown[0]!r} "
+            f"(known: {', '.join(OPTIONS)})"
+        )
+    concurrency = options.get("concurrency")
+    if concurrency is not None and (type(concurrency) is not int or concurrency < 1):
+        raise BadQueueOption(
+            f"DELAYQ['QUEUES'][{queue!r}]['concurrency'] must be an int >= 1 (attempts of "
+            f"the queue's jobs running at once across all workers) or None (no limit), got "
+            f"{concurrency!r}"
+        )
+    return {"concurrency": concurrency}
+
+
+def queue_limits(queues: list[str]) -> dict[str, int | None]:
+    """The concurrency limit of each of ``queues`` (None: none) from ``DELAYQ['QUEUES']``;
+    a queue the setting does not list, or a list setting, has none. Raises
+    ConfigurationError for a bad entry of those queues."""
+    configured = delayq_settings.QUEUES
+    if not isinstance(configured, dict):
+        return dict.fromkeys(queues)
+    return {
+        queue: queue_options(queue, configured[queue])["concurrency"]
+        if queue in configured
+        else None
+        for queue in queues
+    }
+
+
+def problems() -> list[QueueSettingError]:
+    """Every bad entry of ``DELAYQ['QUEUES']`` (for the system checks)."""
+    configured = delayq_settings.QUEUES
+    if not isinstance(configured, dict):
+        return []
+    found: list[QueueSettingError] = []
+    for queue, options in configured.items():
+        try:
+            queue_options(queue, options)
+        except QueueSettingError as exc:
+            found.append(exc)
+    return found

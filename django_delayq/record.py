@@ -1,0 +1,187 @@
+"""The job record: the bytes stored for a job in its queue's ``jobs`` hash, and their format.
+
+A record holds what the producer decided and never changes while the job waits (a unique-key
+replace swaps it whole). Format 3 (since 0.2) is a header the Lua scripts read, then a body
+only Python reads::
+
+    5ik=19:order:42:autocancel\\n    header: max_retries 5, flags i and k, the key (19 bytes)
+    shop.tasks.cancel_order\\n       the task name
+    {"reason":"unpaid"}\\n           keyword arguments (only with flag 'k')
+    42,"x"                          the positional arguments: a JSON array without [ ]
+
+A job with a priority other than 0 ends its header with ``^<priority>`` (after the key, if
+any): ``5ik=19:order:42:autocancel^10``; scripts read it to put the job in the queue's
+``ranked`` set (``lua/_lib.lua``). A reader older than priorities refuses such a header.
+
+The header is everything scripts need (``header()`` in ``lua/_lib.lua``), so they never
+decode user data, whatever its size or nesting: ``max_retries`` (decided once, when the job is
+scheduled), flags (``i``: keep a tombstone when it finishes, see ``store.py``; ``k``: has
+keyword arguments; ``u``: max_retries undecided, see below) and the unique key.
+
+A process that schedules a task by name without importing it (``CHECK_NAMES`` off) does not
+know the task's ``max_retries``: it writes its ``MAX_RETRIES`` setting and flag ``u``, and
+the worker that runs the job writes the task's own into the header (``settle_record``,
+``lua/settle.lua``) as it starts it. A reader that does not know flag ``u`` (0.2.0) reads
+the digits, as before; a new flag letter keeps the format at 3.
+
+A record of 0.1 (a JSON array, format 2, or object, format 1) is still decoded here;
+scripts treat it as having no unique key and the ``MAX_RETRIES`` setting.
+
+What changes as the job runs lives beside the record (:mod:`django_delayq.job_state`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from django_delayq.arguments import comes_back_equal, dumps, refusal
+from django_delayq.exceptions import CorruptJob
+
+FLAG_TOMBSTONE = "i"
+FLAG_KWARGS = "k"
+FLAG_UNDECIDED = "u"
+
+
+def encode_record(
+    task: str,
+    args: list,
+    kwargs: dict,
+    key: str | None = None,
+    max_retries: int = 0,
+    flags: str = "",
+    priority: int = 0,
+) -> bytes:
+    """Encode a job record (format 3), refusing arguments that would not come back equal.
+
+    One ``dumps`` and one ``loads`` (both in C) decide, the ``loads`` only when an argument
+    is not a plain str/int/bool/None/finite float; only when they disagree is the structure
+    walked, to name the offending argument in the error.
+    """
+    try:
+        args_text = dumps(args)
+        kwargs_text = dumps(kwargs) if kwargs else ""
+        ok = comes_back_equal(args, args_text, kwargs, kwargs_text)
+        body = (
+            f"{task}\n{kwargs_text}\n{args_text[1:-1]}" if kwargs else f"{task}\n{args_text[1:-1]}"
+        )
+        data = body.encode()  # UnicodeEncodeError (a ValueError): a lone surrogate
+    except (TypeError, ValueError, RecursionError):
+        ok = False
+    if not ok:
+        raise refusal(task, args, kwargs)
+    if kwargs:
+        flags += FLAG_KWARGS
+    head = f"{max_retries}{flags}".encode()
+    if key is not None:
+        raw_key = key.encode()
+        head += b"=%d:%s" % (len(raw_key), raw_key)
+    if priority:
+        head += b"^%d" % priority
+    return head + b"\n" + data
+
+
+@dataclass(frozen=True)
+class Fields:
+    """What a record says: the call, and the policy decided when the job was scheduled."""
+
+    task: str
+    args: list
+    kwargs: dict
+    key: str | None = None
+    max_retries: int | None = None  # None only for records of 0.1 (the setting applies)
+    flags: str = ""
+    priority: int = 0
+
+    @property
+    def info(self) -> str:
+        """The record's flags and unique key as ack.lua takes them."""
+        return self.flags if self.key is None else f"{self.flags}={self.key}"
+
+
+EMPTY = Fields("", [], {})
+_HEADER = re.compile(rb"(\d{1,9})([a-z]*)")
+
+
+def undecided(record: bytes) -> bool:
+    """Whether the record's header leaves max_retries to the worker (flag 'u')."""
+    match = _HEADER.match(record)
+    return match is not None and b"u" in match.group(2)
+
+
+def settle_record(record: bytes, max_retries: int) -> bytes:
+    """The record with ``max_retries`` decided (flag 'u' dropped), as settle.lua writes it."""
+    match = _HEADER.match(record)
+    if match is None:
+        return record
+    flags = match.group(2).replace(b"u", b"")
+    return b"%d%s%s" % (max_retries, flags, record[match.end() :])
+
+
+def decode_record(raw: bytes | str) -> Fields:
+    """Decode a record (format 3, or 0.1's formats 1 and 2); raise CorruptJob."""
+    if isinstance(raw, str):
+        raw = raw.encode("utf-8", "surrogatepass")
+    first = raw[:1]
+    if first in (b"[", b"{"):
+        return _decode_legacy(raw)
+    match = _HEADER.match(raw)
+    if match is None:
+        raise CorruptJob(f"job record has no header (newer format, or damaged): {raw[:80]!r}")
+    max_retries, flags = int(match.group(1)), match.group(2).decode()
+    pos, key = match.end(), None
+    try:
+        if raw[pos : pos + 1] == b"=":
+            colon = raw.index(b":", pos)
+            length = int(raw[pos + 1 : colon])
+            key = raw[colon + 1 : colon + 1 + length].decode()
+            pos = colon + 1 + length
+        priority = 0
+        if raw[pos : pos + 1] == b"^":
+            end = raw.index(b"\n", pos)
+            priority = int(raw[pos + 1 : end])
+            pos = end
+        if raw[pos : pos + 1] != b"\n":
+            raise ValueError("header does not end with a newline")
+        task_end = raw.index(b"\n", pos + 1)
+        task = raw[pos + 1 : task_end].decode()
+        kwargs: Any = {}
+        rest = task_end + 1
+        if FLAG_KWARGS in flags:
+            kwargs_end = raw.index(b"\n", rest)
+            kwargs = json.loads(raw[rest:kwargs_end])
+            rest = kwargs_end + 1
+        args = json.loads(b"[" + raw[rest:] + b"]")
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError and JSON errors too
+        raise CorruptJob(f"job record cannot be decoded ({exc}): {raw[:80]!r}") from None
+    if not task or not isinstance(kwargs, dict):
+        raise CorruptJob(f"job record has malformed fields: {raw[:80]!r}")
+    flags = flags.replace(FLAG_KWARGS, "")
+    return Fields(task, args, kwargs, key, max_retries, flags, priority)
+
+
+def _decode_legacy(raw: bytes) -> Fields:
+    try:
+        record = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise CorruptJob(f"job record is not valid JSON ({exc}): {raw[:80]!r}") from None
+    if type(record) is list and record and type(record[0]) is str:  # format 2, short head
+        return Fields(record[0], record[1:], {})
+    if type(record) is list and record and type(record[0]) is dict:  # format 2, object head
+        head, args = record[0], record[1:]
+    elif type(record) is dict:  # format 1
+        head, args = record, record.get("a", [])
+    else:
+        raise CorruptJob(f"job record has no task name: {raw[:80]!r}")
+    kwargs, max_retries, key = head.get("k", {}), head.get("r"), head.get("u")
+    if (
+        not isinstance(head.get("t"), str)
+        or not isinstance(args, list)
+        or not isinstance(kwargs, dict)
+        or not (max_retries is None or type(max_retries) is int)
+        or not (key is None or isinstance(key, str))
+    ):
+        raise CorruptJob(f"job record has malformed fields: {raw[:80]!r}")
+    return Fields(head["t"], args, kwargs, key, max_retries)

@@ -1,0 +1,118 @@
+"""Fire times and occurrence ids.
+
+Fire times are integer epoch milliseconds. ``every`` schedules fire at the multiples of
+their interval since the epoch (so every worker computes the same times, whatever its
+clock); cron schedules are evaluated by cronsim in the schedule's zone, which runs a time
+that a spring-forward gap skips once at the shift, and a fixed time that the autumn
+repeats once (at its first, summer-time, instance).
+
+An occurrence's id has a ULID's shape (26 Crockford base-32 digits), so the admin and
+``id_timestamp()`` read its fire time like a job's creation time: 48 bits of fire time,
+16 bits of TAG (an occurrence is known by its id alone, without a database query), 40 bits
+of a hash of the schedule's name (found again on the job's start) and 24 bits of its
+version (a hash of the definition's digest and generation), so a changed schedule's
+occurrences never share an id, or a tombstone, with the old one's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from datetime import UTC, datetime
+
+from cronsim import CronSim
+
+from django_delayq.recurring.definitions import Definition
+
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+_VALUE = {c: i for i, c in enumerate(_CROCKFORD)}
+TAG = 0xD7C3  # 16 bits that mark an occurrence's id (an ordinary ULID has them by chance
+# once in 65,536: its start then costs one look at the known name hashes)
+TAG_BITS = 16
+NAME_BITS = 40
+VERSION_BITS = 24
+CRON_SCAN = 100_000  # most fire times a cron scan looks at (a year of minutes is 525,600)
+
+
+def name_hash(name: str) -> int:
+    return int.from_bytes(hashlib.blake2b(name.encode(), digest_size=5).digest(), "big")
+
+
+def version_hash(digest: str, generation: int) -> int:
+    raw = hashlib.blake2b(f"{digest}/{generation}".encode(), digest_size=3).digest()
+    return int.from_bytes(raw, "big")
+
+
+def occurrence_id(name: str, version: int, fire_ms: int) -> str:
+    value = (fire_ms << 80) | (TAG << 64) | (name_hash(name) << VERSION_BITS) | version
+    digits = []
+    for _ in range(26):
+        digits.append(_CROCKFORD[value & 31])
+        value >>= 5
+    return "".join(reversed(digits))
+
+
+def parse_occurrence_id(job_id: str) -> tuple[int, int, int] | None:
+    """(fire_ms, name hash, version) of an occurrence's id; None for any other id."""
+    if len(job_id) != 26:
+        return None
+    # Characters 10 to 13 hold bits 60 to 79, the tag's among them: an ordinary job id
+    # (every job a worker runs asks) is turned away after four lookups, not 26.
+    head = 0
+    for char in job_id[10:14]:
+        digit = _VALUE.get(char)
+        if digit is None:
+            return None
+        head = head * 32 + digit
+    if (head >> 4) & 0xFFFF != TAG:
+        return None
+    value = 0
+    for char in job_id:
+        digit = _VALUE.get(char)
+        if digit is None:
+            return None
+        value = value * 32 + digit
+    if (value >> 64) & 0xFFFF != TAG:
+        return None
+    return value >> 80, (value >> VERSION_BITS) & ((1 << NAME_BITS) - 1), value & 0xFFFFFF
+
+
+def _cron_after(definition: Definition, after_ms: int) -> Iterator[int]:
+    start = datetime.fromtimestamp(after_ms / 1000, UTC).astimezone(definition.zone)
+    for moment in CronSim(definition.cron or "", start):
+        yield int(moment.timestamp() * 1000)
+
+
+def fire_after(definition: Definition, after_ms: int) -> int:
+    """The first fire time strictly after ``after_ms``."""
+    every = definition.every_ms
+    if every:
+        return (after_ms // every + 1) * every
+    for fire in _cron_after(definition, after_ms):
+        if fire > after_ms:
+            return fire
+    raise AssertionError("unreachable")  # pragma: no cover - CronSim never ends
+
+
+def fires_between(definition: Definition, low_ms: int, high_ms: int, limit: int) -> list[int]:
+    """The last ``limit`` fire times in (low_ms, high_ms], oldest first."""
+    if high_ms <= low_ms or limit <= 0:
+        return []
+    every = definition.every_ms
+    if every:
+        last = high_ms // every * every
+        first = max(low_ms // every + 1, last // every - limit + 1) * every
+        return list(range(first, last + 1, every))
+    # Backwards from high_ms (cronsim's reverse iteration), so a low bound far in the past
+    # costs nothing: at most `limit` steps, plus those beyond high_ms.
+    start = datetime.fromtimestamp((high_ms + 1) / 1000, UTC).astimezone(definition.zone)
+    found: list[int] = []
+    for scanned, moment in enumerate(CronSim(definition.cron or "", start, reverse=True)):
+        fire = int(moment.timestamp() * 1000)
+        if fire <= low_ms or scanned >= CRON_SCAN:
+            break
+        if fire <= high_ms:
+            found.append(fire)
+            if len(found) >= limit:
+                break
+    return found[::-1]

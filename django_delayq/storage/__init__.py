@@ -1,0 +1,15 @@
+"""The storage layer: the only code that names a Redis key or runs a script.
+
+- ``store``: the Store, the state transitions of jobs (schedule, claim, ack, fail, cancel...)
+  in ids, bytes and scores; ``reads`` its read views (a job, pages, counts) and ``roster``
+  the live workers; ``old_layout`` the 0.1 layout, read by the upgrade.
+- ``keys``: every key name; ``queues``: what a valid queue name is.
+- ``calls``, ``ops``, ``transport``: building ops and the one way to send them (routing,
+  pipelining, NOSCRIPT reload); ``errors`` reads Redis's errors, ``retries`` says what may
+  be sent again; ``replies`` parses the scripts' answers; ``times`` converts seconds and
+  milliseconds; ``marks`` the runners' start marks.
+- ``control``: queue control (pause state, prioritised pending jobs, rate and concurrency
+  limits).
+- ``scripts`` and ``lua/``: the Lua scripts, one state transition per file.
+- ``connection``: the Redis client and the Store for the configured alias.
+"""

@@ -1,0 +1,320 @@
+"""Queue control in Redis: a queue's pause state, and reads of its prioritised pending jobs.
+
+Two keys of a queue serve it (both in the queue's hash-tag slot, named by ``Store.key``):
+
+- ``control`` (hash): ``paused`` -> epoch milliseconds it was paused. The key is absent
+  while a queue has no control state, so ``claim.lua`` pays one ``EXISTS`` for it (and
+  ``ranked``) and otherwise claims as it always did. ``claim.lua`` checks it on every claim:
+  every worker obeys within one claim round trip, and the state survives worker restarts.
+- ``ranked`` (sorted set): pending jobs of a priority other than 0, scored
+  ``(100 - priority) * BAND + due_at`` (``lua/_lib.lua``), so the set is in claim order:
+  highest priority first, then earliest due. Jobs of priority 0 stay in ``pending``.
+
+The control hash also holds the limits workers publish (``rate:<task>``, ``conc:<task>``
+from ``@task``; ``qconc`` from DELAYQ['QUEUES']) and the state claim.lua keeps for them
+(``tat:<task>``, ``hold:<task>``, ``qhold``): see ``lua/claim.lua``.
+
+The functions take a :class:`~django_delayq.storage.store.Store`; they build their commands
+with ``store.command`` and send them through its transport, like every other read and write.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from django_delayq.storage.replies import pairs as _pairs
+from django_delayq.storage.scripts import lib_constant
+
+if TYPE_CHECKING:
+    from django_delayq.storage.calls import Calls as Store
+
+BAND = int(lib_constant("BAND"))
+# A score below this is a job of priority > 0 ((100 - priority) * BAND + due_at).
+ABOVE_ZERO = 100 * BAND
+PRIORITY_MIN, PRIORITY_MAX = -100, 100
+
+
+def _ms(seconds: float) -> int:
+    return round(seconds * 1000)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+# -- pause ------------------------------------------------------------------------------
+
+
+def pause(store: Store, queue: str, now: float | None = None) -> bool:
+    """Mark ``queue`` paused (HSETNX, so the first pause time is kept); True if it was
+    running. Idempotent: may be re-sent."""
+    key = store.key(queue, "control")
+    at = b"%d" % _ms(now if now is not None else store.server_time())
+    return bool(store.call(store.command(b"HSETNX", key, b"paused", at, route=key)))
+
+
+def resume(store: Store, queue: str, wakes: int = 8) -> bool:
+    """Clear the pause of ``queue`` and push wake tokens, so sleeping workers claim at
+    once (each woken worker that leaves due jobs behind wakes a peer, as claims do); True if
+    it was paused. The control key disappears with its last field. Idempotent."""
+    key, wake = store.key(queue, "control"), store.key(queue, "wake")
+    cleared, _, _ = store.run(
+        [
+            store.command(b"HDEL", key, b"paused", route=key),
+            store.command(b"RPUSH", wake, *([b"1"] * wakes), route=wake),
+            store.command(b"LTRIM", wake, -8, -1, route=wake),
+        ],
+        budget=2.0,
+    )
+    if isinstance(cleared, Exception):
+        raise cleared
+    return bool(cleared)
+
+
+def paused_since(store: Store, queue: str) -> float | None:
+    """Epoch seconds ``queue`` was paused at, or None when it is not paused."""
+    key = store.key(queue, "control")
+    value = store.call(store.command(b"HGET", key, b"paused", route=key))
+    if value is None:
+        return None
+    try:
+        return int(value) / 1000
+    except (TypeError, ValueError):
+        return 0.0  # garbage: paused all the same (claim.lua checks only that it exists)
+
+
+def paused_queues(store: Store, queues: list[str]) -> dict[str, float | None]:
+    """``paused_since`` of several queues in one round trip."""
+    ops = []
+    for queue in queues:
+        key = store.key(queue, "control")
+        ops.append(store.command(b"HGET", key, b"paused", route=key))
+    out: dict[str, float | None] = {}
+    for queue, value in zip(queues, store.run(ops, budget=2.0), strict=True):
+        if isinstance(value, Exception):
+            raise value
+        try:
+            out[queue] = None if value is None else int(value) / 1000
+        except (TypeError, ValueError):
+            out[queue] = 0.0
+    return out
+
+
+# -- prioritised pending jobs (the ranked set) -----------------------------------------
+
+
+@dataclass(frozen=True)
+class Band:
+    """The pending jobs of one priority in the ranked set."""
+
+    priority: int
+    count: int
+    due: int  # of them, due at ``now``
+    first_due_at: float | None  # epoch seconds, the earliest due time
+
+
+def split_score(score: float) -> tuple[int, float]:
+    """A ranked score -> (priority, due_at in epoch seconds)."""
+    score = int(score)
+    return 100 - score // BAND, (score % BAND) / 1000
+
+
+def bands(store: Store, queue: str, now: float) -> list[Band]:
+    """The priorities present in ``queue``'s ranked set, highest first, with their counts.
+    One round trip per priority present (a ZRANGEBYSCORE finds the next band), plus one
+    pipelined round trip of counts: bounded by the 200 possible priorities."""
+    key = store.key(queue, "ranked")
+    found: list[tuple[int, int, int]] = []  # (priority, band base, first score)
+    cursor = 0
+    while True:
+        first = store.call(
+            store.command(
+                b"ZRANGEBYSCORE", key, cursor, b"+inf", b"LIMIT", 0, 1, b"WITHSCORES", route=key
+            )
+        )
+        if not first:
+            break
+        score = int(float(first[1]) if not isinstance(first[0], list) else float(first[0][1]))
+        band = score // BAND
+        found.append((100 - band, band * BAND, score))
+        cursor = (band + 1) * BAND
+    if not found:
+        return []
+    ops = []
+    for _, base, _ in found:
+        ops.append(store.command(b"ZCOUNT", key, base, b"(%d" % (base + BAND), route=key))
+        ops.append(store.command(b"ZCOUNT", key, base, base + _ms(now), route=key))
+    replies = store.run(ops, budget=2.0)
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
+    return [
+        Band(priority, int(replies[2 * i]), int(replies[2 * i + 1]), (score - base) / 1000)
+        for i, (priority, base, score) in enumerate(found)
+    ]
+
+
+def ranked_counts(store: Store, queue: str, now: float) -> dict[str, Any]:
+    """What :meth:`Reads.counts` adds for the ranked set: pending, due, the earliest due
+    time (epoch seconds) and the bands."""
+    found = bands(store, queue, now)
+    firsts = [b.first_due_at for b in found if b.first_due_at is not None]
+    return {
+        "pending": sum(b.count for b in found),
+        "due": sum(b.due for b in found),
+        "oldest_due_at": min(firsts) if firsts else None,
+        "bands": found,
+    }
+
+
+def above_zero(store: Store, queue: str) -> int:
+    """How many pending jobs have a priority above 0 (they list before ``pending``'s)."""
+    key = store.key(queue, "ranked")
+    return int(store.call(store.command(b"ZCOUNT", key, 0, b"(%d" % ABOVE_ZERO, route=key)))
+
+
+def pending_slices(store: Store, queue: str, offset: int, limit: int) -> list[tuple[str, int, int]]:
+    """The pending jobs at ranks [offset, offset + limit) of a queue in claim order (the
+    prioritised ones above 0, then ``pending``'s, then those below 0), as (key kind, start,
+    stop) rank ranges of the two sets. One round trip."""
+    ranked, pending = store.key(queue, "ranked"), store.key(queue, "pending")
+    above, plain = store.run(
+        [
+            store.command(b"ZCOUNT", ranked, 0, b"(%d" % ABOVE_ZERO, route=ranked),
+            store.command(b"ZCARD", pending, route=pending),
+        ],
+        budget=2.0,
+    )
+    for reply in (above, plain):
+        if isinstance(reply, Exception):
+            raise reply
+    above, plain = int(above), int(plain)
+    segments = [("ranked", 0, above), ("pending", 0, plain), ("ranked", above, None)]
+    out, pos, end = [], 0, offset + limit
+    for kind, first, last in segments:
+        size = None if last is None else last - first
+        seg_end = None if size is None else pos + size
+        lo = max(offset, pos)
+        hi = end if seg_end is None else min(end, seg_end)
+        if hi > lo:
+            out.append((kind, first + lo - pos, first + hi - pos))
+        if seg_end is not None:
+            pos = seg_end
+    return out
+
+
+def pending_page(store: Store, queue: str, offset: int, limit: int) -> list[tuple[Any, int]]:
+    """(id, due_at in epoch milliseconds) of the pending jobs at ranks [offset, offset +
+    limit) in claim order (see pending_slices)."""
+    out: list[tuple[Any, int]] = []
+    for kind, start, stop in pending_slices(store, queue, offset, limit):
+        key = store.key(queue, kind)
+        read = store.command(b"ZRANGE", key, start, stop - 1, b"WITHSCORES", route=key)
+        for member, score in _pairs(store.call(read)):
+            out.append((member, _due(score) if kind == "ranked" else score))
+    return out
+
+
+def _due(score: Any) -> Any:
+    """A ranked score's due time (ms): what is left of the priority band; a score that is
+    not a finite number (garbage in the set) is passed on as it is, for the reader to show."""
+    value = float(score)
+    return int(value) % BAND if math.isfinite(value) else score
+
+
+# -- rate limits ----------------------------------------------------------------------
+
+
+def publish_rates(
+    store: Store, queues: list[str], rates: dict[str, tuple[int, int] | None]
+) -> None:
+    """HSET ``rate:<task>`` = ``<count>/<period ms>`` in each queue's control hash for the
+    tasks with a rate, HDEL it for the others (one round trip). claim.lua paces them."""
+    values = {name: b"%d/%d" % rate if rate else None for name, rate in rates.items()}
+    _publish(store, queues, "rate", values)
+
+
+def publish_concurrency(store: Store, queues: list[str], limits: dict[str, int | None]) -> None:
+    """HSET ``conc:<task>`` = N in each queue's control hash for the tasks with a
+    concurrency limit, HDEL it for the others (one round trip). claim.lua enforces them."""
+    _publish(store, queues, "conc", {name: b"%d" % n if n else None for name, n in limits.items()})
+
+
+def publish_queue_limits(store: Store, limits: dict[str, int | None]) -> None:
+    """HSET ``qconc`` = N in the control hash of each queue of ``limits`` with a concurrency
+    limit (DELAYQ['QUEUES']), HDEL it where the limit is None (one round trip). claim.lua
+    enforces it, and drops the holders (``qhold``) a removed limit left."""
+    ops = []
+    for queue, limit in limits.items():
+        key = store.key(queue, "control")
+        if limit:
+            ops.append(store.command(b"HSET", key, b"qconc", b"%d" % limit, route=key))
+        else:
+            ops.append(store.command(b"HDEL", key, b"qconc", route=key))
+    for reply in store.run(ops, budget=2.0) if ops else ():
+        if isinstance(reply, Exception):
+            raise reply
+
+
+def queue_limit(store: Store, queue: str) -> tuple[int | None, int]:
+    """The concurrency limit of ``queue`` as workers published it (None: none), and how many
+    slots are listed as held (checked against the jobs at the next claim)."""
+    key = store.key(queue, "control")
+    limit, held = store.call(store.command(b"HMGET", key, b"qconc", b"qhold", route=key))
+    text = _text(limit) if limit is not None else ""
+    return (int(text) if text.isdigit() else None), len(_text(held or b"").split())
+
+
+def _publish(store: Store, queues: list[str], kind: str, values: dict[str, bytes | None]) -> None:
+    """``<kind>:<task>`` = value in each queue's control hash, HDEL where the value is None."""
+    fields = [(f"{kind}:{name}".encode(), value) for name, value in values.items()]
+    limited = [part for field, value in fields if value is not None for part in (field, value)]
+    unlimited = [field for field, value in fields if value is None]
+    ops = []
+    for queue in queues:
+        key = store.key(queue, "control")
+        if limited:
+            ops.append(store.command(b"HSET", key, *limited, route=key))
+        if unlimited:
+            ops.append(store.command(b"HDEL", key, *unlimited, route=key))
+    for reply in store.run(ops, budget=2.0) if ops else ():
+        if isinstance(reply, Exception):
+            raise reply
+
+
+@dataclass(frozen=True)
+class Limit:
+    """A task's limits in a queue, as workers published them (for the dashboard)."""
+
+    task: str
+    rate: tuple[int, int] | None  # (count, period ms)
+    concurrency: int | None
+    holding: int  # slots listed as held (checked against the jobs at the next claim)
+
+
+def limits(store: Store, queue: str) -> list[Limit]:
+    """The rate and concurrency limits of ``queue``'s control hash, by task name."""
+    key = store.key(queue, "control")
+    fields = {
+        _text(k): _text(v) for k, v in _pairs(store.call(store.command(b"HGETALL", key, route=key)))
+    }
+    found: dict[str, dict[str, Any]] = {}
+    for field, value in fields.items():
+        kind, _, task = field.partition(":")
+        if kind == "rate":
+            count, _, period = value.partition("/")
+            if count.isdigit() and period.isdigit():
+                found.setdefault(task, {})["rate"] = (int(count), int(period))
+        elif kind == "conc" and value.isdigit():
+            found.setdefault(task, {})["concurrency"] = int(value)
+    return [
+        Limit(
+            task,
+            spec.get("rate"),
+            spec.get("concurrency"),
+            len(fields.get(f"hold:{task}", "").split()) if "concurrency" in spec else 0,
+        )
+        for task, spec in sorted(found.items())
+    ]

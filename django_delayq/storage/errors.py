@@ -1,0 +1,91 @@
+"""Redis's errors, read: which error replies mean Redis did not run a command, and how a
+redis-py exception becomes django-delayq's (one place for every call of the storage layer).
+
+- Redis did not run the command and it may succeed when sent again (:data:`NOT_RUN`):
+  ``NOSCRIPT``, ``BUSY``, ``LOADING``, ``READONLY``, ``MASTERDOWN``, ``TRYAGAIN``,
+  ``CLUSTERDOWN``, ``MOVED``, ``ASK``, ``NOREPLICAS`` or ``MISCONF``.
+- A broken connection (:data:`BROKEN`): Redis may have run what was written before it broke.
+- Any other error reply (``WRONGTYPE``, ``OOM``, a script's own ``DELAYQ_...`` code) is
+  final: the scripts check before they write, so such a command changed nothing.
+"""
+
+from __future__ import annotations
+
+import redis
+
+from django_delayq.exceptions import ConnectionError as DelayQConnectionError
+from django_delayq.exceptions import DelayQError
+
+# Error replies of commands Redis did not run and that may succeed when sent again.
+NOT_RUN = (
+    "BUSY",
+    "LOADING",
+    "READONLY",
+    "MASTERDOWN",
+    "TRYAGAIN",
+    "CLUSTERDOWN",
+    "MOVED",
+    "ASK",
+    "NOREPLICAS",
+    "MISCONF",
+    "NOSCRIPT",
+)
+# Answers a refreshed map of the cluster's slots may cure.
+SLOTS_MOVED = ("MOVED", "ASK", "CLUSTERDOWN", "TRYAGAIN")
+BROKEN = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
+
+# redis-py strips the code from the error replies it maps to a class of its own.
+_CODES: tuple[tuple[type, str], ...] = (
+    (redis.exceptions.NoScriptError, "NOSCRIPT"),
+    (redis.exceptions.ReadOnlyError, "READONLY"),
+    (redis.exceptions.BusyLoadingError, "LOADING"),
+    (redis.exceptions.OutOfMemoryError, "OOM"),
+    (redis.exceptions.MovedError, "MOVED"),
+    (redis.exceptions.AskError, "ASK"),
+    (redis.exceptions.TryAgainError, "TRYAGAIN"),
+    (redis.exceptions.ClusterDownError, "CLUSTERDOWN"),
+)
+
+
+def code(exc: BaseException) -> str:
+    """The error code of a Redis error reply ("BUSY", "NOSCRIPT"...), or ""."""
+    for kind, name in _CODES:
+        if isinstance(exc, kind):
+            return name
+    status = getattr(exc, "status_code", None)
+    if isinstance(status, str):
+        return status.upper()
+    text = str(exc)
+    return text.split(" ", 1)[0].upper() if text else ""
+
+
+def translate(exc: BaseException) -> Exception:
+    """A redis-py exception as django-delayq's (one place for every call)."""
+    if isinstance(exc, DelayQError):
+        return exc
+    if isinstance(exc, redis.exceptions.ResponseError):
+        text = str(exc)
+        if "DELAYQ_" in text:
+            refused = text.split("DELAYQ_", 1)[1]
+            return DelayQError(f"django-delayq script refused the operation: {refused}")
+        if code(exc) == "OOM":
+            return DelayQError(
+                f"Redis refused the write: it is out of memory ({text}); raise maxmemory "
+                "and keep maxmemory-policy noeviction"
+            )
+        return DelayQError(f"Redis answered an error: {text}")
+    if isinstance(exc, BROKEN):
+        return DelayQConnectionError(f"Redis is unreachable or the connection broke: {exc}")
+    return DelayQError(f"unexpected error talking to Redis: {exc!r}")
+
+
+def unavailable(exc: BaseException) -> Exception:
+    """The last error of an op whose budget ran out: one Redis answers while it cannot take
+    commands (a failover's READONLY, LOADING, a NOSCRIPT from a new master, BUSY...) is a
+    ConnectionError like a refused connection, the op not run; anything else as translate()."""
+    if code(exc) in NOT_RUN:
+        return DelayQConnectionError(
+            f"Redis did not take the command within its time budget (last answer: {exc}); "
+            "it may be failing over, loading or busy"
+        )
+    return translate(exc)

@@ -1,0 +1,69 @@
+"""Key names: every Redis key django-delayq uses is named here, and nowhere else.
+
+A queue's keys are ``{prefix}:{<queue>}:<kind>``, one per kind of :data:`KEY_KINDS`: the braces
+are a Redis Cluster hash tag, so all keys of a queue share one slot and every script touches
+one node (docs/internals.rst has the table; lua/_lib.lua reads the same keys in this order).
+The registry of queues, the django.tasks results and the roster of live workers live outside
+every queue's slot.
+"""
+
+from __future__ import annotations
+
+from django_delayq.storage.queues import check_queue_name
+
+KEY_KINDS = (
+    "pending",
+    "running",
+    "dead",
+    "jobs",
+    "state",
+    "keys",
+    "wake",
+    "stats",
+    "errors",
+    "done",
+    "claims",
+    "meta",  # layout 1 (0.1) only: upgrade.lua converts and deletes it (see upgrade.py)
+    "relayed",  # outbox rows stored by a relay whose DELETE has not committed (outbox.py)
+    "ranked",  # pending jobs with a priority other than 0 (storage/control.py)
+    "control",  # queue control: paused, rate and concurrency limits (storage/control.py)
+)
+
+
+class KeyNames:
+    """The key names of one prefix (the Store's, through :class:`~.calls.Calls`)."""
+
+    def __init__(self, prefix: str = "delayq") -> None:
+        self.prefix = prefix
+        self._keys: dict[str, list[str]] = {}
+
+    def keys(self, queue: str) -> list[str]:
+        """The queue's keys, in the order of KEY_KINDS."""
+        keys = self._keys.get(queue) if type(queue) is str else None
+        if keys is None:
+            check_queue_name(queue)
+            keys = [f"{self.prefix}:{{{queue}}}:{kind}" for kind in KEY_KINDS]
+            if len(self._keys) < 1000:
+                self._keys[queue] = keys
+        return keys
+
+    def key(self, queue: str, kind: str) -> str:
+        return self.keys(queue)[KEY_KINDS.index(kind)]
+
+    @property
+    def queues_key(self) -> str:
+        """``{prefix}:queues``: the set of queues ever scheduled to."""
+        return f"{self.prefix}:queues"
+
+    def result_key(self, result_id: str) -> str:
+        """``{prefix}:result:<id>``: a django.tasks result, found by id alone."""
+        return f"{self.prefix}:result:{result_id}"
+
+    @property
+    def workers_key(self) -> str:
+        """``{prefix}:workers``: the instances of live workers (roster.py)."""
+        return f"{self.prefix}:workers"
+
+    def worker_key(self, instance: str) -> str:
+        """``{prefix}:worker:<instance>``: one live worker's description (roster.py)."""
+        return f"{self.prefix}:worker:{instance}"

@@ -1,0 +1,305 @@
+-- _lib.lua: helpers prepended to the scripts by scripts.py (not a script itself). A script
+-- carries only the helpers it names, and receives only the keys its header declares
+-- ("-- KEYS: pending jobs ..."): scripts.py turns that line into locals with these names.
+--
+-- The keys of a queue, all in its hash-tag slot:
+--   P pending  sorted set  job id -> due_at, for jobs of priority 0 (the default)
+--   Q ranked   sorted set  job id -> (100 - priority) * BAND + due_at, for pending jobs of a
+--                          priority other than 0 (-100..100, the record header's '^<n>'): in
+--                          claim order, highest priority first, then earliest due. A pending
+--                          job is in exactly one of P and Q; scripts that find, move or
+--                          remove a pending job look in both (pending_due, unpend, pend).
+--   K control  hash        "paused" -> epoch ms it was paused (absent: not paused);
+--                          "rate:<task>" -> "<count>/<period ms>", "tat:<task>" -> next free
+--                          claim time (microseconds); "conc:<task>" -> N, "hold:<task>" ->
+--                          "<id>|<token> ..."; "qconc" -> N (the queue's own limit),
+--                          "qhold" -> its holders (see claim.lua). The whole key is absent while
+--                          a queue has no control state, so claim.lua takes today's path
+--                          after one EXISTS of Q and K.
+--   R running  sorted set  job id -> lease_until for a job a runner has started;
+--                          lease_until - RESERVED (negative) for a job a worker claimed but has
+--                          not started yet (prefetched). A runner marks the start with a plain
+--                          ZADD XX GT of the started score (store.mark_op).
+--   D dead     sorted set  job id -> died_at
+--   J jobs     hash        job id -> record: header "\n" body (job.py); scripts read only the
+--                          header: <max_retries><flags>[=<key length>:<key>]
+--   S state    hash        job id -> "<n>|<token>" while an attempt holds a lease (the job is in
+--                          running), "<n>|~<token>" once it is settled (failed or handed back:
+--                          the last attempt's token, so a re-sent call answers the same), "<n>|"
+--                          after a recovery or requeue; n counts the attempts made so far
+--                          (absent until the job is first claimed)
+--   U keys     hash        unique key -> job id (of at most one pending job)
+--   W wake     list        tokens that wake a sleeping worker (at most 8 kept)
+--   T stats    hash        "d:<minute % 60>" / "f:<minute % 60>" -> "<minute>:<count>" (jobs done
+--                          and attempts failed per minute, the last hour), and totals since the
+--                          queue began: done, failed, retried, dead, recovered (HINCRBY)
+--   E errors   hash        job id -> errors, each framed "<byte length>\n<JSON object>"
+--   F done     sorted set  job id -> time it finished or was cancelled, kept DONE_TTL for jobs
+--                          whose header has flag 'i', so a schedule re-sent after a lost reply
+--                          does not store a finished job again
+--   C claims   hash        worker instance -> "<token>\n<id> <id> ..." (its last claim) and
+--                          "<instance>/r" -> "<token>\n<id> <outcome> ..." (its last recovery),
+--                          so a call re-sent with the same token answers the same
+--   X relayed  sorted set  job id -> time a relay stored it from an outbox row (outbox promise I6):
+--                          a relay of a marked id never stores it again, however long the
+--                          row's DELETE is refused; the relayer removes the mark once the
+--                          DELETE committed (ZREM), a worker's relay sweeps old marks whose
+--                          rows are gone
+-- Times (scores, ARGV, replies) are integer epoch milliseconds: small sorted sets keep integer
+-- scores as integers, where a decimal score would be parsed on every comparison. "now" is
+-- Redis's TIME unless a test passes one. Scripts touch no other key and check the types of
+-- the keys they write before their first write, so an error never leaves a job half moved.
+-- The record header may end with '^<priority>' (an integer -100..100, absent for 0), after
+-- the unique key if any: header() returns it.
+-- Record flags: 'i' keep a tombstone when finished, 'k' has keyword arguments, 'u' max_retries
+-- undecided (scheduled by name from a process that does not import the task: the digits are
+-- that process's MAX_RETRIES; the worker writes the task's with settle.lua as it starts the
+-- job, so a started job is decided, except one a worker older than 'u' started: scripts
+-- then read the digits, as that worker did).
+local RESERVED = 10000000000000
+local DONE_TTL = 120000
+local BAND = 17592186044416
+
+local function clock(arg)
+  if arg and arg ~= '' then return tonumber(arg) end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- An integer as redis.call gets it (a Lua number would be written with %.14g: slower).
+local function int(n) return string.format('%d', n) end
+
+-- Fail with WRONGTYPE before any write when a key holds the wrong type: O(1) reads.
+local function zsets(...) for _, k in ipairs({...}) do redis.call('ZCARD', k) end end
+local function hashes(...) for _, k in ipairs({...}) do redis.call('HLEN', k) end end
+local function lists(...) for _, k in ipairs({...}) do redis.call('LLEN', k) end end
+
+-- redis.call(cmd, key, <items>...) in chunks Lua's unpack can take (it stops near 8,000
+-- values); the replies of the chunks, concatenated (for HMGET).
+local function batched(cmd, key, items)
+  local out = {}
+  for first = 1, #items, 1000 do
+    local reply = redis.call(cmd, key, unpack(items, first, math.min(first + 999, #items)))
+    if type(reply) == 'table' then
+      for i = 1, #reply do out[#out + 1] = reply[i] end
+    end
+  end
+  return out
+end
+
+local function wake()
+  if redis.call('RPUSH', W, '1') > 8 then redis.call('LTRIM', W, -8, -1) end
+end
+
+-- The header of a record: max_retries (number), flags (string), unique key (string, '' for
+-- none), priority (number, 0 when absent); nil for a record without a header (written by
+-- 0.1) or a missing one. Only the first bytes are looked at, whatever the size of the record.
+local function header(raw)
+  if not raw then return nil, '', '', 0 end
+  local r, flags, p = string.match(raw, '^(%d+)(%l*)()')
+  if not r then return nil, '', '', 0 end
+  local ukey = ''
+  if string.sub(raw, p, p) == '=' then
+    local len, q = string.match(raw, '^(%d+):()', p + 1)
+    if len then
+      ukey = string.sub(raw, q, q + tonumber(len) - 1)
+      p = q + tonumber(len)
+    end
+  end
+  local priority = 0
+  if string.sub(raw, p, p) == '^' then
+    priority = tonumber(string.match(raw, '^(-?%d+)', p + 1)) or 0
+    if priority > 100 or priority < -100 then priority = 0 end
+  end
+  return tonumber(r), flags, ukey, priority
+end
+
+-- A pending job's score in Q (see the key table).
+local function ranked_score(priority, due) return (100 - priority) * BAND + due end
+
+-- The due time of a pending job (number), nil when it is not pending; its priority second.
+local function pending_due(id)
+  local s = redis.call('ZSCORE', P, id)
+  if s then return tonumber(s), 0 end
+  s = redis.call('ZSCORE', Q, id)
+  if s then
+    s = tonumber(s)
+    return s % BAND, 100 - math.floor(s / BAND)
+  end
+  return nil
+end
+
+-- Put a job in pending, due at `due`, in P (priority 0) or Q.
+local function pend(id, due, priority)
+  if priority == 0 then
+    redis.call('ZADD', P, int(due), id)
+  else
+    redis.call('ZADD', Q, int(ranked_score(priority, due)), id)
+  end
+end
+
+-- Take a job out of pending (P or Q): true when it was pending.
+local function unpend(id)
+  if redis.call('ZREM', P, id) == 1 then return true end
+  return redis.call('ZREM', Q, id) == 1
+end
+
+local function has(flags, flag) return string.find(flags, flag, 1, true) ~= nil end
+
+-- The state "<n>|<token>" -> n (0 when absent or garbage), token (nil when none), whether it
+-- holds a lease (a token without the '~' of a settled attempt).
+local function parse_state(raw)
+  if not raw then return 0, nil, false end
+  local n, settled, token = string.match(raw, '^(%d+)|(~?)(.*)$')
+  if not n then return 0, nil, false end
+  if token == '' then token = nil end
+  return tonumber(n), token, settled == '' and token ~= nil
+end
+
+local function state_of(id) return parse_state(redis.call('HGET', S, id)) end
+
+-- The state of a settled attempt (`token` kept behind '~'), or with no token (nil).
+local function set_state(id, n, token)
+  redis.call('HSET', S, id, int(n) .. (token and ('|~' .. token) or '|'))
+end
+
+-- Attempts counted if `id` runs under lease `token` (one HGET: the state says it), else nil.
+local function owned(id, token)
+  local n, t, running = state_of(id)
+  if running and t == token then return n end
+  return nil
+end
+
+local function release_key(ukey, id)
+  if ukey ~= '' and redis.call('HGET', U, ukey) == id then redis.call('HDEL', U, ukey) end
+end
+
+-- A job going back to pending (retry, recovery, release, requeue) takes its unique key back,
+-- so the key names at most one pending job. False when another pending job holds the key
+-- (it was scheduled with that key while this one ran or lay dead): the caller dead-letters
+-- or keeps this one dead instead of making two pending jobs answer to one key.
+local function take_key(ukey, id)
+  if ukey == '' then return true end
+  local holder = redis.call('HGET', U, ukey)
+  if holder and holder ~= id and pending_due(holder) then return false end
+  redis.call('HSET', U, ukey, id)
+  return true
+end
+
+-- An error as a JSON object (its "at" in epoch seconds, like the worker's).
+local function error_json(kind, message, now, attempt)
+  return cjson.encode({type = 'django_delayq.exceptions.' .. kind, message = message,
+    at = now / 1000, attempt = attempt})
+end
+
+local function superseded(ukey, now)
+  return error_json('Superseded', 'not retried: another pending job holds its unique key ' .. ukey, now)
+end
+
+-- Append one error (JSON text) to the job's framed list, keeping the last `max_kept`.
+-- The list is never decoded here: only the frame lengths are read.
+local function push_error(id, err, max_kept)
+  local old = redis.call('HGET', E, id) or ''
+  local starts, pos = {}, 1
+  while pos <= #old do
+    local len, body = string.match(old, '^(%d+)\n()', pos)
+    if not len then break end
+    table.insert(starts, pos)
+    pos = body + tonumber(len)
+  end
+  if pos ~= #old + 1 then old, starts = '', {} end  -- garbage: start the list over
+  local keep = max_kept - 1
+  if #starts > keep then old = keep > 0 and string.sub(old, starts[#starts - keep + 1]) or '' end
+  redis.call('HSET', E, id, old .. #err .. '\n' .. err)
+end
+
+local function bump(kind, count, now)
+  if count <= 0 then return end
+  local minute = math.floor(now / 60000)
+  local slot = kind .. ':' .. int(minute % 60)
+  local cur = redis.call('HGET', T, slot)
+  local total = count
+  if cur then
+    local m, c = string.match(cur, '^(%d+):(%d+)$')
+    if tonumber(m) == minute then total = tonumber(c) + count end
+  end
+  redis.call('HSET', T, slot, int(minute) .. ':' .. int(total))
+end
+
+-- A total of the queue's stats (done, failed, retried, dead, recovered): never reset.
+local function tally(field, count)
+  if count > 0 then redis.call('HINCRBY', T, field, count) end
+end
+
+local function forget(id) redis.call('HDEL', J, id) redis.call('HDEL', S, id) redis.call('HDEL', E, id) end
+
+-- Remember for DONE_TTL that `ids` finished (flag 'i'), and drop older tombstones.
+local function tombstone(ids, now)
+  if #ids == 0 then return end
+  local args, at = {}, int(now)
+  for _, id in ipairs(ids) do table.insert(args, at) table.insert(args, id) end
+  batched('ZADD', F, args)
+  redis.call('ZREMRANGEBYSCORE', F, '-inf', '(' .. int(now - DONE_TTL))
+end
+
+-- Bounded trim of the dead set: by age, then by count, at most 100 of each per call.
+local function trim_dead(now, max_age, max_count)
+  local old = redis.call('ZRANGEBYSCORE', D, '-inf', '(' .. int(now - max_age), 'LIMIT', 0, 100)
+  for _, id in ipairs(old) do redis.call('ZREM', D, id) forget(id) end
+  local excess = redis.call('ZCARD', D) - max_count
+  if excess > 0 then
+    for _, id in ipairs(redis.call('ZRANGE', D, 0, math.min(excess, 100) - 1)) do
+      redis.call('ZREM', D, id)
+      forget(id)
+    end
+  end
+end
+
+-- Acknowledge finished jobs given as ARGV triples (job id, lease token, info) from
+-- ARGV[first] on; info is the record's flags, then '=' and the unique key if it has one.
+-- Appends one flag per triple to `out`: 1 acknowledged; 0 gone (already acknowledged,
+-- e.g. by this very call sent before, or cancelled); -1 held by another lease or no longer
+-- running (recovered, claimed again): nothing changed. Counts the acknowledged ones.
+-- Checks the types of the keys it writes unread before its first write.
+local function ack_from(first, now, out)
+  local ids = {}
+  for i = first, #ARGV, 3 do table.insert(ids, ARGV[i]) end
+  if #ids == 0 then return end
+  local states = batched('HMGET', S, ids)
+  zsets(R) hashes(J, E, T)
+  local keyed, flagged = false, false
+  for i = first, #ARGV, 3 do
+    local info = ARGV[i + 2]
+    keyed = keyed or string.find(info, '=', 1, true) ~= nil
+    flagged = flagged or has(string.match(info, '^[^=]*'), 'i')
+  end
+  if keyed then hashes(U) end
+  if flagged then zsets(F) end
+  local done, finished = {}, {}
+  for j, id in ipairs(ids) do
+    local i = first + (j - 1) * 3
+    local token, info = ARGV[i + 1], ARGV[i + 2]
+    local _, t, running = parse_state(states[j])
+    if running and t == token then
+      local eq = string.find(info, '=', 1, true)
+      local flags = eq and string.sub(info, 1, eq - 1) or info
+      release_key(eq and string.sub(info, eq + 1) or '', id)
+      table.insert(done, id)
+      if has(flags, 'i') then table.insert(finished, id) end
+      table.insert(out, 1)
+    elseif states[j] or redis.call('HEXISTS', J, id) == 1 then
+      table.insert(out, -1)
+    else
+      table.insert(out, 0)
+    end
+  end
+  if #done > 0 then
+    batched('ZREM', R, done)
+    batched('HDEL', J, done)
+    batched('HDEL', S, done)
+    batched('HDEL', E, done)
+    tombstone(finished, now)
+    bump('d', #done, now)
+    tally('done', #done)
+  end
+end

@@ -1,0 +1,22 @@
+-- cancel.lua: delete a pending job, found by id or by unique key.
+-- KEYS: pending jobs state keys errors done ranked
+-- ARGV[1] job id, or '' to look it up by ARGV[2]
+-- ARGV[2] unique key, or ''
+-- ARGV[3] now (epoch milliseconds) or '' for Redis TIME (for the tombstone)
+-- A pending job is in `pending` or, with a priority, in `ranked`: both are looked in.
+-- Returns {id, record} when a pending job was deleted, {} otherwise (unknown, running or dead).
+-- Reads only the record's header (its unique key and flags), whatever the record's size; a
+-- job with flag 'i' leaves a tombstone in `done` (see schedule.lua).
+zsets(P, Q, F) hashes(J, S, E, U)
+local id = ARGV[1]
+if id == '' then
+  id = redis.call('HGET', U, ARGV[2])
+  if not id then return {} end
+end
+if not unpend(id) then return {} end
+local record = redis.call('HGET', J, id) or ''
+local _, flags, ukey = header(record)
+release_key(ukey, id)
+forget(id)
+if has(flags, 'i') then tombstone({id}, clock(ARGV[3])) end
+return {id, record}

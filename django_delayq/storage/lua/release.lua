@@ -1,0 +1,43 @@
+-- release.lua: a stopping worker hands back jobs it will not finish: running -> pending,
+-- due now, and the attempt is not counted (the job did not fail).
+-- KEYS: pending running dead jobs state keys wake stats errors claims ranked
+-- ARGV[1] now (epoch milliseconds) or '' for Redis TIME
+-- ARGV[2] worker instance whose `claims` entries to drop (it stops), or ''
+-- ARGV[3..] pairs: job id, lease token
+-- Returns one integer per job: 1 back in pending; 2 dead-lettered instead, with a 'Superseded'
+-- error, because another pending job holds its unique key; 0 not running under that token
+-- (nothing changed). Idempotent: sent again after a lost reply, it answers 1 or 2 again.
+local now = clock(ARGV[1])
+zsets(P, Q, R, D) hashes(J, S, U, E, C, T) lists(W)
+local out, back = {}, false
+for i = 3, #ARGV, 2 do
+  local id, token = ARGV[i], ARGV[i + 1]
+  local n = owned(id, token)
+  if n then
+    redis.call('ZREM', R, id)
+    set_state(id, n, token)  -- settled: the token stays, so a re-sent release answers the same
+    local _, _, ukey, priority = header(redis.call('HGET', J, id))
+    if take_key(ukey, id) then
+      pend(id, now, priority)
+      table.insert(out, 1)
+      back = true
+    else
+      push_error(id, superseded(ukey, now), 10)
+      redis.call('ZADD', D, int(now), id)
+      tally('dead', 1)
+      table.insert(out, 2)
+    end
+  else
+    local _, t, running = state_of(id)
+    if t == token and not running and pending_due(id) then
+      table.insert(out, 1)
+    elseif t == token and not running and redis.call('ZSCORE', D, id) then
+      table.insert(out, 2)
+    else
+      table.insert(out, 0)
+    end
+  end
+end
+if ARGV[2] ~= '' then redis.call('HDEL', C, ARGV[2], ARGV[2] .. '/r') end
+if back then wake() end  -- a peer takes the jobs handed back
+return out

@@ -1,0 +1,128 @@
+-- schedule.lua: store a new job as pending, honouring its unique key.
+-- KEYS: pending jobs state keys wake done errors relayed ranked
+-- ARGV[1] job id (string, ULID)
+-- ARGV[2] job record (bytes: header "\n" body, see job.py)
+-- ARGV[3] 'delay' (ARGV[4] is milliseconds from Redis's now) or 'at' (ARGV[4] is an epoch in
+--         milliseconds; a time in the past means now)
+-- ARGV[4] integer (milliseconds)
+-- ARGV[5] unique key, or '' for none
+-- ARGV[6] 'replace' or 'keep': what to do when a pending job holds the unique key
+-- ARGV[7] now (epoch milliseconds) or '' for Redis TIME
+-- ARGV[8] '1' when this call is sent again because the reply to an earlier one was lost,
+--         else ''
+-- ARGV[9] '1' for the relay of an outbox row (outbox.py; ARGV[8] is '1' too), else '' or
+--         absent. (a) Run once (outbox promise I6): an id marked in `relayed` is never stored again:
+--         the reply is {'created', id, due_at, ''} while its job waits, runs or lies dead,
+--         {'done', id, '', ''} once it is gone; whatever the outcome, the id is marked
+--         (ZADD relayed now id). (b) Adopt the unique key (outbox promise I3): a pending job of
+--         another id holding the key is removed (a tombstone of it if its record has flag
+--         'i', as cancel.lua leaves) and this job is created under ARGV[1], so it runs
+--         under the id the row had; with on_conflict 'keep' the holder is kept as without
+--         ARGV[9]. Idempotent: sent again it finds its mark and changes nothing.
+-- ARGV[10] the queue's name, with KEYS[10] (both optional, one Redis only): KEYS[10] is the
+--         registry of queues, {prefix}:queues, in no queue's slot (so never sent on a cluster,
+--         where the caller sends its SADD beside the script); the queue is added to it (SADD)
+--         before anything else, whatever the outcome, so a lost registry heals with the
+--         queue's next job. Idempotent.
+-- A job whose record's header has a priority ('^<n>', see _lib.lua) waits in `ranked`, others
+-- in `pending`; a replace moves the key's job to where its new record's priority puts it.
+-- Returns {outcome, id, due_at, record}: outcome 'created' | 'replaced' | 'kept' | 'done';
+-- due_at in epoch milliseconds; for 'kept' the id, due_at and record are the existing job's,
+-- else record is ''.
+-- Idempotent: the same call sent again (same id and record) changes nothing and returns
+-- {'created', id, due_at of the stored job, ''} while the job waits, runs or lies dead, and
+-- {'done', id, '', ''} when it already finished or was cancelled (a tombstone in `done`,
+-- kept DONE_TTL for records with flag 'i'; checked only when ARGV[8] is '1'). A replace sent
+-- again returns {'replaced', holder, ...} while the key's job holds this record, and 'done'
+-- once it finished (the replace leaves a tombstone of this call's id for flag 'i').
+-- Errors: 'DELAYQ_DUPLICATE_ID' if the id is taken by another record (never happens with
+-- ULIDs); 'DELAYQ_BAD_DUE' if the due time is not an epoch before year 2286.
+local id, record, mode, value, ukey, on_conflict = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5], ARGV[6]
+local now = clock(ARGV[7])
+local adopt = ARGV[9] == '1'
+if KEYS[10] then redis.call('SADD', KEYS[10], ARGV[10]) end
+-- The reply, with the id marked as relayed in relay mode.
+local function finish(reply)
+  if adopt then redis.call('ZADD', X, int(now), id) end
+  return reply
+end
+if adopt then
+  zsets(X)
+  if redis.call('ZSCORE', X, id) then
+    if redis.call('HGET', J, id) then
+      return {'created', id, pending_due(id) or '', ''}
+    end
+    return {'done', id, '', ''}
+  end
+end
+local due
+if mode == 'delay' then due = now + math.max(value, 0) else due = math.max(value, now) end
+if not (due < RESERVED) then return redis.error_reply('DELAYQ_BAD_DUE ' .. tostring(due)) end
+local at = int(due)
+local _, _, _, priority = header(record)
+if priority ~= 0 then zsets(Q) end
+
+if ARGV[8] == '1' then
+  local stored = redis.call('HGET', J, id)
+  if stored == record then  -- this very call, sent again
+    return finish({'created', id, pending_due(id) or due, ''})
+  end
+  if not stored then
+    -- This very call replaced the key's job, which still holds its record (pending, or
+    -- claimed since: then it must not be stored again beside it).
+    local holder = ukey ~= '' and redis.call('HGET', U, ukey)
+    if holder and not adopt and redis.call('HGET', J, holder) == record then
+      return finish({'replaced', holder, pending_due(holder) or due, ''})
+    end
+    if redis.call('ZSCORE', F, id) then return finish({'done', id, '', ''}) end
+  end
+end
+-- Reads before writes: is a pending job due before this one (if not, wake a worker: its
+-- sleep may be too long; the read also checks the pending key's type), the key's holder.
+local earliest = #redis.call('ZRANGEBYSCORE', P, '-inf', '(' .. at, 'LIMIT', 0, 1) == 0
+local existing = ukey ~= '' and redis.call('HGET', U, ukey)
+local score = existing and pending_due(existing)
+if score then
+  if existing == id then return finish({'created', id, tonumber(score), ''}) end
+  if on_conflict == 'keep' then
+    return finish({'kept', existing, tonumber(score), redis.call('HGET', J, existing) or ''})
+  end
+  if adopt then
+    -- The holder goes (as cancel.lua removes it); the new job below takes the key.
+    zsets(F) hashes(S, E)
+    local _, held_flags = header(redis.call('HGET', J, existing) or '')
+    unpend(existing)
+    forget(existing)
+    if held_flags and has(held_flags, 'i') then tombstone({existing}, now) end
+    score = nil
+  end
+end
+if score then
+  -- Replace: the pending job takes the new record and due time and starts over (its
+  -- attempts count from 0 again; errors of earlier attempts stay on record).
+  local n, token = state_of(existing)
+  local _, flags = header(record)
+  if earliest then lists(W) end
+  if has(flags, 'i') then zsets(F) end
+  unpend(existing)
+  redis.call('HSET', J, existing, record)
+  pend(existing, due, priority)
+  if n > 0 then set_state(existing, 0, token) end
+  -- The replaced job may finish before this call, sent again after a lost reply, arrives:
+  -- this call's id then answers 'done' (a tombstone, like a finished job's).
+  if has(flags, 'i') then tombstone({id}, now) end
+  if earliest then wake() end
+  return finish({'replaced', existing, due, ''})
+end
+-- A new job (the key's job, if any, is running, dead or gone: the new job takes the key).
+if earliest then lists(W) end
+if redis.call('HSETNX', J, id, record) == 0 then
+  if redis.call('HGET', J, id) == record then  -- this very call, sent again
+    return finish({'created', id, pending_due(id) or due, ''})
+  end
+  return redis.error_reply('DELAYQ_DUPLICATE_ID ' .. id)
+end
+if ukey ~= '' then redis.call('HSET', U, ukey, id) end
+pend(id, due, priority)
+if earliest then wake() end
+return finish({'created', id, due, ''})

@@ -1,0 +1,71 @@
+-- schedule_many.lua: store a batch of new jobs without unique keys as pending, in one call
+-- (schedule_many() sends jobs with a unique key through schedule.lua).
+-- KEYS: pending jobs wake done relayed ranked
+-- ARGV[1] now (epoch milliseconds) or '' for Redis TIME
+-- ARGV[2] '1' when this call is sent again because the reply to an earlier one was lost;
+--         'relay' for the relay of outbox rows (outbox.py): as '1', and run once (outbox promise
+--         I6): a job whose id is marked in `relayed` is never stored again (listed, as one
+--         an earlier send created), and every job of the batch is marked (ZADD relayed now)
+-- ARGV[3..] quadruples: job id (string, ULID), job record (bytes), 'delay' or 'at', integer
+--           (milliseconds from now for 'delay', an epoch in milliseconds for 'at')
+-- A job whose record's header has a priority waits in `ranked` (see schedule.lua).
+-- Returns {now, i1, due_at1, i2, due_at2, ...} (epoch milliseconds): every job not listed was
+-- created with due_at = now + max(delay, 0) or max(at, now) (the caller computes it, saving
+-- the reply). Listed are the jobs (1-based index in the batch) that this call did not create
+-- because an earlier send of it did: due_at is the stored job's, or '' when it already
+-- finished (a tombstone in `done`, checked only when ARGV[2] is '1'). One wake token is
+-- pushed when the earliest pending job is from the batch.
+-- Errors (before anything is written): 'DELAYQ_DUPLICATE_ID' if an id is taken by another
+-- record (never happens with ULIDs); 'DELAYQ_BAD_DUE' for a due time that is not an epoch
+-- before year 2286.
+local now = clock(ARGV[1])
+local relay = ARGV[2] == 'relay'
+local resend = relay or ARGV[2] == '1'
+local out, plan, earliest = {now}, {}, nil
+zsets(P) lists(W)
+if relay then zsets(X) end
+local marks = {}
+for i = 3, #ARGV, 4 do
+  local id, record, value = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 3])
+  local due
+  if ARGV[i + 2] == 'delay' then due = now + math.max(value, 0) else due = math.max(value, now) end
+  if not (due < RESERVED) then return redis.error_reply('DELAYQ_BAD_DUE ' .. tostring(due)) end
+  local stored = redis.call('HGET', J, id)
+  local index = (i + 1) / 4
+  if relay then table.insert(marks, int(now)) table.insert(marks, id) end
+  if relay and redis.call('ZSCORE', X, id) then  -- relayed before: never stored again
+    table.insert(out, index)
+    table.insert(out, stored and (pending_due(id) or due) or '')
+  elseif stored == record then  -- this very job, sent again
+    table.insert(out, index)
+    table.insert(out, pending_due(id) or due)
+  elseif stored then
+    return redis.error_reply('DELAYQ_DUPLICATE_ID ' .. id)
+  elseif resend and redis.call('ZSCORE', F, id) then
+    table.insert(out, index)
+    table.insert(out, '')
+  else
+    table.insert(plan, {id, record, due})
+    if not earliest or due < earliest then earliest = due end
+  end
+end
+if #plan > 0 then
+  local wakes = #redis.call('ZRANGEBYSCORE', P, '-inf', '(' .. int(earliest), 'LIMIT', 0, 1) == 0
+  local fields, scores, ranked = {}, {}, {}
+  for _, job in ipairs(plan) do
+    table.insert(fields, job[1]) table.insert(fields, job[2])
+    local _, _, _, priority = header(job[2])
+    if priority == 0 then
+      table.insert(scores, int(job[3])) table.insert(scores, job[1])
+    else
+      table.insert(ranked, int(ranked_score(priority, job[3]))) table.insert(ranked, job[1])
+    end
+  end
+  if #ranked > 0 then zsets(Q) end
+  batched('HSET', J, fields)
+  if #scores > 0 then batched('ZADD', P, scores) end
+  if #ranked > 0 then batched('ZADD', Q, ranked) end
+  if wakes then wake() end
+end
+if #marks > 0 then batched('ZADD', X, marks) end
+return out

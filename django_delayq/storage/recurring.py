@@ -1,0 +1,101 @@
+"""Storage of recurring schedules' occurrences (django_delayq.recurring): one script,
+``lua/occur.lua``, that stores occurrence jobs under their deterministic ids at most once,
+and the reads the reconcile pass and the status report need. An occurrence is an ordinary
+job once stored: claim, ack, retry, cancel and the admin treat it like any other."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from django_delayq.storage.ops import Op, Policy
+from django_delayq.storage.replies import text
+from django_delayq.storage.scripts import lib_constant
+from django_delayq.storage.store import DONE_TTL, Store
+from django_delayq.storage.times import now_arg as _now_arg
+
+# Milliseconds after its decision an occur.lua call is refused (lua/occur.lua): below the
+# tombstone's life, so an occurrence that finished after the decision is still seen.
+STALE = lib_constant("STALE", "occur") / 1000
+BAND = int(lib_constant("BAND"))
+assert STALE < DONE_TTL
+
+
+def occur_op(
+    store: Store,
+    queue: str,
+    items: Sequence[tuple[str, bytes, int]],
+    decided_ms: int,
+    now: float | None = None,
+) -> Op:
+    """One occur.lua call: ``items`` are (job id, record, due at in epoch ms). Parses to a
+    list of outcomes ('created', 'exists', 'done', 'stale'), one an item. Re-sent on a lost
+    reply: a second send answers 'exists' for what the first created."""
+    from django_delayq.conf import delayq_settings
+
+    argv: list[Any] = [_now_arg(now), decided_ms, round(float(delayq_settings.MAX_SLEEP) * 1000)]
+    for job_id, record, due_ms in items:
+        argv += (job_id, record, int(due_ms))
+    return store.op("occur", queue, argv, lambda reply: [text(r) for r in reply], Policy.RESEND)
+
+
+def occur(
+    store: Store,
+    queue: str,
+    items: Sequence[tuple[str, bytes, int]],
+    decided_ms: int,
+    now: float | None = None,
+) -> list[str]:
+    """Store occurrences (see :func:`occur_op`); registers the queue too."""
+    if not items:
+        return []
+    registered, result = store.run(
+        [store.remember_queue_op(queue), occur_op(store, queue, items, decided_ms, now)], 2.0
+    )
+    if isinstance(result, Exception):
+        raise result
+    if isinstance(registered, Exception):
+        raise registered
+    return result
+
+
+def server_time_ms(store: Store) -> int:
+    """Redis's clock in epoch milliseconds: every fire time is compared with it, never
+    with this machine's clock (the due times of jobs are Redis's too)."""
+    return round(store.server_time() * 1000)
+
+
+def pending_due(store: Store, queue: str, ids: Sequence[str]) -> list[float | None]:
+    """The due time (epoch seconds) of each of ``ids`` that is pending (in ``pending``, or
+    in ``ranked`` for a job with a priority), None for the rest. One round trip a chunk."""
+    if not ids:
+        return []
+    plain, ranked = store.key(queue, "pending"), store.key(queue, "ranked")
+    out: list[float | None] = []
+    for start in range(0, len(ids), 5000):
+        chunk = ids[start : start + 5000]
+        replies = store.run(
+            [
+                store.command(b"ZMSCORE", plain, *chunk, route=plain),
+                store.command(b"ZMSCORE", ranked, *chunk, route=ranked),
+            ],
+            2.0,
+        )
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        for score, rank in zip(*replies, strict=True):
+            if score is not None:
+                out.append(float(score) / 1000)
+            else:
+                out.append(None if rank is None else (int(float(rank)) % BAND) / 1000)
+    return out
+
+
+def exists(store: Store, queue: str, ids: Sequence[str]) -> list[bool]:
+    """Whether each of ``ids`` has a record (pending, claimed, running or dead)."""
+    if not ids:
+        return []
+    key = store.key(queue, "jobs")
+    ops = [store.command(b"HEXISTS", key, i, route=key) for i in ids]
+    return [bool(r) and not isinstance(r, Exception) for r in store.run(ops, 2.0)]

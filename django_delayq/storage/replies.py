@@ -1,0 +1,127 @@
+"""What the scripts answer, parsed: the reply types the store returns and one parser per
+script reply (store.py chooses which). Scores and times in replies are integer epoch
+milliseconds; these return epoch seconds."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+
+def text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def pairs(reply: Any) -> list[tuple[Any, Any]]:
+    """Member/score (or field/value) pairs of a reply, RESP2 (flat) or RESP3 (nested, map)."""
+    if isinstance(reply, dict):
+        return list(reply.items())
+    if reply and isinstance(reply[0], list):
+        return [(a, b) for a, b in reply]
+    return [(reply[i], reply[i + 1]) for i in range(0, len(reply) - 1, 2)]
+
+
+def seconds_of(value: Any) -> float | None:
+    """Milliseconds from a reply ('' or None: none) as seconds."""
+    if value in (None, b"", "", False):
+        return None
+    return int(value) / 1000
+
+
+@dataclass(frozen=True)
+class Scheduled:
+    outcome: str  # created | replaced | kept | done
+    id: str
+    due_at: float | None
+    record: bytes | None  # the existing record when kept
+
+
+@dataclass(frozen=True)
+class Claimed:
+    id: str
+    record: bytes
+    attempt: int  # the number this attempt has once started
+
+
+@dataclass(frozen=True)
+class Claim:
+    now: float
+    next_due: float | None
+    jobs: list[Claimed]
+    acked: list[int]  # per ack sent with the claim: 1 acked, 0 gone, -1 not ours
+
+
+@dataclass(frozen=True)
+class Recovered:
+    id: str
+    outcome: str  # refund | retry | dead
+    attempts: int
+    record: bytes | None
+    lost_token: str | None
+    error: dict | None  # the error this recovery recorded (None for a refund)
+
+
+def parse_schedule(reply: list) -> Scheduled:
+    outcome, job_id, due, record = reply
+    return Scheduled(text(outcome), text(job_id), seconds_of(due), record or None)
+
+
+def parse_many(reply: list, plan: list[tuple[str, str, int]]) -> list[Scheduled]:
+    now = int(reply[0])
+    stored = {int(reply[i]) - 1: seconds_of(reply[i + 1]) for i in range(1, len(reply), 2)}
+    results = []
+    for i, (job_id, mode, value) in enumerate(plan):
+        if i in stored:
+            due = stored[i]
+            results.append(Scheduled("created" if due is not None else "done", job_id, due, None))
+        else:  # what schedule_many.lua computed from its `now`
+            due_ms = now + max(value, 0) if mode == "delay" else max(value, now)
+            results.append(Scheduled("created", job_id, due_ms / 1000, None))
+    return results
+
+
+def parse_claim(reply: list) -> Claim:
+    now, next_due, acked, flat = reply
+    jobs = [Claimed(text(flat[i]), flat[i + 1], int(flat[i + 2])) for i in range(0, len(flat), 3)]
+    return Claim(int(now) / 1000, seconds_of(next_due), jobs, [int(f) for f in acked])
+
+
+def parse_ints(reply: list) -> list[int]:
+    return [int(flag) for flag in reply]
+
+
+def parse_flags(reply: list) -> list[bool]:
+    return [int(flag) == 1 for flag in reply]
+
+
+def parse_outcome(reply: list) -> tuple[str, float | None]:
+    return text(reply[0]), seconds_of(reply[1])
+
+
+def parse_recovered(reply: list) -> list[Recovered]:
+    return [
+        Recovered(
+            text(reply[i]),
+            text(reply[i + 1]),
+            int(reply[i + 2]),
+            reply[i + 3] or None,
+            text(reply[i + 4]) if reply[i + 4] else None,
+            _error(reply[i + 5]),
+        )
+        for i in range(0, len(reply), 6)
+    ]
+
+
+def _error(raw: Any) -> dict | None:
+    if not raw:
+        return None
+    try:
+        error = json.loads(raw)
+    except ValueError:
+        return {"type": "unknown", "message": text(raw)}
+    return error if isinstance(error, dict) else {"message": str(error)}
+
+
+def parse_cancel(reply: list) -> tuple[str, bytes] | None:
+    return (text(reply[0]), reply[1]) if reply else None

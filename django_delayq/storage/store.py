@@ -1,0 +1,394 @@
+"""The Store: the state transitions of jobs (schedule, claim, ack, fail, cancel...).
+
+It deals in queue names, job ids, record bytes and float epoch scores, never in callables,
+models or signals. Every multi-step state change is one Lua script in ``lua/`` (each file's
+header documents its KEYS, ARGV, reply and how it answers when sent twice; the script's
+contract is beside each method here). Transitions are built as :class:`~.ops.Op` objects
+(:mod:`.calls`), so the worker can send several (failures, acks and the next claim) in one
+round trip. The Store's other parts are its bases: :mod:`.reads` (what the admin,
+``get_job()`` and the django.tasks backend read), :mod:`.roster` (live workers),
+:mod:`.old_layout` (0.1's keys) and :mod:`.calls` (key names, building and sending ops).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from django_delayq.exceptions import ConnectionError as DelayQConnectionError
+from django_delayq.storage.calls import API_BUDGET, WORKER_BUDGET
+from django_delayq.storage.marks import StartMarks
+from django_delayq.storage.old_layout import OldLayout
+from django_delayq.storage.ops import Op, Policy
+from django_delayq.storage.reads import Reads
+from django_delayq.storage.replies import (  # the reply types are part of the store's interface
+    Claim,
+    Recovered,
+    Scheduled,
+    parse_cancel,
+    parse_claim,
+    parse_flags,
+    parse_ints,
+    parse_many,
+    parse_outcome,
+    parse_recovered,
+    parse_schedule,
+    text,
+)
+from django_delayq.storage.roster import Roster
+from django_delayq.storage.scripts import lib_constant
+from django_delayq.storage.times import ms, now_arg
+
+RECOVER_LIMIT = 100
+PURGE_CHUNK = 500
+# How long (seconds) a finished job's tombstone is kept (lua/_lib.lua, in milliseconds): a
+# schedule() re-sent within it never stores a finished job again. It must exceed API_BUDGET.
+DONE_TTL = lib_constant("DONE_TTL") / 1000
+assert DONE_TTL > 10 * API_BUDGET
+
+
+def _is_one(reply: Any) -> bool:
+    return int(reply) == 1
+
+
+class Store(Reads, Roster, OldLayout):
+    """Byte-level access to one Redis (or Redis Cluster) for one key prefix."""
+
+    def marker(self) -> StartMarks:
+        """Start marks for one worker (a connection of their own; see mark_op)."""
+        return StartMarks(self.transport, self)
+
+    # -- operations (see lua/<name>.lua for each contract) --------------------
+
+    def schedule_op(
+        self,
+        queue: str,
+        job_id: str,
+        record: bytes,
+        *,
+        delay: float | None = None,
+        at: float | None = None,
+        key: str | None = None,
+        on_conflict: str = "replace",
+        now: float | None = None,
+        relay: bool = False,
+        adopt: bool = False,
+        remember: bool = False,
+    ) -> Op:
+        """``remember``: the script adds the queue to ``{prefix}:queues`` (one Redis only).
+        ``relay``: the job may have reached Redis before (a row of the outbox, relayed
+        again after a crash between the Redis write and the row's delete), so even the first
+        send is marked as sent again: a stored or finished job of that id is not stored
+        again (its record carries flag 'i', so a finished one leaves a tombstone).
+        ``adopt``: the relay of an outbox row: an id marked relayed is never stored again
+        (the id is marked), and a pending job of another id holding ``key`` is removed, this
+        one taking the key under ``job_id`` (the row took the key in the database)."""
+        mode, value = ("delay", delay or 0.0) if at is None else ("at", at)
+        argv = (job_id, record, mode, ms(value), key or "", on_conflict, now_arg(now))
+        first = "1" if relay else ""
+        last = "1" if adopt else ""
+        tail = (last, queue) if remember else (last,)  # ARGV[9], and ARGV[10] with KEYS[10]
+        return self.op(
+            "schedule",
+            queue,
+            (*argv, first, *tail),
+            parse_schedule,
+            Policy.RESEND,
+            (*argv, "1", *tail),
+            extra_key=self.queues_key if remember else "",
+        )
+
+    def schedule(self, queue: str, job_id: str, record: bytes, **options: Any) -> Scheduled:
+        """Store a job and add its queue to ``{prefix}:queues`` (every call: nothing caches
+        what Redis holds): on one Redis the script adds it, one reply; on a cluster (another
+        slot) a SADD goes beside it. Both may be re-sent."""
+        if not self.cluster:
+            return self.call(self.schedule_op(queue, job_id, record, remember=True, **options))
+        op = self.schedule_op(queue, job_id, record, **options)
+        registered, result = self.run([self.remember_queue_op(queue), op], API_BUDGET)
+        if isinstance(result, Exception):
+            raise result
+        if isinstance(registered, Exception):
+            raise registered
+        return result
+
+    def schedule_with_result(
+        self,
+        queue: str,
+        job_id: str,
+        record: bytes,
+        result: bytes,
+        ttl: float | None,
+        **options: Any,
+    ) -> Scheduled:
+        """SET the job's django.tasks result (expiring after ``ttl`` seconds, None: never),
+        then schedule the job, so no worker claims it before its result exists (on a
+        cluster, where the result lives on another node, one round trip after the other).
+        Both may be re-sent; the result is deleted again if the script refuses the job."""
+        result_op = self.result_op(job_id, result, ttl)
+        if self.cluster:
+            self.call(result_op)
+            op = self.schedule_op(queue, job_id, record, **options)
+            registered, scheduled = self.run([self.remember_queue_op(queue), op], API_BUDGET)
+        else:
+            registered = None  # the script remembers the queue (as in schedule())
+            op = self.schedule_op(queue, job_id, record, remember=True, **options)
+            _, scheduled = self.run([result_op, op], API_BUDGET)
+        if isinstance(scheduled, Exception):
+            if not isinstance(scheduled, DelayQConnectionError):
+                key = self.result_key(job_id)
+                self.run([self.command(b"DEL", key, route=key)], API_BUDGET)
+            raise scheduled
+        if isinstance(registered, Exception):
+            raise registered
+        return scheduled
+
+    def schedule_many_op(
+        self,
+        queue: str,
+        jobs: Sequence[tuple[str, bytes, dict[str, float]]],
+        now: float | None = None,
+        relay: bool = False,
+    ) -> Op:
+        """One schedule_many.lua call for jobs without unique keys: (id, record, when),
+        ``when`` being ``{"delay": seconds}`` or ``{"at": epoch}``. Parses to one
+        Scheduled per job, in order. ``relay``: the relay of outbox rows (as for
+        :meth:`schedule_op`: a job is never stored twice, the ids are marked relayed)."""
+        argv: list[Any] = []
+        plan: list[tuple[str, str, int]] = []
+        encoded: dict[tuple[str, float], tuple[bytes, bytes]] = {}  # jobs share a `when`
+        for job_id, record, when in jobs:
+            mode, seconds = ("at", when["at"]) if "at" in when else ("delay", when["delay"])
+            value = ms(float(seconds or 0.0))
+            when_args = encoded.get((mode, value))
+            if when_args is None:
+                when_args = encoded[mode, value] = (mode.encode(), b"%d" % value)
+            argv += (job_id.encode(), record, *when_args)
+            plan.append((job_id, mode, value))
+        now_value = now_arg(now)
+        return self.op(
+            "schedule_many",
+            queue,
+            (now_value, "relay" if relay else "", *argv),
+            lambda reply: parse_many(reply, plan),
+            Policy.RESEND,
+            (now_value, "relay" if relay else "1", *argv),
+        )
+
+    def unmark_relayed_op(self, queue: str, ids: Sequence[str]) -> Op:
+        """ZREM the relayed marks of ``ids`` (their outbox rows' DELETE committed)."""
+        key = self.key(queue, "relayed")
+        return self.command(b"ZREM", key, *ids, route=key)
+
+    def claim_op(
+        self,
+        queue: str,
+        limit: int,
+        *,
+        lease: float,
+        token: str,
+        instance: str = "",
+        acks: Iterable[tuple[str, str, str]] = (),
+        now: float | None = None,
+    ) -> Op:
+        """``acks``: (id, token, info) of finished jobs, acknowledged in the same call before
+        claiming; their flags come back in ``Claim.acked``."""
+        argv: list[Any] = [now_arg(now), int(limit), ms(lease), token, instance]
+        for entry in acks:
+            argv += entry
+        return self.op("claim", queue, argv, parse_claim)
+
+    def claim(self, queue: str, limit: int, **options: Any) -> Claim:
+        return self.call(self.claim_op(queue, limit, **options), WORKER_BUDGET)
+
+    def ack_op(
+        self, queue: str, entries: Iterable[tuple[str, str, str]], now: float | None = None
+    ) -> Op:
+        argv: list[Any] = [now_arg(now)]
+        for entry in entries:
+            argv += entry
+        return self.op("ack", queue, argv, parse_ints)
+
+    def ack(self, queue: str, entries: Iterable[tuple[str, str, str]], **kw: Any) -> list[int]:
+        return self.call(self.ack_op(queue, entries, **kw), WORKER_BUDGET)
+
+    def fail_op(
+        self,
+        queue: str,
+        job_id: str,
+        token: str,
+        error: dict[str, Any],
+        *,
+        delay: float,
+        default_max_retries: int,
+        dead_max_age: float,
+        dead_max_count: int,
+        max_errors: int,
+        now: float | None = None,
+    ) -> Op:
+        argv = (
+            now_arg(now),
+            job_id,
+            token,
+            json.dumps(error, ensure_ascii=False, default=str),
+            ms(delay) if delay >= 0 else -1,
+            int(default_max_retries),
+            ms(dead_max_age),
+            int(dead_max_count),
+            int(max_errors),
+        )
+        return self.op("fail", queue, argv, parse_outcome)
+
+    def fail(self, queue: str, job_id: str, token: str, error: dict, **kw: Any) -> tuple:
+        return self.call(self.fail_op(queue, job_id, token, error, **kw), WORKER_BUDGET)
+
+    def mark_op(self, queue: str, job_id: str, lease_until: float) -> Op:
+        """Mark a claimed job started (its runner is about to run it): a plain ZADD XX GT, so
+        it changes only a not-started score of a job still leased, never a later lease."""
+        running = self.key(queue, "running")
+        return self.command(b"ZADD", running, b"XX", b"GT", ms(lease_until), job_id, route=running)
+
+    def settle(
+        self, queue: str, job_id: str, token: str, max_retries: int, lease_until: float
+    ) -> bool:
+        """Write the task's ``max_retries`` into an undecided record (flag 'u') and mark the
+        job started (lua/settle.lua); False when the token no longer holds the job."""
+        argv = (job_id, token, int(max_retries), ms(lease_until))
+        return self.call(self.op("settle", queue, argv, _is_one), WORKER_BUDGET)
+
+    def extend(
+        self,
+        queue: str,
+        entries: Iterable[tuple[str, str]],
+        lease: float,
+        now: float | None = None,
+    ) -> list[bool]:
+        argv: list[Any] = [now_arg(now), ms(lease)]
+        for job_id, token in entries:
+            argv += [job_id, token]
+        return self.call(self.op("extend", queue, argv, parse_flags), WORKER_BUDGET)
+
+    def recover(
+        self,
+        queue: str,
+        *,
+        token: str,
+        instance: str,
+        default_max_retries: int,
+        dead_max_age: float,
+        dead_max_count: int,
+        max_errors: int,
+        limit: int = RECOVER_LIMIT,
+        now: float | None = None,
+    ) -> list[Recovered]:
+        argv = (
+            now_arg(now),
+            int(limit),
+            token,
+            instance,
+            int(default_max_retries),
+            ms(dead_max_age),
+            int(dead_max_count),
+            int(max_errors),
+        )
+        return self.call(self.op("recover", queue, argv, parse_recovered), WORKER_BUDGET)
+
+    def release(
+        self,
+        queue: str,
+        entries: Iterable[tuple[str, str]],
+        *,
+        instance: str = "",
+        now: float | None = None,
+        budget: float = WORKER_BUDGET,
+    ) -> list[int]:
+        """Hand leases back: 1 back in pending, 2 dead-lettered (key held), 0 not ours."""
+        argv: list[Any] = [now_arg(now), instance]
+        for job_id, token in entries:
+            argv += [job_id, token]
+        return self.call(self.op("release", queue, argv, parse_ints), budget)
+
+    def forget_worker(self, queues: Iterable[str], instance: str, budget: float) -> None:
+        """Drop a stopping worker's entries in the queues' ``claims`` (one round trip)."""
+        ops = [self.op("release", q, (b"", instance), parse_ints) for q in queues]
+        for result in self.run(ops, budget):
+            if isinstance(result, Exception):
+                raise result
+
+    def cancel(
+        self,
+        queue: str,
+        job_id: str | None = None,
+        key: str | None = None,
+        now: float | None = None,
+    ) -> tuple[str, bytes] | None:
+        """Delete a pending job by id or unique key; its (id, record), or None. Sent once: a
+        lost reply raises OutcomeUnknown (the signal could not be sent for it otherwise)."""
+        return self.call(self.cancel_op(queue, job_id, key, now))
+
+    def cancel_op(
+        self, queue: str, job_id: str | None, key: str | None, now: float | None = None
+    ) -> Op:
+        """:meth:`cancel` as an op (acancel() sends it on the asyncio client)."""
+        if not job_id and not key:
+            raise ValueError("cancel() needs a job id or a key")
+        argv = (job_id or "", key or "", now_arg(now))
+        return self.op("cancel", queue, argv, parse_cancel, Policy.ONCE)
+
+    def requeue(self, queue: str, ids: Sequence[str], now: float | None = None) -> list[int]:
+        """Dead -> pending (due now, attempts reset): 1 requeued, 0 not dead, 2 its unique key
+        is held by another pending job, 3 its record is missing."""
+        if not ids:
+            return []
+        op = self.op("requeue", queue, (now_arg(now), *ids), parse_ints, Policy.ONCE)
+        return self.call(op)
+
+    def run_now(self, queue: str, ids: Sequence[str], now: float | None = None) -> list[bool]:
+        """Pending -> due now; a flag per id."""
+        if not ids:
+            return []
+        return self.call(self.op("run_now", queue, (now_arg(now), *ids), parse_flags))
+
+    def delete_dead(self, queue: str, ids: Sequence[str], now: float | None = None) -> list[bool]:
+        if not ids:
+            return []
+        op = self.op("delete", queue, (now_arg(now), *ids), parse_flags, Policy.ONCE)
+        return self.call(op)
+
+    def purge_dead(self, queue: str, died_before: float | None = None) -> int:
+        """Delete the dead jobs of a queue (those that died at or before ``died_before``,
+        if given: what a confirmation page showed), a bounded chunk per script call."""
+        dead = self.key(queue, "dead")
+        deleted = 0
+        while True:
+            if died_before is None:
+                read = self.command(b"ZRANGE", dead, 0, PURGE_CHUNK - 1, route=dead)
+            else:
+                high = ms(died_before)
+                read = self.command(
+                    b"ZRANGEBYSCORE", dead, b"-inf", high, b"LIMIT", 0, PURGE_CHUNK, route=dead
+                )
+            ids = [text(i) for i in self.call(read)]
+            if not ids:
+                return deleted
+            deleted += sum(self.delete_dead(queue, ids))
+
+    # -- waking sleeping workers ---------------------------------------------------
+
+    def wait_for_wake(self, queues: Sequence[str], timeout: float) -> bool:
+        """Block until a wake token arrives on one of the queues (BLPOP); True if one did.
+
+        ``timeout`` is cut below the connections' read timeout (see read_timeout()), so an
+        idle wait never looks like a broken connection.
+        """
+        limit = self.read_timeout()
+        if limit:
+            timeout = min(timeout, max(limit - 0.5, limit / 2))
+        wakes = [self.key(q, "wake") for q in queues]
+        op = self.command(b"BLPOP", *wakes, repr(round(max(timeout, 0.01), 3)), route=wakes[0])
+        return self.call(op, budget=0) is not None
+
+    def give_back_wake(self, queue: str) -> None:
+        wake = self.key(queue, "wake")
+        self.call(self.command(b"RPUSH", wake, b"1", route=wake), budget=0)

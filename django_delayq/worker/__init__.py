@@ -1,0 +1,13 @@
+"""The worker: ``python manage.py delayq_worker`` builds a
+:class:`~django_delayq.worker.dispatch.Worker` and runs it.
+
+- ``dispatch``: the Worker: start, the dispatch loop, shutdown.
+- ``exchange``: its round trips (deliver results, claim due jobs); ``prefetch``: how many to
+  claim; ``holdings``: what it holds (leases, results not yet delivered), one owner, one lock.
+- ``runners`` and ``execution``: the runner threads and one attempt of a job; ``starts``: the
+  start marks that count an attempt; ``delivery``: results on their way to Redis.
+- ``maintenance``: heartbeats, recovery of expired leases, handing jobs back; ``presence``: the
+  roster entry.
+- ``supervisor`` and ``supervised``: ``--processes N``, the supervisor and its children's side.
+- ``upgrade``: refuse or convert the 0.1 key layout.
+"""

@@ -1,0 +1,89 @@
+"""Results of finished attempts on their way to Redis.
+
+The dispatcher (dispatch.py) sends failures and acks in its round trips; this module builds the
+failure ops, reads Redis's answers to them, and keeps every result that Redis did not take
+(a lost reply, BUSY, NOSCRIPT, READONLY, WRONGTYPE, an outage) for the next round trip: a
+finished job's result is never dropped. Acks and failures answer the same when sent twice.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from django_delayq.storage.store import Store
+from django_delayq.worker.execution import Executor, Outcome
+from django_delayq.worker.holdings import Holdings
+
+logger = logging.getLogger("django_delayq.worker")
+
+
+class Results:
+    """Delivers the outcomes a worker's runners leave in its ``holdings``, and settles the
+    attempts there once Redis took their results."""
+
+    def __init__(
+        self,
+        store: Store,
+        executor: Executor,
+        holdings: Holdings,
+        dead_options: dict[str, Any],
+        default_max_retries: int,
+        now: Callable[[], float | None],
+    ) -> None:
+        self.store = store
+        self.executor = executor
+        self.holdings = holdings
+        self.dead_options = dead_options
+        self.default_max_retries = default_max_retries
+        self.now = now
+
+    def take_all(self) -> list[Outcome]:
+        """Every outcome not delivered yet, for the next round trip."""
+        return self.holdings.take_results()
+
+    def fail_op(self, outcome: Outcome) -> Any:
+        a = outcome.attempt
+        return self.store.fail_op(
+            a.queue,
+            a.id,
+            a.token,
+            outcome.error,
+            delay=outcome.delay,
+            default_max_retries=self.default_max_retries,
+            now=self.now(),
+            **self.dead_options,
+        )
+
+    def keep(self, outcomes: list[Outcome]) -> None:
+        """Results Redis did not take: deliver them in the next round trip."""
+        if not outcomes:
+            return
+        for o in outcomes:
+            o.resends += 1
+        self.holdings.return_results(outcomes)
+
+    def settle_fails(self, outcomes: list[Outcome], results: list[Any]) -> None:
+        kept = []
+        for outcome, result in zip(outcomes, results, strict=True):
+            if isinstance(result, Exception):
+                if outcome.resends == 0:
+                    logger.warning(
+                        "job %s: failure not recorded yet (%s)", outcome.attempt.id, result
+                    )
+                kept.append(outcome)
+                continue
+            self.holdings.settle(outcome.attempt)
+            what, when = result
+            if what == "dead":
+                self.executor.died(outcome, when)
+            elif what == "lost":
+                self.executor.lost(outcome)
+        self.keep(kept)
+
+    def settle_acks(self, outcomes: list[Outcome], flags: list[int]) -> None:
+        for outcome, flag in zip(outcomes, flags, strict=True):
+            self.holdings.settle(outcome.attempt)
+            if flag == -1 or (flag == 0 and not outcome.resends):
+                self.executor.lost(outcome)  # 0 after a re-send: the lost round trip acked it

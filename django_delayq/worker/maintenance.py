@@ -1,0 +1,306 @@
+"""A worker's background duties, each on a thread of its own so one never waits for another:
+heartbeats (extend the leases of the attempts it holds), recovery (move jobs whose lease
+expired, because their worker died, back to pending or to the dead-letter set), and waking
+(wait for a schedule() that makes a job due sooner than the dispatcher's sleep).
+
+Recovery is bounded: at most ``RECOVER_PER_PASS`` jobs per queue per pass, in calls of
+``store.RECOVER_LIMIT``, each reply carrying what the signals need, so a backlog of expired
+leases costs a few round trips per hundred jobs and never delays a heartbeat.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from django_delayq import signals
+from django_delayq.exceptions import ConnectionError as DelayQConnectionError
+from django_delayq.exceptions import DelayQError, LeaseLost
+from django_delayq.job import DEAD, PENDING, decode_fields, make_job
+from django_delayq.job_state import worker_of
+from django_delayq.registry import sender
+from django_delayq.storage.store import RECOVER_LIMIT, Recovered, Store
+from django_delayq.wording import counted
+from django_delayq.worker.execution import FINISHED
+
+if TYPE_CHECKING:
+    from django_delayq.worker.execution import Attempt, Executor
+
+logger = logging.getLogger("django_delayq.worker")
+
+RECOVER_PER_PASS = 1_000
+
+
+class Backoff:
+    """Exponential backoff with jitter for a thread that lost Redis; logs once per outage."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.delay = 0.0
+
+    def failed(self, exc: Exception) -> float:
+        if self.delay == 0.0:
+            logger.warning(
+                "%s: Redis unreachable or failing (%s); retrying with backoff", self.what, exc
+            )
+        self.delay = min(max(self.delay * 2, 0.1), 5.0)
+        return self.delay * random.uniform(0.5, 1.0)
+
+    def ok(self) -> None:
+        if self.delay:
+            logger.warning("%s: Redis is back", self.what)
+        self.delay = 0.0
+
+    @property
+    def failing(self) -> bool:
+        return self.delay > 0.0
+
+
+def by_queue(attempts: Iterable[Attempt]) -> dict[str, list[tuple[str, str]]]:
+    """(job id, lease token) of attempts, per queue: what extend and release take."""
+    leases: dict[str, list[tuple[str, str]]] = {}
+    for attempt in attempts:
+        leases.setdefault(attempt.queue, []).append(attempt.lease)
+    return leases
+
+
+def release(
+    store: Store,
+    executor: Executor,
+    attempts: list[Attempt],
+    what: str,
+    now: float | None,
+    budget: float = 1.0,
+) -> bool:
+    """Hand ``attempts`` back to pending, the attempt not counted; False if Redis refused
+    (they are then recovered once their lease expires, still without counting)."""
+    ok = True
+    for queue, leases in by_queue(attempts).items():
+        try:
+            store.release(queue, leases, now=now, budget=budget)
+            logger.info(
+                "handed %s back to pending (%s, queue %s)", counted(len(leases), "job"), what, queue
+            )
+        except DelayQError as exc:
+            ok = False
+            logger.warning(
+                "could not hand back %s (%s, queue %s: %s); they will be recovered once "
+                "their lease expires",
+                counted(len(leases), "job"),
+                what,
+                queue,
+                exc,
+            )
+    if signals.job_released.receivers:
+        for attempt in attempts:
+            if attempt.fields is None:
+                attempt.fields = decode_fields(attempt.record)
+            job = replace(executor.job(attempt), status=PENDING, worker=None)
+            signals.send(signals.job_released, sender(job.task), job=job)
+    return ok
+
+
+class Heartbeat:
+    """Extends the leases of every attempt a worker holds, every ``lease / 3`` seconds."""
+
+    def __init__(
+        self,
+        store: Store,
+        lease: float,
+        holding: Callable[[], list[Attempt]],
+        stopped: threading.Event,
+        now: Callable[[], float | None],
+    ) -> None:
+        self.store, self.lease, self.holding, self.stopped, self.now = (
+            store,
+            lease,
+            holding,
+            stopped,
+            now,
+        )
+        self.beats = 0
+
+    def loop(self) -> None:
+        interval = max(self.lease / 3, 0.05)
+        outage = Backoff("heartbeat")
+        pause = interval
+        while not self.stopped.wait(pause):
+            try:
+                self.beat()
+                outage.ok()
+                pause = interval
+            except DelayQError as exc:
+                pause = min(outage.failed(exc), interval)
+
+    def beat(self) -> None:
+        self.beats += 1
+        attempts = self.holding()
+        for queue, leases in by_queue(attempts).items():
+            flags = self.store.extend(queue, leases, self.lease, now=self.now())
+            for attempt, ok in zip((a for a in attempts if a.queue == queue), flags, strict=True):
+                # A finished attempt's ack may have landed since the snapshot: its lease is gone
+                # for a good reason, and a lost one is reported when its result is settled.
+                if not ok and not attempt.lease_lost and attempt.state != FINISHED:
+                    attempt.lease_lost = True
+                    logger.warning(
+                        "job %s: lease lost while this worker holds it (it ran past the "
+                        "visibility timeout while Redis was unreachable); it may run twice",
+                        attempt.id,
+                    )
+
+
+class Recovery:
+    """Finds expired leases in the worker's queues and settles them, sending the signals a
+    failed attempt sends (``job_failed`` with ``LeaseLost``; ``job_dead``)."""
+
+    def __init__(
+        self,
+        store: Store,
+        queues: list[str],
+        instance: str,
+        options: dict[str, Any],
+        default_max_retries: int,
+        stopped: threading.Event,
+        now: Callable[[], float | None],
+    ) -> None:
+        self.store, self.queues, self.instance = store, queues, instance
+        self.options, self.default_max_retries = options, default_max_retries
+        self.stopped, self.now = stopped, now
+        self._tokens = itertools.count(1)
+        self.passes = 0
+
+    def loop(self, every: float) -> None:
+        outage = Backoff("recovery")
+        pause = 0.0
+        while not self.stopped.wait(pause):
+            try:
+                self.run_pass()
+                outage.ok()
+                pause = every
+            except DelayQError as exc:
+                pause = outage.failed(exc)
+
+    def run_pass(self, limit: int = RECOVER_PER_PASS) -> int:
+        """Recover up to ``limit`` jobs per queue; returns how many were moved."""
+        self.passes += 1
+        total = 0
+        for queue in self.queues:
+            moved = 0
+            while moved < limit and not self.stopped.is_set():
+                batch = self.store.recover(
+                    queue,
+                    token=f"{self.instance}#r{next(self._tokens)}",
+                    instance=self.instance,
+                    default_max_retries=self.default_max_retries,
+                    now=self.now(),
+                    limit=min(RECOVER_LIMIT, limit - moved),
+                    **self.options,
+                )
+                for recovered in batch:
+                    self._settled(queue, recovered)
+                moved += len(batch)
+                if len(batch) < RECOVER_LIMIT:
+                    break
+            total += moved
+        return total
+
+    def burst_pass(self) -> int | None:
+        """--burst: recover every expired lease; how many moved, None when Redis refused
+        (an error reply such as WRONGTYPE: logged, and the worker exits 1 at the end).
+        Raises ConnectionError when Redis is unreachable."""
+        try:
+            return self.run_pass(limit=10**9)
+        except DelayQConnectionError:
+            raise
+        except DelayQError as exc:
+            logger.error("--burst: expired leases could not be recovered: %s", exc)
+            return None
+
+    def _settled(self, queue: str, recovered: Recovered) -> None:
+        lost = worker_of(recovered.lost_token) or "?"
+        if recovered.outcome == "refund":
+            logger.info(
+                "job %s: worker %s stopped before starting it; back to pending (attempt not "
+                "counted)",
+                recovered.id,
+                lost,
+            )
+            return
+        dead = recovered.outcome == "dead"
+        logger.warning(
+            "job %s recovered from a lost worker: %s (worker %s stopped heartbeating)",
+            recovered.id,
+            "dead-lettered" if dead else "back to pending",
+            lost,
+        )
+        error = recovered.error or {}
+        job = make_job(
+            recovered.id,
+            queue,
+            DEAD if dead else PENDING,
+            decode_fields(recovered.record),
+            self.default_max_retries,
+            attempts=recovered.attempts,
+            errors=[error] if error else [],
+        )
+        message = f"lease expired: worker {lost} stopped heartbeating (crashed, killed or cut off)"
+        signals.send(
+            signals.job_failed,
+            sender(job.task),
+            job=job,
+            exception=LeaseLost(message),
+            traceback="",
+            will_retry=not dead,
+        )
+        if dead:
+            signals.send(
+                signals.job_dead, sender(job.task), job=job, error=job.last_error or message
+            )
+
+
+class Waker:
+    """Waits in BLPOP on the queues' wake lists, only while a runner is idle (it waits for one
+    first, never spinning), and hands a token it cannot use back to the other workers."""
+
+    def __init__(
+        self,
+        store: Store,
+        queues: list[str],
+        timeout: float,
+        wait_for_idle_runner: Callable[[], bool],
+        woken: Callable[[], bool],
+    ) -> None:
+        self.store, self.queues, self.timeout = store, queues, timeout
+        self.wait_for_idle_runner, self.woken = wait_for_idle_runner, woken
+        self.waits = 0  # BLPOPs sent (tests count them: a spinning waker sends thousands)
+
+    def loop(self) -> None:
+        outage = Backoff("waker")
+        while self.wait_for_idle_runner():
+            self.waits += 1
+            try:
+                got = self.store.wait_for_wake(self.queues, self.timeout)
+                outage.ok()
+            except DelayQError as exc:
+                time.sleep(outage.failed(exc))
+                continue
+            if got and not self.woken():
+                with contextlib.suppress(DelayQError):
+                    self.store.give_back_wake(self.queues[0])
+
+
+def wakers_for(store: Store, queues: Sequence[str], max_sleep: float, runners: Any) -> list[Waker]:
+    """The wakers of a worker's queues: one BLPOP may wait on several lists only when they
+    live on one server, so on a cluster each queue has its own."""
+    groups = [[q] for q in queues] if store.cluster else [queues]
+    return [
+        Waker(store, group, max_sleep, runners.wait_for_idle_runner, runners.woken)
+        for group in groups
+    ]

@@ -1,0 +1,145 @@
+"""The package's shape, checked from its source (docs/contributing.rst, "Package layout").
+
+- No import circle between django_delayq's modules. Every import counts, also one made inside
+  a function or under ``if TYPE_CHECKING:``: a loop hidden at function level is still a loop
+  a reader has to hold in mind (and an import that works only by running late).
+- No module over 400 lines and no function over 60 (migrations aside): the sizes a newcomer
+  can read in one go.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "django_delayq"
+MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 60
+
+
+def _modules() -> dict[str, Path]:
+    """Dotted module name -> file, for every module of the package but the migrations."""
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        if "migrations" in parts:
+            continue
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        found[".".join(parts)] = path
+    return found
+
+
+def _imported(module: str, path: Path, known: set[str]) -> set[str]:
+    """The package's modules that ``module`` imports, at any depth of its code."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            for alias in node.names:
+                # "from pkg import mod" imports the module pkg.mod, "from pkg import name" pkg
+                submodule = f"{base}.{alias.name}"
+                names.add(submodule if submodule in known else base)
+    edges = set()
+    for name in names:
+        # "import a.b.c" runs a, a.b and a.b.c: the deepest known one is the target
+        while name and name not in known:
+            name = name.rpartition(".")[0]
+        if name and name != module:
+            edges.add(name)
+    return edges
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph[node]):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    known = set(modules)
+    graph = {name: _imported(name, path, known) for name, path in modules.items()}
+    # A package imports nothing by being the parent of a module (Python runs the parent's
+    # __init__ first, but that is an edge only if the __init__ itself imports something).
+    return graph
+
+
+def test_the_checker_finds_a_circle():
+    """The check can fail: a loop of three and a self-contained pair are both found."""
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"e"}, "e": {"d"}, "f": {"a"}}
+    assert _circles(graph) == [["a", "b", "c"], ["d", "e"]]
+
+
+def test_the_import_reader_sees_function_level_and_type_checking_imports(tmp_path):
+    source = tmp_path / "m.py"
+    source.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from pkg.a import A\n"
+        "def f():\n    from pkg import b\n    from . import c\n"
+    )
+    known = {"pkg", "pkg.a", "pkg.b", "pkg.c", "pkg.m"}
+    assert _imported("pkg.m", source, known) == {"pkg.a", "pkg.b", "pkg.c"}
+    source.write_text("from pkg import helper\nimport pkg.a.sub\n")
+    assert _imported("pkg.m", source, known) == {"pkg", "pkg.a"}
+
+
+def test_no_import_circle():
+    circles = _circles(_graph())
+    assert not circles, "import circles: " + "; ".join(" <-> ".join(c) for c in circles)
+
+
+def _long_functions(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text(), str(path))
+    return [
+        f"{path.relative_to(PACKAGE.parent)}:{node.lineno} {node.name} "
+        f"({node.end_lineno - node.lineno + 1} lines)"
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
+    ]
+
+
+@pytest.mark.parametrize("name", sorted(_modules()))
+def test_module_and_function_sizes(name):
+    path = _modules()[name]
+    lines = len(path.read_text().splitlines())
+    assert lines <= MAX_MODULE_LINES, f"{name} has {lines} lines (at most {MAX_MODULE_LINES})"
+    assert not _long_functions(path), _long_functions(path)

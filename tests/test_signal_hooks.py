@@ -1,0 +1,60 @@
+"""signals.hook: the package's own per-job hooks (the recurring schedules'), called by
+signals.send without Django's dispatch, before the receivers; a failing hook is logged and
+never breaks the send; needs_thread asks the hooks' predicates too (the event loop)."""
+
+from __future__ import annotations
+
+import logging
+from types import SimpleNamespace
+
+from django.dispatch import Signal
+
+from django_delayq import signals
+
+
+def test_hooks_run_once_each_before_receivers_and_a_failure_is_logged(caplog):
+    signal = Signal()
+    seen: list[str] = []
+
+    def first(sender, **kwargs):
+        seen.append(f"hook {kwargs['job']}")
+
+    def broken(sender, **kwargs):
+        raise RuntimeError("hook broke")
+
+    def receiver(sender, **kwargs):
+        seen.append(f"receiver {kwargs['job']}")
+
+    signals.hook(signal, first)
+    signals.hook(signal, first)  # once, however often
+    signals.hook(signal, broken)
+    signal.connect(receiver, weak=False)
+    with caplog.at_level(logging.ERROR, "django_delayq.signals"):
+        signals.send(signal, None, job="j1")
+    assert seen == ["hook j1", "receiver j1"]
+    assert "hook broke" in caplog.text
+
+
+def test_a_hook_alone_runs_without_receivers():
+    signal = Signal()
+    seen = []
+    signals.hook(signal, lambda sender, **kwargs: seen.append(kwargs["job"]))
+    assert not signal.receivers
+    signals.send(signal, None, job="j2")
+    assert seen == ["j2"]
+
+
+def test_needs_thread_asks_the_hooks_predicates():
+    signal = Signal()
+    signals.hook(signal, lambda sender, **kwargs: None, lambda job: job.id.startswith("occ"))
+    assert signals.needs_thread(signal, SimpleNamespace(id="occ-1"))
+    assert not signals.needs_thread(signal, SimpleNamespace(id="plain"))
+
+
+def test_the_recurring_hooks_are_hooks_not_receivers():
+    """Every job pays for a receiver's dispatch; the recurring hooks are on the hook list."""
+    from django_delayq.recurring import hooks
+
+    assert (hooks.on_started, hooks._maybe_occurrence) in signals._HOOKS[signals.job_started]
+    uids = [entry[0][0] for entry in signals.job_started.receivers]
+    assert "delayq-recurring-started" not in uids
