@@ -1,5 +1,5 @@
 """System checks. Ids are stable; docs/reference/checks.rst lists them. The outbox's
-(E009-E011, W003) are in ``outbox_checks.py``, the ``TASKS`` ones (E101, E102, W101) in
+(E009-E011, W003, W005) are in ``outbox_checks.py``, the ``TASKS`` ones (E101, E102, W101) in
 ``backends.py``.
 
 delayq.E001  the Redis connection cannot be built from CACHE (missing alias, or not Redis)
@@ -28,6 +28,8 @@ delayq.W003  (deploy, --database) a database that may hold outbox rows does not 
              transactions, so on_commit=True cannot make a job commit or roll back with the
              caller's data
 delayq.W004  (deploy) a queue holds data in the Redis layout of 0.1: run delayq_upgrade
+delayq.W005  a SQLite file that may hold outbox rows runs deferred transactions (no
+             OPTIONS transaction_mode "IMMEDIATE"): concurrent writers fail at once
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from django.core.checks import Error, Tags, Warning, register
 from django_delayq import queue_settings
 from django_delayq.conf import DEFAULTS, delayq_settings
 from django_delayq.exceptions import ConfigurationError
-from django_delayq.outbox_checks import check_outbox_databases
+from django_delayq.outbox_checks import check_outbox_databases, check_sqlite_locking
 from django_delayq.wording import article
 
 MAXIMUM = 10**9
@@ -107,6 +109,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list:
     errors += _check_queues()
     errors += _check_horizon()
     errors += check_outbox_databases()
+    errors += check_sqlite_locking()
     return errors
 
 

@@ -180,12 +180,26 @@ def save(alias: str, row: Row, relay_at: When | float, now: float | None = None)
     for attempt in range(3):
         try:
             with transaction.atomic(using=alias):
+                write_lock(alias)
                 return _save(alias, row, relay_at, now)
         except IntegrityError:
             # Another transaction inserted the key first (it committed meanwhile): read it.
             if attempt == 2:
                 raise
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def write_lock(alias: str) -> None:
+    """SQLite: take the database's write lock now, before the first read. SQLite has no
+    row locks: relays take it so two never read the same rows, and a keyed save so its
+    read-then-write waits for a relay's pass (busy timeout) instead of failing at once with
+    "database is locked" (a deferred transaction that read cannot wait for the lock). A
+    no-op DELETE does it; elsewhere nothing."""
+    conn = connections[alias]
+    if conn.vendor == "sqlite":
+        with conn.cursor() as cursor:
+            table = conn.ops.quote_name(_model()._meta.db_table)
+            cursor.execute(f"DELETE FROM {table} WHERE id = %s", [""])
 
 
 def _due_sql(alias: str, row: Row) -> Any:
@@ -365,6 +379,7 @@ def cancel(
         if queue is not None:
             rows = rows.filter(queue=queue)
         with transaction.atomic(using=alias):
+            write_lock(alias)  # SQLite: a read, then a DELETE
             found = [_row(obj) for obj in rows.select_for_update()]
             left = stale(found) if stale is not None and found else set()
             for row in found:

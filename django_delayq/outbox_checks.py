@@ -3,6 +3,8 @@
 delayq.E009 and E010 (settings; no database touched) run with the other settings checks
 (``checks.check_settings`` calls :func:`check_outbox_databases`); delayq.E011 and W003 are
 deploy checks that ask each database holding rows (``check --deploy --database``).
+delayq.W005 (settings; no database touched) runs with the settings checks too
+(:func:`check_sqlite_locking`).
 """
 
 from __future__ import annotations
@@ -82,6 +84,46 @@ def _check_named_databases(named: Any) -> list:
                 )
             )
     return errors
+
+
+def check_sqlite_locking() -> list:
+    """W005: a SQLite file that may hold outbox rows, without ``"transaction_mode":
+    "IMMEDIATE"``. SQLite's default (deferred) transactions take the write lock at their
+    first write: one that read first and then writes while another process (the worker's
+    relay, a web process) holds the lock fails at once with "database is locked", without
+    waiting for the timeout. The outbox's keyed save and the relay read, then write."""
+    from django_delayq import outbox
+
+    try:
+        held = [a for a in outbox.aliases() if a in connections]
+    except ConfigurationError:
+        return []  # delayq.E009 says why
+    return [
+        warning for alias in held if (warning := sqlite_warning(alias, connections.settings[alias]))
+    ]
+
+
+def sqlite_warning(alias: str, database: dict) -> Warning | None:
+    """delayq.W005 for one entry of DATABASES, or None. An in-memory database is one
+    process's, so two processes never share its lock."""
+    if not str(database.get("ENGINE", "")).endswith("sqlite3"):
+        return None
+    name = str(database.get("NAME") or ":memory:")
+    if name == ":memory:" or "mode=memory" in name:
+        return None
+    mode = (database.get("OPTIONS") or {}).get("transaction_mode")
+    if str(mode).upper() == "IMMEDIATE":
+        return None
+    return Warning(
+        f"database {alias!r} is a SQLite file with deferred transactions (transaction_mode "
+        f"{mode!r}): while a worker relays outbox rows, a schedule(..., key=...) that stores a "
+        "row there, or a transaction that reads before it schedules, can fail at once with "
+        "'database is locked'.",
+        hint=f'Add "OPTIONS": {{"transaction_mode": "IMMEDIATE"}} to '
+        f"DATABASES[{alias!r}] (Django 5.1+), as Django's SQLite notes advise for "
+        "concurrent writers.",
+        id="delayq.W005",
+    )
 
 
 @register(Tags.database, deploy=True)

@@ -114,16 +114,6 @@ def relay_now(store: Store, alias: str, ids: Sequence[str]) -> bool:
     return True
 
 
-def _lock(alias: str) -> None:
-    """SQLite: take the database's write lock now (it has no row locks), so two relays
-    never read the same rows; a no-op DELETE does it."""
-    conn = connections[alias]
-    if conn.vendor == "sqlite":
-        with conn.cursor() as cursor:
-            table = conn.ops.quote_name(outbox._model()._meta.db_table)
-            cursor.execute(f"DELETE FROM {table} WHERE id = %s", [""])
-
-
 def relay_pass(
     store: Store,
     alias: str,
@@ -141,7 +131,7 @@ def relay_pass(
     waits its GRACE for its committing process's fast path)."""
     db_now = now_sql(alias, now)  # the database's clock (``now``: a test's)
     with transaction.atomic(using=alias):
-        _lock(alias)
+        outbox.write_lock(alias)
         batch = _read(_to_relay(alias, db_now, ids, near), db_now, limit)
         if not batch:
             return 0

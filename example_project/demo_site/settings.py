@@ -62,7 +62,13 @@ WSGI_APPLICATION = "demo_site.wsgi.application"
 def database_from_url(url: str) -> dict:
     parsed = urlparse(url)
     if parsed.scheme == "sqlite":
-        return {"ENGINE": "django.db.backends.sqlite3", "NAME": parsed.path or ":memory:"}
+        # The worker (its outbox relay) and the web server write to one file: immediate
+        # transactions wait for the lock instead of failing at once (delayq.W005).
+        return {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": parsed.path or ":memory:",
+            "OPTIONS": {"transaction_mode": "IMMEDIATE", "timeout": 20},
+        }
     if parsed.scheme in ("postgres", "postgresql"):
         return {
             "ENGINE": "django.db.backends.postgresql",
