@@ -52,8 +52,6 @@ DATABASES = {
         "ENGINE": "django.db.backends.sqlite3",
         "NAME": os.environ.get("DELAYQ_TEST_DB", ":memory:"),
         "TEST": {"NAME": os.environ.get("DELAYQ_TEST_DB")},
-        # a file (DELAYQ_TEST_DB) is shared with workers' processes: delayq.W005
-        "OPTIONS": {"transaction_mode": "IMMEDIATE"},
     }
 }
 # The real PostgreSQL (127.0.0.1:5432, user postgres, trust auth): the outbox's tests run on
