@@ -52,19 +52,15 @@ def occurrence_id(name: str, version: int, fire_ms: int) -> str:
     return "".join(reversed(digits))
 
 
+# Characters 10 to 12 of a 26-character id hold bits 65 to 79: the tag's top 15 bits.
+_TAG_HEAD = "".join(_CROCKFORD[(TAG >> shift) & 31] for shift in (11, 6, 1))
+
+
 def parse_occurrence_id(job_id: str) -> tuple[int, int, int] | None:
-    """(fire_ms, name hash, version) of an occurrence's id; None for any other id."""
-    if len(job_id) != 26:
-        return None
-    # Characters 10 to 13 hold bits 60 to 79, the tag's among them: an ordinary job id
-    # (every job a worker runs asks) is turned away after four lookups, not 26.
-    head = 0
-    for char in job_id[10:14]:
-        digit = _VALUE.get(char)
-        if digit is None:
-            return None
-        head = head * 32 + digit
-    if (head >> 4) & 0xFFFF != TAG:
+    """(fire_ms, name hash, version) of an occurrence's id; None for any other id. An
+    ordinary job id (every job a worker runs asks, twice) is turned away by one comparison
+    of three characters, not 26 lookups."""
+    if len(job_id) != 26 or job_id[10:13] != _TAG_HEAD:
         return None
     value = 0
     for char in job_id:
