@@ -37,29 +37,33 @@ class StartMarks:
         self._heads: dict[str, tuple[bytes, bytes]] = {}  # queue -> (route, packed prefix)
 
     def mark(self, queue: str, job_id: str, lease_until: float) -> bool:
-        return self.mark_many(queue, [(job_id, lease_until)])
+        """One job's mark (a runner thread's, before every job)."""
+        route, prefix = self._heads.get(queue) or self._head(queue)
+        return self.marker.write(route, _packed(prefix, job_id, lease_until))
 
     def mark_many(self, queue: str, marks: list[tuple[str, float]]) -> bool:
         """Marks of several jobs of one queue, in one write (the worker's event loop
         starts many attempts at once)."""
-        head = self._heads.get(queue)
-        if head is None:
-            running = self.names.key(queue, "running").encode()
-            prefix = b"*6\r\n$4\r\nZADD\r\n$%d\r\n%s\r\n$2\r\nXX\r\n$2\r\nGT\r\n" % (
-                len(running),
-                running,
-            )
-            head = self._heads[queue] = (running, prefix)
-        parts = []
-        for job_id, lease_until in marks:
-            score, member = b"%d" % ms(lease_until), job_id.encode()
-            parts.append(
-                b"%s$%d\r\n%s\r\n$%d\r\n%s\r\n" % (head[1], len(score), score, len(member), member)
-            )
-        return self.marker.write(head[0], b"".join(parts), len(parts))
+        route, prefix = self._heads.get(queue) or self._head(queue)
+        parts = [_packed(prefix, job_id, lease_until) for job_id, lease_until in marks]
+        return self.marker.write(route, b"".join(parts), len(parts))
+
+    def _head(self, queue: str) -> tuple[bytes, bytes]:
+        running = self.names.key(queue, "running").encode()
+        prefix = b"*6\r\n$4\r\nZADD\r\n$%d\r\n%s\r\n$2\r\nXX\r\n$2\r\nGT\r\n" % (
+            len(running),
+            running,
+        )
+        self._heads[queue] = (running, prefix)
+        return running, prefix
 
     def close(self) -> None:
         self.marker.close()
+
+
+def _packed(prefix: bytes, job_id: str, lease_until: float) -> bytes:
+    score, member = b"%d" % ms(lease_until), job_id.encode()
+    return b"%s$%d\r\n%s\r\n$%d\r\n%s\r\n" % (prefix, len(score), score, len(member), member)
 
 
 class Marker:

@@ -229,8 +229,11 @@ class Executor:
             started = time.perf_counter()
             try:
                 self.begin(job, task)
-                with running(job):
+                token = _current_job.set(job)  # running(job), without a generator per job
+                try:
                     result = _call(task, job, attempt.timeout)  # type: ignore[arg-type]
+                finally:
+                    _current_job.reset(token)
             except BaseException as exc:
                 return self.raised(attempt, job, task, exc, time.perf_counter() - started)
             return self.returned_value(attempt, job, task, result, time.perf_counter() - started)
@@ -246,8 +249,9 @@ class Executor:
     def raised(
         self, attempt: Attempt, job: Job, task: Task | None, exc: BaseException, duration: float
     ) -> Outcome:
-        """The task raised ``exc``: its failure, or a late outcome once timed out."""
-        if not self.returned(attempt):
+        """The task raised ``exc``: its failure, or a late outcome once timed out (only an
+        attempt with a deadline can be)."""
+        if attempt.deadline is not None and not self.returned(attempt):
             return self._late(attempt, job, duration)
         return self._failed(attempt, job, task, exc, duration)
 
@@ -255,7 +259,7 @@ class Executor:
         self, attempt: Attempt, job: Job, task: Task | None, result: Any, duration: float
     ) -> Outcome:
         """The task returned ``result``: its success, or a late outcome once timed out."""
-        if not self.returned(attempt):
+        if attempt.deadline is not None and not self.returned(attempt):
             return self._late(attempt, job, duration)
         if logger.isEnabledFor(logging.INFO):  # -v 1, the default: one line per attempt
             logger.info(
