@@ -185,6 +185,20 @@ def proc_cpu_seconds(pid: int) -> float:
     return (utime + stime) / os.sysconf("SC_CLK_TCK")
 
 
+def machine_ticks() -> tuple[int, int]:
+    """(busy, total) clock ticks of every core since boot, from /proc/stat (Linux): two
+    readings give the share of the machine that was busy in between (:func:`busy_share`)."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def busy_share(before: tuple[int, int], after: tuple[int, int]) -> float:
+    """The share of the machine's cores (0..1) busy between two :func:`machine_ticks`."""
+    total = after[1] - before[1]
+    return (after[0] - before[0]) / total if total else nan()
+
+
 class Workers:
     """``python -m django delayq_worker`` processes logging to files in ``workdir``.
 
