@@ -378,8 +378,12 @@ def cancel(
         rows = rows.filter(id=job_id) if job_id is not None else rows.filter(key_hash=key_hash(key))
         if queue is not None:
             rows = rows.filter(queue=queue)
+        # SQLite: a read, then a DELETE: lock first in a transaction of our own; in the
+        # caller's, a no-op lock could fail a read-only transaction that finds no row.
+        own = not connections[alias].in_atomic_block
         with transaction.atomic(using=alias):
-            write_lock(alias)  # SQLite: a read, then a DELETE
+            if own:
+                write_lock(alias)
             found = [_row(obj) for obj in rows.select_for_update()]
             left = stale(found) if stale is not None and found else set()
             for row in found:
