@@ -50,8 +50,26 @@ def _bindable(port: int) -> bool:
     return True
 
 
-def free_port(low: int = 16400, high: int = 16999, bus: bool = False) -> int:
-    """A free loopback port in [low, high] (and port + 10000 free too when ``bus``)."""
+def _own_slice(low: int, high: int) -> tuple[int, int]:
+    """This test process's share of [low, high]: pytest-xdist's processes draw from
+    disjoint slices, so a port one process just closed (a proxy a test closed to refuse
+    connections, a redis-server it stopped) is never bound by another process while a
+    client still dials it (a refused connection must stay refused)."""
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    index = int(worker[2:]) if worker[2:].isdigit() else 0
+    if count <= 1 or index >= count:
+        return low, high
+    width = (high - low + 1) // count
+    return low + index * width, low + (index + 1) * width - 1
+
+
+def free_port(low: int = 18000, high: int = 25999, bus: bool = False) -> int:
+    """A free loopback port in this process's slice of [low, high] (and port + 10000 free
+    too when ``bus``), never one this process handed out before. The default range lies
+    below Linux's ephemeral ports (32768-60999) and apart from the cluster's (17000-17999,
+    buses 27000-27999) and the sentinels' (26300-26999)."""
+    low, high = _own_slice(low, high)
     for _ in range(200):
         port = random.randint(low, high)
         if port in _taken or port == 6379:
