@@ -39,6 +39,9 @@ SIZES: dict[str, dict[str, Any]] = {
         "orm": 3_000,
         "sleep": 4_000,
         "async_sleep": 2_000,  # issue 21: async tasks on the worker's event loop
+        # issue 21: task 1 under --processes 1 and 2 (a 5,000-job drain lasts under a
+        # second at two processes, mostly the prefetch's ramp-up)
+        "processes_push": 20_000,
         "idle_worker_seconds": 30.0,
         "idle_worker_runs": 1,
         # the outbox (issue 12)
@@ -66,6 +69,7 @@ SIZES: dict[str, dict[str, Any]] = {
         "orm": 300,
         "sleep": 400,
         "async_sleep": 400,
+        "processes_push": 300,
         "idle_worker_seconds": 3.0,
         "idle_worker_runs": 1,
         "outbox_memory": 2_000,

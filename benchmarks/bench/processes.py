@@ -85,7 +85,7 @@ def bench_processes(
     figures = []
     for name, task, n, what in (
         ("processes_noop", noop, size["drain"], "no-op"),
-        ("processes_push", redis_push, size["push"], "task 1"),
+        ("processes_push", redis_push, size["processes_push"], "task 1"),
     ):
         one, two, busy_one, busy_two = [], [], [], []
         for _ in range(runs):

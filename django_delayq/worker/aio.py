@@ -164,7 +164,11 @@ class Loop(Pool):
             return
         self.prefetch.ran_on_loop(time.monotonic() - (attempt.started or 0.0))
         self.holdings.finish(outcome)
-        if not outcome.ok or self.stopping() or self.prefetch.refill_due():
+        # A wake already pending needs no second look at the prefetch (the dispatcher
+        # reads the holdings afresh when it wakes): most completions find one pending.
+        if not self.wake.is_set() and (
+            not outcome.ok or self.stopping() or self.prefetch.refill_due()
+        ):
             self.wake.set()
         self._fill()
 

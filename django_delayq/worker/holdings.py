@@ -136,8 +136,10 @@ class Holdings:
         """(runner threads, event loop): attempts wait for that pool while each of its slots
         is on an attempt started before ``since``."""
         with self._lock:
-            started = [a for a in self._leases.values() if a.state == STARTED]
             waiting = (bool(self._waiting), bool(self._waiting_async))
+            if not any(waiting):  # nothing waits: nothing to hand back (most sleeps)
+                return (False, False)
+            started = [a for a in self._leases.values() if a.state == STARTED]
         pools = []
         for on_loop, size in ((False, self.concurrency), (True, self.async_concurrency)):
             times = [a.started or 0.0 for a in started if a.on_loop == on_loop]
