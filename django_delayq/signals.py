@@ -37,23 +37,27 @@ job_released = Signal()
 # The package's own per-job hooks (recurring/hooks.py), called by send() before the
 # signal's receivers without Django's dispatch, which would cost every job two
 # send_robust calls for what is, but for recurring occurrences, one id check:
-# signal -> [(hook, unless)], ``unless(job)`` as for loop_safe (a hook that may use the ORM
-# for that job is sent through a thread from an event loop).
+# signal -> [(hook, only)]: the hook is called only for a job that ``only(job)`` accepts
+# (None: for every job), and such a job is sent through a thread from an event loop (the
+# hook may use the ORM for it; see loop_safe). The check costs an ordinary job one call.
 _HOOKS: dict[Signal, list[tuple[Callable[..., Any], Callable[[Any], bool] | None]]] = {}
 
 
 def hook(
-    signal: Signal, func: Callable[..., Any], unless: Callable[[Any], bool] | None = None
+    signal: Signal, func: Callable[..., Any], only: Callable[[Any], bool] | None = None
 ) -> None:
-    """Call ``func(sender, **kwargs)`` on every ``send(signal, ...)``, before its receivers
-    (once, however often this is called)."""
+    """Call ``func(sender, **kwargs)`` on ``send(signal, ...)`` of the jobs ``only(job)``
+    accepts (every job when None), before the signal's receivers (once, however often
+    this is called)."""
     hooks = _HOOKS.setdefault(signal, [])
     if all(existing is not func for existing, _ in hooks):
-        hooks.append((func, unless))
+        hooks.append((func, only))
 
 
 def send(signal: Signal, sender: Any, **kwargs: Any) -> None:
-    for func, _ in _HOOKS.get(signal, ()):
+    for func, only in _HOOKS.get(signal, ()):
+        if only is not None and not only(kwargs.get("job")):
+            continue
         try:
             func(sender, **kwargs)
         except Exception as exc:
@@ -90,8 +94,8 @@ def needs_thread(signal: Signal, job: Any) -> bool:
     """Whether sending ``signal`` for ``job`` from an event loop must go through a thread
     (``sync_to_async``): a receiver is not known to be loop-safe (a user's may use the ORM,
     which Django refuses on an event loop), or says so for this job; the same for hooks."""
-    for _, unless in _HOOKS.get(signal, ()):
-        if unless is not None and unless(job):
+    for _, only in _HOOKS.get(signal, ()):
+        if only is not None and only(job):
             return True
     for entry in signal.receivers:
         uid = entry[0][0]

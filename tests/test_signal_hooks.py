@@ -1,6 +1,7 @@
 """signals.hook: the package's own per-job hooks (the recurring schedules'), called by
-signals.send without Django's dispatch, before the receivers; a failing hook is logged and
-never breaks the send; needs_thread asks the hooks' predicates too (the event loop)."""
+signals.send without Django's dispatch, before the receivers, only for the jobs their
+predicate accepts; a failing hook is logged and never breaks the send; needs_thread asks
+the hooks' predicates too (the event loop)."""
 
 from __future__ import annotations
 
@@ -42,6 +43,31 @@ def test_a_hook_alone_runs_without_receivers():
     assert not signal.receivers
     signals.send(signal, None, job="j2")
     assert seen == ["j2"]
+
+
+def test_a_hook_runs_only_for_the_jobs_its_predicate_accepts():
+    signal = Signal()
+    seen = []
+    signals.hook(
+        signal,
+        lambda sender, **kwargs: seen.append(kwargs["job"].id),
+        lambda job: job.id.startswith("occ"),
+    )
+    signals.send(signal, None, job=SimpleNamespace(id="plain"))
+    signals.send(signal, None, job=SimpleNamespace(id="occ-2"))
+    assert seen == ["occ-2"]
+
+
+def test_an_ordinary_job_id_is_turned_away_by_the_recurring_predicate():
+    """What every job pays: an ordinary job's id fails the three-character look (a random
+    ULID passes it once in 32,768, then fails the full parse); an occurrence's passes."""
+    from django_delayq.recurring import hooks
+    from django_delayq.recurring.times import occurrence_id
+
+    for job_id in ("01M8FPHPZ2S2ZF4AWW4XMZ04R2", "01M88FQK3ZEB0BEGH7671JAD21", "short"):
+        assert not hooks._maybe_occurrence(SimpleNamespace(id=job_id))
+    occurrence = occurrence_id("nightly", 7, 1_800_000_000_000)
+    assert hooks._maybe_occurrence(SimpleNamespace(id=occurrence))
 
 
 def test_needs_thread_asks_the_hooks_predicates():

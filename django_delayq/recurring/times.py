@@ -56,11 +56,16 @@ def occurrence_id(name: str, version: int, fire_ms: int) -> str:
 _TAG_HEAD = "".join(_CROCKFORD[(TAG >> shift) & 31] for shift in (11, 6, 1))
 
 
+def may_be_occurrence(job_id: str) -> bool:
+    """Whether ``job_id`` may be an occurrence's: its tag's first characters are there. An
+    ordinary job id (every job a worker runs asks) is turned away by one comparison of
+    three characters, not 26 lookups; 1 in 32,768 passes and is parsed in full."""
+    return len(job_id) == 26 and job_id[10:13] == _TAG_HEAD
+
+
 def parse_occurrence_id(job_id: str) -> tuple[int, int, int] | None:
-    """(fire_ms, name hash, version) of an occurrence's id; None for any other id. An
-    ordinary job id (every job a worker runs asks, twice) is turned away by one comparison
-    of three characters, not 26 lookups."""
-    if len(job_id) != 26 or job_id[10:13] != _TAG_HEAD:
+    """(fire_ms, name hash, version) of an occurrence's id; None for any other id."""
+    if not may_be_occurrence(job_id):
         return None
     value = 0
     for char in job_id:

@@ -63,19 +63,24 @@ class Runners(Pool):
 
     def loop(self) -> None:
         """One runner: attempts one after the other until the worker stopped."""
-        while (attempt := self.holdings.next_attempt(self.stopped)) is not None:
+        holdings, prefetch, wake = self.holdings, self.prefetch, self.wake
+        while (attempt := holdings.next_attempt(self.stopped)) is not None:
             if not self.starts.start(attempt):  # Starts.settle: not to be run
-                self.holdings.drop(attempt)
-                self.wake.set()
+                holdings.drop(attempt)
+                wake.set()
                 continue
             outcome = self.executor.run(attempt)
             if outcome.late or attempt.timed_out:  # the watchdog failed it and replaced us
-                self.holdings.abandoned_returned()
+                holdings.abandoned_returned()
                 return
-            self.prefetch.ran(time.monotonic() - (attempt.started or 0.0))
-            busy = self.holdings.finish(outcome)
-            if not outcome.ok or self.stopping() or self.prefetch.refill_due_after(busy):
-                self.wake.set()
+            prefetch.ran(time.monotonic() - (attempt.started or 0.0))
+            busy = holdings.finish(outcome)
+            # A wake already pending needs no second one (the dispatcher reads the holdings
+            # afresh when it wakes): once the prefetch is half gone, every job finds one.
+            if not wake.is_set() and (
+                not outcome.ok or self.stopping() or prefetch.refill_due_after(busy)
+            ):
+                wake.set()
 
     def watchdog(self) -> None:
         """Fail attempts past their task's timeout and replace their runner threads, until
