@@ -225,3 +225,48 @@ def test_in_an_async_view(astore):
     body = json.loads(response.content)
     assert body["args"] == [7] and body["cancelled"] is True
     assert get_job(body["id"]) is None
+
+
+def test_a_loop_that_ends_closes_its_connections(real_store, monkeypatch):
+    """Under WSGI Django runs each async view on an event loop of its own (async_to_sync,
+    as run() does): the connections aschedule() opens on that loop are closed when the loop
+    ends, and nothing of it is kept (each request used to leave a connection open for the
+    life of the process)."""
+    made = []
+    derive = async_store.async_client
+
+    def recording(sync_client):
+        client = derive(sync_client)
+        made.append(client)
+        return client
+
+    monkeypatch.setattr(async_store, "async_client", recording)
+
+    async def view():
+        job = await aschedule(t.remember, 1, delay=60)
+        assert (await aget_job(job.id)) is not None
+        return await acancel(job.id)
+
+    assert all(run(view) for _ in range(5))
+    assert len(made) == 5  # a client per loop: asyncio connections belong to their loop
+    for client in made:
+        pool = client.connection_pool
+        connections = [*pool._available_connections, *pool._in_use_connections]
+        assert connections, "the view's calls went through this pool"
+        assert not any(c.is_connected for c in connections)
+    assert len(async_store._stores) == 0
+
+
+def test_one_loop_keeps_its_store_and_connections_across_calls(real_store):
+    """A long-lived loop (ASGI) keeps one store, and its connections, between calls."""
+
+    async def calls():
+        first = async_store.get_async_store()
+        await aschedule(t.remember, 1, delay=60)
+        await aschedule(t.remember, 2, delay=60)
+        second = async_store.get_async_store()
+        pool = second.transport.client.connection_pool
+        return first is second, any(c.is_connected for c in pool._available_connections)
+
+    same, connected = run(calls)
+    assert same and connected

@@ -14,7 +14,9 @@ own).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
+import logging
 import weakref
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -29,6 +31,8 @@ from django_delayq.storage.connection import get_store
 from django_delayq.storage.reads import RawJob
 from django_delayq.storage.replies import Scheduled
 from django_delayq.storage.store import Store
+
+logger = logging.getLogger("django_delayq.transport")
 
 _CONNECTIONS = {
     redis.Connection: redis.asyncio.Connection,
@@ -102,13 +106,47 @@ def async_client(client: Any) -> redis.asyncio.Redis:
 
 
 def get_async_store() -> AsyncStore:
-    """The AsyncStore of the current settings and the running event loop."""
+    """The AsyncStore of the current settings and the running event loop.
+
+    Its connections belong to that loop, and are closed when the loop ends: the loop's
+    ``shutdown_asyncgens()`` (which ``asyncio.run()`` and asgiref's ``async_to_sync``, how
+    Django runs an async view under WSGI, call before closing a loop) closes an async
+    generator this store keeps open, and the store's pool with it. Entries of loops that
+    were closed without it are dropped at the next call (their sockets close as they are
+    collected). Without this, each request of an async view under WSGI left a connection
+    open for the life of the process."""
+    loop = asyncio.get_running_loop()
+    _forget_closed_loops()
     store = get_store()
-    per_loop = _stores.setdefault(asyncio.get_running_loop(), {})
+    per_loop = _stores.setdefault(loop, {})
     found = per_loop.get(id(store))
     if found is None or found.store is not store:
         found = per_loop[id(store)] = AsyncStore(store, async_client(store.client))
+        found.bind(loop, per_loop)
     return found
+
+
+def _forget_closed_loops() -> None:
+    for loop in [loop for loop in list(_stores) if loop.is_closed()]:
+        _stores.pop(loop, None)
+
+
+async def _lifetime(store: AsyncStore, loop: asyncio.AbstractEventLoop, per_loop: dict) -> Any:
+    """Kept open by ``store`` until its loop shuts down its async generators: then the
+    store's connections are closed and it is forgotten."""
+    try:
+        yield
+    finally:
+        if per_loop.get(id(store.store)) is store:
+            del per_loop[id(store.store)]
+        if not per_loop:
+            _stores.pop(loop, None)
+        client = store.transport.client
+        try:
+            await client.aclose()
+            await client.connection_pool.disconnect()  # a pool given to a client stays open
+        except (OSError, redis.exceptions.RedisError) as exc:  # closing anyway
+            logger.debug("closing the asyncio connections of a finished loop: %s", exc)
 
 
 class AsyncStore:
@@ -117,6 +155,14 @@ class AsyncStore:
     def __init__(self, store: Store, client: Any) -> None:
         self.store = store
         self.transport = AsyncTransport(client)
+        self._lifetime: Any = None
+
+    def bind(self, loop: asyncio.AbstractEventLoop, per_loop: dict) -> None:
+        """Close this store's connections when ``loop`` shuts down (see get_async_store):
+        the loop's async-generator hooks track the generator once it first runs."""
+        self._lifetime = _lifetime(self, loop, per_loop)
+        with contextlib.suppress(StopIteration):
+            self._lifetime.asend(None).send(None)
 
     async def schedule(self, queue: str, job_id: str, record: bytes, **options: Any) -> Scheduled:
         """As :meth:`.store.Store.schedule` on one Redis: the queue remembered (by the script)
