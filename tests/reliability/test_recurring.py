@@ -52,7 +52,7 @@ def setup_env(tmp_path, data_url, runs_url, prefix, tag, **schedule) -> dict[str
         MAX_SLEEP=1,
     )
     environ = {
-        **__import__("os").environ,
+        **os.environ,
         "DJANGO_SETTINGS_MODULE": "tests.reliability.settings",
         "PYTHONPATH": str(ROOT),
         **env,
