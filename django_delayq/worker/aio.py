@@ -95,6 +95,7 @@ class Loop(Pool):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._work: asyncio.Event | None = None
         self._tasks: set[asyncio.Task] = set()
+        self._fill_pending = False  # a _fill_now is scheduled for the next turn
         self.in_flight_max = 0  # the most attempts in flight at once (tests read it)
 
     def thread(self) -> threading.Thread:
@@ -119,6 +120,17 @@ class Loop(Pool):
             await self._work.wait()
             self._work.clear()
         await self._cancel_all()
+
+    def _fill_soon(self) -> None:
+        """Fill the freed slots once the attempts finishing in this turn of the loop are
+        done: one lock, and one write of start marks, for all of them."""
+        if not self._fill_pending and self._loop is not None:
+            self._fill_pending = True
+            self._loop.call_soon(self._fill_now)
+
+    def _fill_now(self) -> None:
+        self._fill_pending = False
+        self._fill()
 
     def _fill(self) -> None:
         """Start the attempts waiting for the loop that fit in its free slots (their start
@@ -170,7 +182,7 @@ class Loop(Pool):
             not outcome.ok or self.stopping() or self.prefetch.refill_due()
         ):
             self.wake.set()
-        self._fill()
+        self._fill_soon()
 
     async def execute(self, attempt: Attempt) -> Outcome:
         """Await the attempt's task as Executor.run calls a sync one (execution.py)."""
