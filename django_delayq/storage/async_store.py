@@ -122,21 +122,23 @@ def get_async_store() -> AsyncStore:
     found = per_loop.get(id(store))
     if found is None or found.store is not store:
         found = per_loop[id(store)] = AsyncStore(store, async_client(store.client))
-        found.bind(loop, per_loop)
+        found.bind(loop)
     return found
 
 
 def _forget_closed_loops() -> None:
-    for loop in [loop for loop in list(_stores) if loop.is_closed()]:
-        _stores.pop(loop, None)
+    for loop in list(_stores):
+        if loop.is_closed():
+            _stores.pop(loop, None)
 
 
-async def _lifetime(store: AsyncStore, loop: asyncio.AbstractEventLoop, per_loop: dict) -> Any:
+async def _lifetime(store: AsyncStore, loop: asyncio.AbstractEventLoop) -> Any:
     """Kept open by ``store`` until its loop shuts down its async generators: then the
     store's connections are closed and it is forgotten."""
     try:
         yield
     finally:
+        per_loop = _stores.get(loop, {})
         if per_loop.get(id(store.store)) is store:
             del per_loop[id(store.store)]
         if not per_loop:
@@ -157,10 +159,10 @@ class AsyncStore:
         self.transport = AsyncTransport(client)
         self._lifetime: Any = None
 
-    def bind(self, loop: asyncio.AbstractEventLoop, per_loop: dict) -> None:
+    def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         """Close this store's connections when ``loop`` shuts down (see get_async_store):
         the loop's async-generator hooks track the generator once it first runs."""
-        self._lifetime = _lifetime(self, loop, per_loop)
+        self._lifetime = _lifetime(self, loop)
         with contextlib.suppress(StopIteration):
             self._lifetime.asend(None).send(None)
 

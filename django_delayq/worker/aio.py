@@ -176,12 +176,7 @@ class Loop(Pool):
             return
         self.prefetch.ran_on_loop(time.monotonic() - (attempt.started or 0.0))
         self.holdings.finish(outcome)
-        # A wake already pending needs no second look at the prefetch (the dispatcher
-        # reads the holdings afresh when it wakes): most completions find one pending.
-        if not self.wake.is_set() and (
-            not outcome.ok or self.stopping() or self.prefetch.refill_due()
-        ):
-            self.wake.set()
+        self.wake_after(outcome.ok, self.prefetch.refill_due)
         self._fill_soon()
 
     async def execute(self, attempt: Attempt) -> Outcome:

@@ -33,3 +33,11 @@ class Pool:
             executor,
         )
         self.wake, self.stopped, self.stopping = wake, stopped, stopping
+
+    def wake_after(self, ok: bool, refill_due: Callable[[], bool]) -> None:
+        """After an attempt: wake the dispatcher when a round trip is worth it (a failure
+        to deliver, a stop under way, or ``refill_due()``), unless a wake is pending
+        already. A pending wake needs no second one, nor the prefetch's look: the
+        dispatcher clears it before it reads the holdings, so it sees this attempt."""
+        if not self.wake.is_set() and (not ok or self.stopping() or refill_due()):
+            self.wake.set()

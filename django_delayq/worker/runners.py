@@ -24,6 +24,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from django_delayq.wording import counted
@@ -75,12 +76,7 @@ class Runners(Pool):
                 return
             prefetch.ran(time.monotonic() - (attempt.started or 0.0))
             busy = holdings.finish(outcome)
-            # A wake already pending needs no second one (the dispatcher reads the holdings
-            # afresh when it wakes): once the prefetch is half gone, every job finds one.
-            if not wake.is_set() and (
-                not outcome.ok or self.stopping() or prefetch.refill_due_after(busy)
-            ):
-                wake.set()
+            self.wake_after(outcome.ok, partial(prefetch.refill_due_after, busy))
 
     def watchdog(self) -> None:
         """Fail attempts past their task's timeout and replace their runner threads, until
