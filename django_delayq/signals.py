@@ -38,8 +38,8 @@ job_released = Signal()
 # signal's receivers without Django's dispatch, which would cost every job two
 # send_robust calls for what is, but for recurring occurrences, one id check:
 # signal -> [(hook, only)]: the hook is called only for a job that ``only(job)`` accepts
-# (None: for every job), and such a job is sent through a thread from an event loop (the
-# hook may use the ORM for it; see loop_safe). The check costs an ordinary job one call.
+# (None: for every job). Hooks may be called on a worker's event loop: they must neither
+# block nor use the ORM. The check costs an ordinary job one call.
 _HOOKS: dict[Signal, list[tuple[Callable[..., Any], Callable[[Any], bool] | None]]] = {}
 
 
@@ -80,7 +80,7 @@ def _log_error(receiver: Any, exc: Exception) -> None:
 
 # Receivers the package connects (by dispatch_uid) that may be called on a worker's event
 # loop (worker/aio.py): they neither block long nor use the ORM, except for the jobs their
-# predicate names (a recurring occurrence's start uses the ORM: sent through a thread).
+# predicate names (sent through a thread).
 _LOOP_SAFE: dict[str, Callable[[Any], bool] | None] = {}
 
 
@@ -93,10 +93,7 @@ def loop_safe(dispatch_uid: str, unless: Callable[[Any], bool] | None = None) ->
 def needs_thread(signal: Signal, job: Any) -> bool:
     """Whether sending ``signal`` for ``job`` from an event loop must go through a thread
     (``sync_to_async``): a receiver is not known to be loop-safe (a user's may use the ORM,
-    which Django refuses on an event loop), or says so for this job; the same for hooks."""
-    for _, only in _HOOKS.get(signal, ()):
-        if only is not None and only(job):
-            return True
+    which Django refuses on an event loop), or says so for this job (hooks never block)."""
     for entry in signal.receivers:
         uid = entry[0][0]
         if not isinstance(uid, str) or uid not in _LOOP_SAFE:

@@ -226,30 +226,29 @@ def test_the_successor_is_created_when_an_occurrence_starts(sim_at):
     assert state.last_fire_ms == base + 50_000 and state.last_outcome == "succeeded"
 
 
-def _start_hook(sim, name: str, fire: int) -> list[str]:
-    """Run the start hook of ``name``'s occurrence at ``fire`` here; its SQL statements."""
+def _claim(sim, occurrences: list[tuple[str, int]]) -> tuple[list, list[str]]:
+    """Hand ``occurrences`` ((schedule, fire time)) to claims.claimed as one claim's, at
+    the sim's time: the attempts (``.skip`` set on those that do not run) and the SQL."""
     from types import SimpleNamespace
 
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
+    from django_delayq.recurring import claims
     from django_delayq.recurring.reconcile import version_of
     from django_delayq.recurring.times import occurrence_id
 
-    version = version_of(ScheduleState.objects.get(name=name))
-    job = SimpleNamespace(id=occurrence_id(name, version, fire))
+    attempts = []
+    for name, fire in occurrences:
+        version = version_of(ScheduleState.objects.get(name=name))
+        attempts.append(SimpleNamespace(id=occurrence_id(name, version, fire), skip=None))
     with CaptureQueriesContext(connection) as queries:
-        hooks.on_started(None, job=job)
-    return [q["sql"] for q in queries.captured_queries]
+        claims.claimed(sim.store, sim.t, attempts, sim.t)
+    return attempts, [q["sql"] for q in queries.captured_queries]
 
 
 def _rows(statements: list[str]) -> list[str]:
-    """The statements on the schedules' tables, but the list of known name hashes."""
-    return [
-        sql
-        for sql in statements
-        if "django_delayq_schedule" in sql and '"name_hash" AS "name_hash" FROM' not in sql
-    ]
+    return [sql for sql in statements if "django_delayq_schedule" in sql]
 
 
 def _pending_ids(sim) -> set[str]:
@@ -257,38 +256,34 @@ def _pending_ids(sim) -> set[str]:
     return {raw.decode() for raw in pending}
 
 
-def test_the_start_hook_trusts_the_last_pass_and_writes_one_row(sim_at):
-    """After a pass, an occurrence's start costs one UPDATE (the durable record, which also
-    proves the pass's view current) and the successor's script; with no pass seen, the hook
-    reads the state and the Schedule row as well. Both store the same successor."""
-    from django_delayq.recurring import known
-
+def test_a_claim_of_many_occurrences_costs_two_statements(sim_at):
+    """Twenty schedules firing in the same second: the claim that returns their occurrences
+    reads their states once and writes their durable records once, and stores every
+    successor (one script call); none of it reads the Schedule rows."""
     start = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
     sim = sim_at(start)
-    Schedule.objects.create(name="db", task=TASK, every=10, kwargs={"tag": sim.tag})
+    names = [f"db{i}" for i in range(20)]
+    for name in names:
+        Schedule.objects.create(name=name, task=TASK, every=10, kwargs={"tag": sim.tag})
     sim.reconcile()
     base = ms(start)
     sim.t += 10
-    fast = _start_hook(sim, "db", base + 10_000)
-    assert [sql.split()[0] for sql in _rows(fast)] == ["UPDATE"], fast
-    known.remember({})  # as if this process had run no pass
-    sim.t += 10
-    slow = _start_hook(sim, "db", base + 20_000)
-    assert [sql.split()[0] for sql in _rows(slow)] == ["UPDATE", "SELECT", "SELECT"], slow
-    state = ScheduleState.objects.get(name="db")
-    assert state.last_fire_ms == base + 20_000
+    attempts, sql = _claim(sim, [(name, base + 10_000) for name in names])
+    assert [a.skip for a in attempts] == [None] * 20
+    assert [statement.split()[0] for statement in _rows(sql)] == ["SELECT", "UPDATE"], sql
     from django_delayq.recurring.reconcile import version_of
     from django_delayq.recurring.times import occurrence_id
 
-    version = version_of(state)
-    successors = {occurrence_id("db", version, base + s * 1000) for s in (20, 30)}
-    assert successors <= _pending_ids(sim)
+    for state in ScheduleState.objects.filter(name__in=names):
+        assert state.last_fire_ms == base + 10_000 and state.last_outcome == "running"
+        successor = occurrence_id(state.name, version_of(state), base + 20_000)
+        assert successor in _pending_ids(sim)
 
 
-def test_a_pass_view_made_stale_by_another_worker_is_not_trusted(sim_at):
+def test_an_occurrence_of_a_replaced_definition_does_not_run_after_the_change(sim_at):
     """Another worker changed the schedule (generation + 1) after this process's pass: the
-    hook's conditional UPDATE changes no row, so it takes the slow path: the durable record
-    is still written, and no successor of the old definition is stored."""
+    claim reads the state, so the old definition's occurrence due after the change does not
+    run and gets no successor; its fire time is still recorded."""
     start = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
     sim = sim_at(start)
     Schedule.objects.create(name="db", task=TASK, every=10, kwargs={"tag": sim.tag})
@@ -296,15 +291,19 @@ def test_a_pass_view_made_stale_by_another_worker_is_not_trusted(sim_at):
     before = _pending_ids(sim)
     base = ms(start)
     sim.t += 10
+    from types import SimpleNamespace
+
+    from django_delayq.recurring import claims
     from django_delayq.recurring.reconcile import version_of
     from django_delayq.recurring.times import occurrence_id
 
     old_version = version_of(ScheduleState.objects.get(name="db"))
-    job_id = occurrence_id("db", old_version, base + 10_000)
-    ScheduleState.objects.filter(name="db").update(generation=2)  # another worker's change
-    from types import SimpleNamespace
-
-    hooks.on_started(None, job=SimpleNamespace(id=job_id))
+    owed = SimpleNamespace(id=occurrence_id("db", old_version, base), skip=None)
+    later = SimpleNamespace(id=occurrence_id("db", old_version, base + 10_000), skip=None)
+    ScheduleState.objects.filter(name="db").update(generation=2, since_ms=base + 5_000)
+    claims.claimed(sim.store, sim.t, [owed, later], sim.t)
+    assert owed.skip is None  # due before the change took effect: owed, it runs
+    assert later.skip and "changed" in later.skip
     assert ScheduleState.objects.get(name="db").last_fire_ms == base + 10_000
     assert _pending_ids(sim) == before  # no successor of the old version
 
@@ -389,6 +388,74 @@ def test_missed_policies_after_an_outage(sim_at, missed, expected):
     assert len(sim.fires()) == 1 + expected
     assert len(set(sim.fires())) == len(sim.fires())
     assert max(sim.fires()) <= ms(start + timedelta(hours=1)) - LATE_GRACE_MS or expected == 0
+
+
+@pytest.mark.parametrize(
+    ("missed", "back_at", "expected"),
+    [
+        # Back at 13:00:45: every fire time of 12:02 ... 13:00 is missed (over 30 s old).
+        ("skip", 45, []),
+        ("once", 45, [60]),
+        ("all", 45, list(range(2, 61))),
+        # Back at 13:00:10: 13:00 is late (10 s), so it runs whatever the policy.
+        ("skip", 10, [60]),
+        ("once", 10, [60]),
+        ("all", 10, list(range(2, 61))),
+    ],
+)
+def test_missed_policies_with_the_occurrence_stored_before_the_outage(
+    sim_at, missed, back_at, expected
+):
+    """Every worker is down for an hour, Redis keeps the occurrence it had (12:02): when
+    workers are back, 'skip' runs no missed fire time, 'once' only the latest, 'all' each
+    one once; then the schedule goes on (13:01). Issue 25: 'skip' ran the stored 12:02 and
+    'once' ran 12:02 and the latest."""
+    start = datetime(2026, 1, 1, 12, 0, 45, tzinfo=UTC)
+    sim = sim_at(start, m={"every": 60, "missed": missed})
+    sim.reconcile()
+    sim.step(start + timedelta(seconds=20))  # 12:01:05: 12:01 runs, 12:02 is stored
+    minute = ms(datetime(2026, 1, 1, 12, 0, tzinfo=UTC)) // 60_000
+    assert [f // 60_000 - minute for f in sim.fires()] == [1]
+    sim.step(datetime(2026, 1, 1, 13, 0, back_at, tzinfo=UTC))
+    for _ in range(3):  # the chain of 'all' runs one occurrence after another
+        sim.work()
+    assert [f // 60_000 - minute for f in sim.fires()] == [1, *expected]
+    sim.step(datetime(2026, 1, 1, 13, 1, 5, tzinfo=UTC))
+    assert [f // 60_000 - minute for f in sim.fires()][-1] == 61
+    assert len(set(sim.fires())) == len(sim.fires())
+    state = ScheduleState.objects.get(name="m")
+    assert state.last_outcome == "succeeded"
+
+
+def test_a_rolling_deploy_loses_no_fire_time_and_the_new_definition_takes_over(sim_at):
+    """Old workers (settings A) and, from second 10, new ones (settings B: another
+    definition of the same schedule) pass side by side for 30 s. The first new pass records
+    B and no old pass records A back; every fire time runs once, those after the change
+    under B. Issue 25: each pass flipped the definition, and 4 of 25 fire times were lost."""
+    start = datetime(2026, 1, 1, 12, 0, 0, 500_000, tzinfo=UTC)
+    sim = sim_at(start, tick={"every": 1, "missed": "once"})
+    new = {"tick": {"task": TASK, "every": 1, "missed": "all", "kwargs": {"tag": sim.tag}}}
+    sim.reconcile()
+    digests = []
+    for second in range(1, 41):
+        sim.t = start.timestamp() + second
+        sim.reconcile()  # an old worker
+        if second >= 10:
+            with more_settings(sim.store, SCHEDULES=new):
+                sim.reconcile()  # a new worker
+            sim.reconcile()  # an old worker again
+        digests.append(ScheduleState.objects.get(name="tick").digest)
+        sim.work()
+    fires = sim.fires()
+    assert len(fires) == len(set(fires))  # nothing twice
+    assert fires == list(range(fires[0], fires[-1] + 1, 1000))  # no fire time lost
+    assert fires[-1] == ms(start) - 500 + 40_000
+    assert len(set(digests[9:])) == 1 and digests[9] != digests[0]  # B took over, for good
+    state = ScheduleState.objects.get(name="tick")
+    from django_delayq.recurring.reconcile import version_of
+
+    versions = [parse_occurrence_id(job_id)[2] for _, job_id, _ in sim.runs()]
+    assert versions[-25:] == [version_of(state)] * 25  # B's occurrences since the change
 
 
 # -- database schedules -----------------------------------------------------------------

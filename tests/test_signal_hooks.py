@@ -70,10 +70,12 @@ def test_an_ordinary_job_id_is_turned_away_by_the_recurring_predicate():
     assert hooks._maybe_occurrence(SimpleNamespace(id=occurrence))
 
 
-def test_needs_thread_asks_the_hooks_predicates():
+def test_hooks_never_send_a_job_through_a_thread():
+    """Hooks only append to a list (recurring/hooks.py): an occurrence's end costs an
+    event loop no thread hop."""
     signal = Signal()
     signals.hook(signal, lambda sender, **kwargs: None, lambda job: job.id.startswith("occ"))
-    assert signals.needs_thread(signal, SimpleNamespace(id="occ-1"))
+    assert not signals.needs_thread(signal, SimpleNamespace(id="occ-1"))
     assert not signals.needs_thread(signal, SimpleNamespace(id="plain"))
 
 
@@ -81,6 +83,7 @@ def test_the_recurring_hooks_are_hooks_not_receivers():
     """Every job pays for a receiver's dispatch; the recurring hooks are on the hook list."""
     from django_delayq.recurring import hooks
 
-    assert (hooks.on_started, hooks._maybe_occurrence) in signals._HOOKS[signals.job_started]
-    uids = [entry[0][0] for entry in signals.job_started.receivers]
-    assert "delayq-recurring-started" not in uids
+    assert (hooks.on_succeeded, hooks._maybe_occurrence) in signals._HOOKS[signals.job_succeeded]
+    assert signals.job_started not in signals._HOOKS  # the claim handles an occurrence's start
+    uids = [entry[0][0] for entry in signals.job_succeeded.receivers]
+    assert "delayq-recurring-succeeded" not in uids

@@ -1,10 +1,7 @@
 """What this process's last reconcile pass saw of each enabled schedule, keyed by name hash,
-so that the start hook (hooks.py) need not read the database twice per occurrence.
-
-An entry is only trusted together with the conditional UPDATE that writes the occurrence's
-durable record: that UPDATE names the entry's generation and digest, so it changes no row
-once the schedule changed in the database, and the hook then takes its slow path (reads
-the state and the definition). A stale entry costs a round trip, never a wrong successor.
+so that a claim's occurrences (claims.py) need not parse the recorded definitions again, and
+still have successors while the database cannot be read. An entry is used only when its
+digest is the one the database records (claims.py reads the states first).
 """
 
 from __future__ import annotations
@@ -25,13 +22,19 @@ class Known:
 
 
 _known: dict[int, Known] = {}
+_by_name: dict[str, Known] = {}
 
 
 def remember(entries: dict[int, Known]) -> None:
     """Replace every entry (one pass saw them all)."""
-    global _known
+    global _known, _by_name
     _known = entries
+    _by_name = {entry.name: entry for entry in entries.values()}
 
 
 def known(name_hash: int) -> Known | None:
     return _known.get(name_hash)
+
+
+def known_name(name: str) -> Known | None:
+    return _by_name.get(name)

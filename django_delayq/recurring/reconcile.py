@@ -2,7 +2,9 @@
 its own), with no leader. For each schedule it
 
 1. records a new, changed, disabled or deleted definition in the database (one worker wins
-   a conditional UPDATE; the winner cancels the old definition's pending occurrences),
+   a conditional UPDATE; the winner cancels the old definition's next occurrence); a
+   settings schedule only by a worker that runs the current version of the settings
+   (deploys.py: the newest one a worker ran in the last minute),
 2. creates the occurrences that should exist: the first fire time after now, the fire times
    of the last LATE_GRACE seconds that never started (late, not missed), and older missed
    ones by the schedule's ``missed`` policy,
@@ -26,9 +28,11 @@ from django.db import DatabaseError, close_old_connections
 
 from django_delayq.conf import delayq_settings
 from django_delayq.exceptions import DelayQError
-from django_delayq.record import FLAG_TOMBSTONE, FLAG_UNDECIDED, encode_record
-from django_delayq.recurring import definitions, known
+from django_delayq.recurring import definitions, deploys, known
+from django_delayq.recurring.claims import DELETED, write_outcomes
 from django_delayq.recurring.definitions import Definition, ScheduleError
+from django_delayq.recurring.occurrences import encoded, queue_of, record_of  # noqa: F401
+from django_delayq.recurring.policy import LATE_GRACE_MS, MISSED_ALL
 from django_delayq.recurring.times import (
     fire_after,
     fires_between,
@@ -36,21 +40,18 @@ from django_delayq.recurring.times import (
     occurrence_id,
     version_hash,
 )
-from django_delayq.registry import find_task
 from django_delayq.storage.connection import get_store
 from django_delayq.storage.recurring import occur, pending_due, server_time_ms
 from django_delayq.storage.store import Store
 
 logger = logging.getLogger("django_delayq.recurring")
 
-LATE_GRACE_MS = 30_000  # a fire time this recent that never started is late, not missed
-MISSED_ALL = 100  # most missed occurrences "all" runs
-DELETED = "deleted"  # the digest of a schedule that was removed
-STATE = ("name", "digest", "generation", "definition", "since_ms", "last_fire_ms")
+STATE = ("name", "digest", "generation", "since_ms", "last_fire_ms")
 # A pass takes at most about a tenth of the time between passes: with many schedules the
-# interval grows past RECONCILE_INTERVAL (10,000 schedules: a pass of ~1 s, every ~10 s).
+# interval grows past RECONCILE_INTERVAL.
 PASS_SHARE = 0.1
 DATABASE_RETRY = 30.0  # seconds between passes while the database cannot be read
+CHUNK = 5000  # names per IN (...) of a bulk read
 
 
 @dataclass
@@ -63,59 +64,32 @@ class PassResult:
     errors: list[str] = field(default_factory=list)
 
 
-# Records and queues by (digest, registered task): a pass encodes each schedule's once.
-_records: dict[tuple[str, int], tuple[bytes, str]] = {}
-
-
-def encoded(definition: Definition) -> tuple[bytes, str]:
-    """(record_of, queue_of) of ``definition``, cached."""
-    key = (definition.digest, id(find_task(definition.task)))
-    found = _records.get(key)
-    if found is None:
-        if len(_records) > 100_000:
-            _records.clear()
-        found = _records[key] = (record_of(definition), queue_of(definition))
-    return found
-
-
-def queue_of(definition: Definition) -> str:
-    if definition.queue:
-        return definition.queue
-    task = find_task(definition.task)
-    return (task.queue if task is not None else None) or delayq_settings.DEFAULT_QUEUE
-
-
-def record_of(definition: Definition) -> bytes:
-    """The job record of an occurrence: the task's call, flag 'i' (a finished occurrence
-    leaves a tombstone, which occur.lua reads), the task's priority (0 for a task this
-    process does not import), so occur.lua ranks it as schedule() would."""
-    task = find_task(definition.task)
-    flags = FLAG_TOMBSTONE
-    max_retries = task.max_retries if task is not None else None
-    if task is None:
-        flags += FLAG_UNDECIDED
-    if max_retries is None:
-        max_retries = delayq_settings.MAX_RETRIES
-    priority = task.priority if task is not None else 0
-    return encode_record(
-        definition.task,
-        list(definition.args),
-        definition.kwargs,
-        None,
-        max_retries,
-        flags,
-        priority,
-    )
-
-
 def version_of(state: object) -> int:
     return version_hash(state.digest, state.generation)  # type: ignore[attr-defined]
 
 
+_next: dict[tuple[str, int], int] = {}
+
+
+def next_fire(definition: Definition, after_ms: int) -> int:
+    """fire_after, remembered: pass after pass asks the same question of each schedule
+    (the first fire time after its last one) until that fire time comes."""
+    key = (definition.digest, after_ms)
+    found = _next.get(key)
+    if found is None:
+        if len(_next) > 200_000:
+            _next.clear()
+        found = _next[key] = fire_after(definition, after_ms)
+    return found
+
+
 def wanted(definition: Definition, state: object, now_ms: int) -> list[int]:
     """The fire times whose occurrences should exist at ``now_ms``, oldest first: those of
-    the last LATE_GRACE_MS (late), older missed ones by policy, and the next one."""
+    the last LATE_GRACE_MS (late), older missed ones by policy (policy.py), and the next."""
     floor = max(state.since_ms, state.last_fire_ms or 0)  # type: ignore[attr-defined]
+    upcoming = next_fire(definition, floor)
+    if upcoming > now_ms:  # nothing due since the last one: most schedules, most passes
+        return [upcoming]
     edge = now_ms - LATE_GRACE_MS
     recent = fires_between(definition, max(floor, edge), now_ms, LATE_GRACE_MS // 1000 + 1)
     older: list[int] = []
@@ -123,14 +97,12 @@ def wanted(definition: Definition, state: object, now_ms: int) -> list[int]:
         older = fires_between(definition, floor, edge, MISSED_ALL)
     elif floor < edge and definition.missed == "once" and not recent:
         older = fires_between(definition, floor, edge, 1)
-    return [*older, *recent, fire_after(definition, max(now_ms, floor))]
+    return [*older, *recent, next_fire(definition, max(now_ms, floor))]
 
 
-def cancel_pending(
-    store: Store, old: dict, name: str, version: int, after_ms: int, now_ms: int
-) -> int:
-    """Cancel what an old definition left pending: its fire times in (after_ms, next after
-    now]. A claimed or running one is left to finish."""
+def cancel_pending(store: Store, old: dict, name: str, version: int, now_ms: int) -> int:
+    """Cancel the old definition's next occurrence (its first fire time after now). One
+    already due stays: it was owed before the change and runs (claims.py)."""
     try:
         definition = definitions.parse(name, old.get("spec", {}), "database")
         queue = old.get("queue") or delayq_settings.DEFAULT_QUEUE
@@ -138,16 +110,34 @@ def cancel_pending(
         return 0
     if not definition.enabled:
         return 0
-    fires = fires_between(definition, max(after_ms, now_ms - LATE_GRACE_MS), now_ms, 40)
-    fires.append(fire_after(definition, now_ms))
-    cancelled = 0
-    for fire in fires:
-        try:
-            if store.cancel(queue, occurrence_id(name, version, fire)) is not None:
-                cancelled += 1
-        except DelayQError as exc:
-            logger.warning("could not cancel an occurrence of schedule %s: %s", name, exc)
-    return cancelled
+    try:
+        job_id = occurrence_id(name, version, fire_after(definition, now_ms))
+        return int(store.cancel(queue, job_id) is not None)
+    except DelayQError as exc:
+        logger.warning("could not cancel an occurrence of schedule %s: %s", name, exc)
+        return 0
+
+
+def _recorded(name: str) -> dict:
+    """The definition a state row records (``{"spec": ..., "queue": ..., "source": ...}``)."""
+    from django_delayq.models import ScheduleState
+
+    found = ScheduleState.objects.filter(name=name).values_list("definition", flat=True).first()
+    return found or {}
+
+
+_ids: dict[tuple[str, int, int], str] = {}
+
+
+def _occurrence(name: str, version: int, fire: int) -> str:
+    """occurrence_id, remembered (a pass asks for each schedule's next one again)."""
+    key = (name, version, fire)
+    found = _ids.get(key)
+    if found is None:
+        if len(_ids) > 200_000:
+            _ids.clear()
+        found = _ids[key] = occurrence_id(name, version, fire)
+    return found
 
 
 def stored_definition(definition: Definition | None) -> dict:
@@ -158,7 +148,7 @@ def stored_definition(definition: Definition | None) -> dict:
     if definition.every_ms:
         spec["every"] = definition.every_ms / 1000
     spec = {k: v for k, v in spec.items() if v is not None}
-    return {"spec": spec, "queue": queue_of(definition)}
+    return {"spec": spec, "queue": queue_of(definition), "source": definition.source}
 
 
 class Reconciler:
@@ -187,9 +177,40 @@ class Reconciler:
 
         result = PassResult()
         now = self.now_ms()  # before the database's record is read (occur.lua's STALE)
+        write_outcomes()
+        # The states before the definitions: a definition read after a state is never older
+        # than the change that state records, so no pass records a change back.
+        states = {s["name"]: SimpleNamespace(**s) for s in ScheduleState.objects.values(*STATE)}
         found, errors = definitions.load()
         result.errors = [str(e) for e in errors]
-        states = {s["name"]: SimpleNamespace(**s) for s in ScheduleState.objects.values(*STATE)}
+        self._drop_hash_clashes(found, result)
+        current = deploys.is_current(self.store, deploys.settings_version(found), now)
+        plans = self._plan(found, states, now, result, current)
+        for name, state in states.items():
+            if name not in found and state.digest != DELETED:
+                old = _recorded(name)
+                if current or old.get("source") == "database":
+                    _, cancelled = self._changed(state, None, now, old)
+                    result.changed.append(name)
+                    result.cancelled += cancelled
+        for queue, wanted_items in plans.items():
+            self._store(queue, wanted_items, now, result)
+        return result
+
+    def _store(self, queue: str, wanted_items: list, now: int, result: PassResult) -> None:
+        # One ZMSCORE first: what is pending exists (nearly everything, pass after pass);
+        # only the rest goes through occur.lua, with its records.
+        scores = pending_due(self.store, queue, [item[0] for item in wanted_items])
+        items = [item for item, score in zip(wanted_items, scores, strict=True) if score is None]
+        result.existing += len(wanted_items) - len(items)
+        for start in range(0, len(items), 500):
+            chunk = items[start : start + 500]
+            outcomes = occur(self.store, queue, chunk, now, now / 1000 if self.clock else None)
+            result.created += outcomes.count("created")
+            result.existing += outcomes.count("exists")
+            result.refused += len(outcomes) - outcomes.count("created") - outcomes.count("exists")
+
+    def _drop_hash_clashes(self, found: dict[str, Definition], result: PassResult) -> None:
         hashes: dict[int, str] = {}
         for name in sorted(found):
             other = hashes.setdefault(name_hash(name), name)
@@ -201,29 +222,6 @@ class Reconciler:
                 logger.error(message)
                 result.errors.append(message)
                 del found[name]
-        plans = self._plan(found, states, now, result)
-        for name, state in states.items():
-            if name not in found and state.digest != DELETED:
-                _, cancelled = self._changed(state, None, now)
-                result.changed.append(name)
-                result.cancelled += cancelled
-        for queue, wanted_items in plans.items():
-            # One ZMSCORE first: what is pending exists (nearly everything, pass after
-            # pass); only the rest goes through occur.lua, with its records.
-            scores = pending_due(self.store, queue, [item[0] for item in wanted_items])
-            items = [
-                item for item, score in zip(wanted_items, scores, strict=True) if score is None
-            ]
-            result.existing += len(wanted_items) - len(items)
-            for start in range(0, len(items), 500):
-                chunk = items[start : start + 500]
-                outcomes = occur(self.store, queue, chunk, now, now / 1000 if self.clock else None)
-                result.created += outcomes.count("created")
-                result.existing += outcomes.count("exists")
-                result.refused += (
-                    len(outcomes) - outcomes.count("created") - outcomes.count("exists")
-                )
-        return result
 
     def _plan(
         self,
@@ -231,65 +229,84 @@ class Reconciler:
         states: dict[str, object],
         now: int,
         result: PassResult,
+        current: bool,
     ) -> dict[str, list[tuple[str, bytes, int]]]:
-        """Record new and changed definitions; the occurrences each enabled schedule should
-        have, per queue; what the start hook may trust (known.py)."""
+        """Record new and changed definitions (those of the settings only when this worker
+        runs the current version of them: deploys.py); the occurrences each enabled
+        schedule should have, per queue; what claims.py may reuse (known.py)."""
         plans: dict[str, list[tuple[str, bytes, int]]] = defaultdict(list)
         seen: dict[int, known.Known] = {}
+        ours = {n: d for n, d in found.items() if current or d.source == "database"}
+        new = [d for n, d in ours.items() if n not in states]
+        if new:
+            states.update(self._first_seen(new, now))
+            result.changed += [d.name for d in new]
         for name, definition in found.items():
             state = states.get(name)
             if state is None:
-                state = self._first_seen(definition, now)
-                result.changed.append(name)
-            elif state.digest != definition.digest:
-                state, cancelled = self._changed(state, definition, now)
+                continue
+            if state.digest != definition.digest:  # type: ignore[attr-defined]
+                if name not in ours:
+                    continue  # a newer deploy recorded its own definition: leave it
+                state, cancelled = self._changed(state, definition, now, _recorded(name))
                 result.changed.append(name)
                 result.cancelled += cancelled
-            if not definition.enabled:
+            if not definition.enabled or state.digest != definition.digest:  # type: ignore[attr-defined]
                 continue
             version = version_of(state)
-            if state.digest == definition.digest:  # type: ignore[attr-defined]
-                seen[name_hash(name)] = known.Known(
-                    name,
-                    state.generation,  # type: ignore[attr-defined]
-                    definition.digest,
-                    state.since_ms,  # type: ignore[attr-defined]
-                    version,
-                    definition,
-                )
+            seen[name_hash(name)] = known.Known(
+                name,
+                state.generation,  # type: ignore[attr-defined]
+                definition.digest,
+                state.since_ms,  # type: ignore[attr-defined]
+                version,
+                definition,
+            )
             record, queue = encoded(definition)
             for fire in wanted(definition, state, now):
-                plans[queue].append((occurrence_id(name, version, fire), record, fire))
+                plans[queue].append((_occurrence(name, version, fire), record, fire))
         known.remember(seen)
         return plans
 
-    def _first_seen(self, definition: Definition, now: int) -> object:
+    def _first_seen(self, new: list[Definition], now: int) -> dict[str, object]:
+        """Record schedules no worker recorded before, in bulk (a thousand rows written at
+        once take a statement per thousand); their states as the database has them (another
+        worker may have recorded another definition first: then it is a change)."""
         from django_delayq.models import ScheduleState
 
-        state, _ = ScheduleState.objects.get_or_create(
-            name=definition.name,
-            defaults={
-                "name_hash": name_hash(definition.name),
-                "digest": definition.digest,
-                "definition": stored_definition(definition),
-                "since_ms": now,
-            },
+        ScheduleState.objects.bulk_create(
+            [
+                ScheduleState(
+                    name=d.name,
+                    name_hash=name_hash(d.name),
+                    digest=d.digest,
+                    definition=stored_definition(d),
+                    since_ms=now,
+                )
+                for d in new
+            ],
+            ignore_conflicts=True,
+            batch_size=1000,
         )
-        if state.digest != definition.digest:  # another worker saw another definition
-            state, _ = self._changed(state, definition, now)
-        return state
+        names = [d.name for d in new]
+        out: dict[str, object] = {}
+        for start in range(0, len(names), CHUNK):
+            rows = ScheduleState.objects.filter(name__in=names[start : start + CHUNK])
+            out.update({row["name"]: SimpleNamespace(**row) for row in rows.values(*STATE)})
+        return out
 
     def _changed(
-        self, state: object, definition: Definition | None, now: int
+        self, state: object, definition: Definition | None, now: int, old: dict
     ) -> tuple[object, int]:
         """Record a new definition (None: deleted) with one conditional UPDATE; the worker
-        whose UPDATE wins cancels the old definition's pending occurrences."""
+        whose UPDATE wins cancels the old definition's next occurrence."""
         from django_delayq.models import ScheduleState
 
         old_version = version_of(state)
         digest = definition.digest if definition is not None else DELETED
+        name = state.name  # type: ignore[attr-defined]
         won = ScheduleState.objects.filter(
-            name=state.name,
+            name=name,
             generation=state.generation,  # type: ignore[attr-defined]
         ).update(
             digest=digest,
@@ -299,17 +316,10 @@ class Reconciler:
         )
         cancelled = 0
         if won:
-            logger.info("schedule %s %s", state.name, "changed" if definition else "removed")  # type: ignore[attr-defined]
-            cancelled = cancel_pending(
-                self.store,
-                state.definition,  # type: ignore[attr-defined]
-                state.name,  # type: ignore[attr-defined]
-                old_version,
-                state.last_fire_ms or 0,  # type: ignore[attr-defined]
-                now,
-            )
-        fresh = ScheduleState.objects.get(name=state.name)  # type: ignore[attr-defined]
-        return fresh, cancelled
+            logger.info("schedule %s %s", name, "changed" if definition else "removed")
+            cancelled = cancel_pending(self.store, old, name, old_version, now)
+        fresh = ScheduleState.objects.filter(name=name).values(*STATE).get()
+        return SimpleNamespace(**fresh), cancelled
 
     def loop(self) -> None:
         """Pass after pass until ``stopped``; an error is logged and the next pass tries again."""

@@ -67,3 +67,8 @@ class KeyNames:
     def worker_key(self, instance: str) -> str:
         """``{prefix}:worker:<instance>``: one live worker's description (roster.py)."""
         return f"{self.prefix}:worker:{instance}"
+
+    def schedule_sets_key(self, kind: str) -> str:
+        """``{prefix}:schedule-sets:first|seen``: when each version of
+        ``DELAYQ["SCHEDULES"]`` was first and last run by a worker (recurring/deploys.py)."""
+        return f"{self.prefix}:schedule-sets:{kind}"

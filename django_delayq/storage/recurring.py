@@ -99,3 +99,42 @@ def exists(store: Store, queue: str, ids: Sequence[str]) -> list[bool]:
     key = store.key(queue, "jobs")
     ops = [store.command(b"HEXISTS", key, i, route=key) for i in ids]
     return [bool(r) and not isinstance(r, Exception) for r in store.run(ops, 2.0)]
+
+
+def schedule_sets(store: Store, digest: str, now_ms: int) -> dict[str, tuple[int, int]]:
+    """Record that a worker runs the settings' schedules of ``digest`` at ``now_ms`` (first
+    seen kept, last seen raised) and return every version's (first seen, last seen), in
+    epoch milliseconds. One round trip; re-sent safely (HSETNX, and a last seen re-written)."""
+    first, seen = store.schedule_sets_key("first"), store.schedule_sets_key("seen")
+    replies = store.run(
+        [
+            store.command(b"HSETNX", first, digest, now_ms, route=first),
+            store.command(b"HSET", seen, digest, now_ms, route=seen),
+            store.command(b"HGETALL", first, route=first),
+            store.command(b"HGETALL", seen, route=seen),
+        ],
+        2.0,
+    )
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
+    firsts, seens = replies[2], replies[3]
+    out: dict[str, tuple[int, int]] = {}
+    for name, value in firsts.items():
+        last = seens.get(name)
+        if last is not None:
+            out[text(name)] = (int(value), int(last))
+    return out
+
+
+def forget_schedule_sets(store: Store, digests: Sequence[str]) -> None:
+    """Drop versions of the settings' schedules no worker ran for a long time."""
+    if digests:
+        first, seen = store.schedule_sets_key("first"), store.schedule_sets_key("seen")
+        store.run(
+            [
+                store.command(b"HDEL", first, *digests, route=first),
+                store.command(b"HDEL", seen, *digests, route=seen),
+            ],
+            2.0,
+        )

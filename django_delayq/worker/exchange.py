@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from django_delayq.exceptions import DelayQError
+from django_delayq.recurring.claims import claimed as recurring_claimed
+from django_delayq.recurring.claims import write_outcomes as recurring_outcomes
 from django_delayq.storage.store import Claim, Store
 from django_delayq.worker.delivery import Results
 from django_delayq.worker.execution import Attempt, Outcome
@@ -116,6 +118,8 @@ class Exchange:
             self.deadline, self.more_due = found.deadline, found.more_due
         for queue_acks in acks.values():  # only when claim=False: an ack per remaining queue
             self.results.keep(queue_acks)
+        if outcomes:
+            recurring_outcomes()  # the occurrences' outcomes, when any ended
         if found.error is not None:
             raise found.error
 
@@ -180,9 +184,9 @@ class Exchange:
     def _take(self, queue: str, token: str, claim: Claim) -> None:
         self.starts.offset = claim.now - time.time()
         if claim.jobs:
-            for_loop = self.holdings.add(
-                [Attempt(queue, c.id, token, c.record, c.attempt) for c in claim.jobs]
-            )
+            attempts = [Attempt(queue, c.id, token, c.record, c.attempt) for c in claim.jobs]
+            recurring_claimed(self.store, claim.now, attempts, self.now())
+            for_loop = self.holdings.add(attempts)
             self.prefetch.claimed(len(claim.jobs), for_loop)
 
     def _note(self, claim: Claim, limit: int, wanted: int, found: Found) -> None:

@@ -97,6 +97,9 @@ class Attempt:
     returned: bool = False
     timed_out: bool = False
     on_loop: bool = False  # run by the worker's event loop (aio.py), not a runner thread
+    # Why the task is not called (a recurring occurrence its missed policy skips, decided
+    # when it was claimed: recurring/claims.py); the attempt is acknowledged as done.
+    skip: str | None = None
 
     @property
     def lease(self) -> tuple[str, str]:
@@ -201,6 +204,8 @@ class Executor:
             logger.error("job %s has a corrupt record, dead-lettering it: %s", attempt.id, exc)
             return Outcome(attempt, ok=False, error=error_info(exc, attempt.number, self.worker))
         job = self.job(attempt)
+        if attempt.skip is not None:  # not run: acknowledged (claims.py logged why)
+            return Outcome(attempt, ok=True, job=job)
         task = find_task(job.task)
         if task is not None and task.timeout is not None:
             attempt.timeout, attempt.thread = task.timeout, threading.get_ident()

@@ -1,0 +1,267 @@
+"""What a worker does with the occurrences of a claim, before any of them runs: one batch
+for all the occurrences a claim returned (10,000 schedules firing in the same second cost a
+few statements per claim, not two per occurrence).
+
+1. read the schedules' states (one SELECT);
+2. decide each occurrence: a missed fire time by its schedule's ``missed`` policy
+   (policy.py), an occurrence of a replaced definition by the change's time (one due before
+   the change took effect still runs; a later one does not), and mark those that do not run
+   (``attempt.skip``: acknowledged without calling the task);
+3. the durable record: each schedule's ``last_fire_ms`` raised to its latest fire time here
+   (one UPDATE), so no occurrence at or before it is created again, whatever Redis loses;
+4. the successors: the next fire time of each schedule, stored by occur.lua (one call per
+   queue), from the definition recorded in the database, so a worker whose own settings are
+   older or newer keeps the chain of the recorded one (a rolling deploy).
+
+A worker that cannot read or write the database logs it and runs the occurrences anyway
+(successors from what its last reconcile pass saw). The outcomes (succeeded, failed, dead)
+are buffered by hooks.py and written here, a statement per outcome, with the next claim.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+from django.db import DatabaseError, close_old_connections
+from django.db.models import Case, F, IntegerField, Q, Value, When
+from django.db.models.functions import Coalesce, Greatest
+from django.utils import timezone
+
+from django_delayq.recurring import definitions, known
+from django_delayq.recurring.occurrences import encoded
+from django_delayq.recurring.policy import Verdict, verdict
+from django_delayq.recurring.times import (
+    fire_after,
+    may_be_occurrence,
+    occurrence_id,
+    parse_occurrence_id,
+    version_hash,
+)
+
+logger = logging.getLogger("django_delayq.recurring")
+
+DELETED = "deleted"  # the digest of a schedule that was removed (reconcile.py)
+FIELDS = ("name", "name_hash", "digest", "generation", "since_ms", "last_fire_ms", "definition")
+_parsed: dict[tuple[str, str], definitions.Definition | None] = {}
+_outcomes: list[tuple[str, str]] = []  # (job id, outcome) not yet written
+_outcomes_lock = threading.Lock()
+_warned_at = -1e9
+
+
+def _version(state: dict) -> int:
+    return version_hash(state["digest"], state["generation"])
+
+
+def recorded_definition(state: dict) -> definitions.Definition | None:
+    """The definition recorded in a state row (what every worker follows), parsed once per
+    digest; None when it cannot be parsed here."""
+    key = (state["name"], state["digest"])
+    if key not in _parsed:
+        entry = known.known_name(state["name"])
+        if entry is not None and entry.digest == state["digest"]:
+            found: definitions.Definition | None = entry.definition
+        else:
+            spec = (state.get("definition") or {}).get("spec") or {}
+            try:
+                found = definitions.parse(state["name"], spec, "database")
+            except definitions.ScheduleError:
+                found = None
+            if found is not None and found.digest != state["digest"]:
+                found = None
+        if len(_parsed) > 100_000:
+            _parsed.clear()
+        _parsed[key] = found
+    return _parsed[key]
+
+
+def claimed(store: Any, now_s: float, attempts: Sequence[Any], clock_now: float | None) -> None:
+    """Decide, record and continue the occurrences among ``attempts`` (one claim's),
+    claimed at ``now_s`` (Redis's clock, epoch seconds). Never raises."""
+    occurrences = []
+    for attempt in attempts:
+        if may_be_occurrence(attempt.id):
+            parsed = parse_occurrence_id(attempt.id)
+            if parsed is not None:
+                occurrences.append((attempt, *parsed))
+    if not occurrences:
+        return
+    try:
+        _claimed(store, round(now_s * 1000), occurrences, clock_now)
+    except Exception:  # never lose a claim to this: the occurrences run
+        logger.exception("recurring schedules: could not handle the occurrences of a claim")
+
+
+def _read_states(hashes: set[int]) -> dict[int, dict] | None:
+    from django_delayq.models import ScheduleState
+
+    close_old_connections()
+    try:
+        rows = ScheduleState.objects.filter(name_hash__in=hashes).values(*FIELDS)
+        return {row["name_hash"]: row for row in rows}
+    except DatabaseError as exc:
+        _warn("cannot read the recurring schedules' states (their occurrences run anyway)", exc)
+        return None
+
+
+def _claimed(store: Any, now_ms: int, occurrences: list, clock_now: float | None) -> None:
+    states = _read_states({hashed for _, _, hashed, _ in occurrences})
+    records: dict[int, tuple[int, str, str]] = {}  # hash -> (fire, job id, outcome)
+    successors: dict[str, dict[str, tuple[bytes, int]]] = defaultdict(dict)
+    for attempt, fire, hashed, version in occurrences:
+        state = states.get(hashed) if states is not None else _known_state(hashed)
+        if state is None:
+            continue  # no schedule has this name hash any more: it runs, nothing follows
+        decided = _decide(state, fire, version, now_ms)
+        if decided is None:
+            continue
+        definition, result = decided
+        if not result.runs:
+            attempt.skip = result.skip
+            logger.info(
+                "occurrence %s of schedule %s (fire time %s) does not run: %s",
+                attempt.id, state["name"], _shown(fire), result.skip,
+            )  # fmt: skip
+        previous = records.get(hashed)
+        if previous is None or previous[0] < fire:
+            records[hashed] = (fire, attempt.id, "running" if result.runs else "skipped")
+        if definition is not None:
+            after = max(result.after_ms, state["since_ms"], state["last_fire_ms"] or 0)
+            successor = fire_after(definition, after)
+            _queue_successor(successors, state, definition, version, successor)
+    if states is not None and records:
+        _record_fires(records)
+    _store_successors(store, successors, now_ms, clock_now)
+
+
+def _decide(
+    state: dict, fire: int, version: int, now_ms: int
+) -> tuple[definitions.Definition | None, Verdict] | None:
+    """(the definition whose successor follows, or None; the verdict), None to leave the
+    occurrence alone."""
+    if state["digest"] == DELETED or version != _version(state):
+        # An occurrence of a replaced definition: due before the change took effect, it
+        # was owed and runs; a later one belongs to the new definition, which has its own.
+        if fire <= state["since_ms"]:
+            return None, Verdict(None, fire)
+        return None, Verdict("its schedule changed or was removed before its fire time", fire)
+    definition = recorded_definition(state)
+    if definition is None:
+        return None
+    if not definition.enabled:
+        return None, Verdict("its schedule is disabled", fire)
+    return definition, verdict(definition, fire, now_ms)
+
+
+def _known_state(hashed: int) -> dict | None:
+    """A state as this process's last pass saw it (the database cannot be read)."""
+    entry = known.known(hashed)
+    if entry is None:
+        return None
+    return {
+        "name": entry.name, "name_hash": hashed, "digest": entry.digest,
+        "generation": entry.generation, "since_ms": entry.since_ms, "last_fire_ms": None,
+        "definition": {},
+    }  # fmt: skip
+
+
+def _queue_successor(
+    successors: dict, state: dict, definition: definitions.Definition, version: int, fire: int
+) -> None:
+    record, queue = encoded(definition)
+    recorded_queue = (state.get("definition") or {}).get("queue")
+    queue = recorded_queue or queue
+    successors[queue][occurrence_id(state["name"], version, fire)] = (record, fire)
+
+
+def _store_successors(store: Any, successors: dict, now_ms: int, clock_now: float | None) -> None:
+    from django_delayq.exceptions import DelayQError
+    from django_delayq.storage.recurring import occur
+
+    for queue, items in successors.items():
+        triples = [(job_id, record, fire) for job_id, (record, fire) in items.items()]
+        try:
+            occur(store, queue, triples, now_ms, clock_now)
+        except DelayQError as exc:  # the reconcile pass stores them later
+            _warn("could not store the next occurrences of recurring schedules", exc)
+
+
+def _record_fires(records: dict[int, tuple[int, str, str]]) -> None:
+    """One UPDATE: each schedule's ``last_fire_ms`` raised to its fire time here, and, where
+    that fire time is the newest, its last job, start and outcome."""
+    from django_delayq.models import ScheduleState
+
+    newer = {h: Q(name_hash=h) & (Q(last_fire_ms__isnull=True) | Q(last_fire_ms__lte=f))
+             for h, (f, _, _) in records.items()}  # fmt: skip
+
+    def pick(index: int, field: str) -> Case:
+        whens = [When(newer[h], then=Value(v[index])) for h, v in records.items()]
+        return Case(*whens, default=F(field))
+
+    fires = Case(
+        *[When(name_hash=h, then=Value(f)) for h, (f, _, _) in records.items()],
+        output_field=IntegerField(),
+    )
+    now = timezone.now()
+    try:
+        ScheduleState.objects.filter(name_hash__in=list(records)).update(
+            last_fire_ms=Greatest(Coalesce(F("last_fire_ms"), Value(0)), fires),
+            last_job_id=pick(1, "last_job_id"),
+            last_outcome=pick(2, "last_outcome"),
+            last_started_at=Case(*[When(q, then=Value(now)) for q in newer.values()],
+                                 default=F("last_started_at")),
+            last_finished_at=Case(*[When(q, then=Value(None)) for q in newer.values()],
+                                  default=F("last_finished_at")),
+        )  # fmt: skip
+    except DatabaseError as exc:
+        _warn("cannot record the occurrences' fire times (they run anyway)", exc)
+
+
+def buffer_outcome(job_id: str, outcome: str) -> None:
+    """Remember an occurrence's outcome; written with the next claim (or pass)."""
+    with _outcomes_lock:
+        _outcomes.append((job_id, outcome))
+
+
+def write_outcomes() -> None:
+    """Write the buffered outcomes: one UPDATE per outcome, of the rows whose last job they
+    are (an outcome of an older occurrence changes nothing)."""
+    from django_delayq.models import ScheduleState
+
+    global _outcomes
+    if not _outcomes:
+        return
+    with _outcomes_lock:
+        pending, _outcomes = _outcomes, []
+    if not pending:
+        return
+    by_outcome: dict[str, list[str]] = defaultdict(list)
+    for job_id, outcome in dict(pending).items():  # the last outcome of each job
+        by_outcome[outcome].append(job_id)
+    now = timezone.now()
+    close_old_connections()
+    try:
+        for outcome, ids in by_outcome.items():
+            ScheduleState.objects.filter(last_job_id__in=ids).update(
+                last_outcome=outcome, last_finished_at=now
+            )
+    except DatabaseError as exc:
+        _warn("cannot record the outcomes of recurring occurrences", exc)
+
+
+def _warn(message: str, exc: Exception) -> None:
+    """Log a database or Redis problem at most once a minute."""
+    global _warned_at
+    if time.monotonic() - _warned_at > 60:
+        _warned_at = time.monotonic()
+        logger.warning("recurring schedules: %s: %s", message, exc)
+
+
+def _shown(fire_ms: int) -> str:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(fire_ms / 1000, UTC).isoformat(timespec="seconds")
