@@ -51,6 +51,9 @@ _parsed: dict[tuple[str, str], definitions.Definition | None] = {}
 _outcomes: list[tuple[str, str]] = []  # (job id, outcome) not yet written
 _outcomes_lock = threading.Lock()
 _warned_at = -1e9
+# Set when successors could not be stored: the reconcile loop then runs a full pass at its
+# next look (passes.py), which stores them.
+successors_lost = threading.Event()
 
 
 def _version(state: dict) -> int:
@@ -187,6 +190,7 @@ def _store_successors(store: Any, successors: dict, now_ms: int, clock_now: floa
         try:
             occur(store, queue, triples, now_ms, clock_now)
         except DelayQError as exc:  # the reconcile pass stores them later
+            successors_lost.set()
             _warn("could not store the next occurrences of recurring schedules", exc)
 
 

@@ -18,13 +18,10 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-
-from django.db import DatabaseError, close_old_connections
 
 from django_delayq.conf import delayq_settings
 from django_delayq.exceptions import DelayQError
@@ -41,16 +38,12 @@ from django_delayq.recurring.times import (
     version_hash,
 )
 from django_delayq.storage.connection import get_store
-from django_delayq.storage.recurring import occur, pending_due, server_time_ms
+from django_delayq.storage.recurring import mark_reconciled, occur, pending_due, server_time_ms
 from django_delayq.storage.store import Store
 
 logger = logging.getLogger("django_delayq.recurring")
 
 STATE = ("name", "digest", "generation", "since_ms", "last_fire_ms")
-# A pass takes at most about a tenth of the time between passes: with many schedules the
-# interval grows past RECONCILE_INTERVAL.
-PASS_SHARE = 0.1
-DATABASE_RETRY = 30.0  # seconds between passes while the database cannot be read
 CHUNK = 5000  # names per IN (...) of a bulk read
 
 
@@ -164,7 +157,6 @@ class Reconciler:
         self.store = store or get_store()
         self.stopped = stopped or threading.Event()
         self.clock = clock
-        self.failing = False  # the last pass could not read the database
         self.interval = float(delayq_settings.RECONCILE_INTERVAL if interval is None else interval)
 
     def now_ms(self) -> int:
@@ -195,6 +187,7 @@ class Reconciler:
                     result.cancelled += cancelled
         for queue, wanted_items in plans.items():
             self._store(queue, wanted_items, now, result)
+        mark_reconciled(self.store)
         return result
 
     def _store(self, queue: str, wanted_items: list, now: int, result: PassResult) -> None:
@@ -320,38 +313,3 @@ class Reconciler:
             cancelled = cancel_pending(self.store, old, name, old_version, now)
         fresh = ScheduleState.objects.filter(name=name).values(*STATE).get()
         return SimpleNamespace(**fresh), cancelled
-
-    def loop(self) -> None:
-        """Pass after pass until ``stopped``; an error is logged and the next pass tries again."""
-        while not self.stopped.is_set():
-            close_old_connections()
-            began = time.monotonic()
-            try:
-                self.run_pass()
-                self.failing = False
-            except DatabaseError as exc:  # no table yet (migrate), or the database is down
-                if not self.failing:
-                    logger.warning(
-                        "recurring schedules: the database cannot be read (migrate "
-                        "django_delayq 0004?); trying again every %g s: %s",
-                        DATABASE_RETRY,
-                        exc,
-                    )
-                self.failing = True
-                self.stopped.wait(DATABASE_RETRY)
-            except Exception:
-                logger.exception("recurring schedules: the reconcile pass failed")
-            finally:
-                close_old_connections()
-            took = time.monotonic() - began
-            self.stopped.wait(max(self.interval, took / PASS_SHARE - took))
-
-    def new_thread(self) -> threading.Thread:
-        return threading.Thread(target=self.loop, name="delayq-schedules", daemon=True)
-
-
-def start(
-    store: Store, stopped: threading.Event, clock: Callable[[], float] | None
-) -> threading.Thread:
-    """The worker's hook: the pass on a thread of its own (worker/dispatch.py)."""
-    return Reconciler(store, stopped, clock).new_thread()

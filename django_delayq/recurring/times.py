@@ -16,6 +16,7 @@ occurrences never share an id, or a tombstone, with the old one's.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -34,6 +35,7 @@ VERSION_BITS = 24
 CRON_SCAN = 100_000  # most fire times a cron scan looks at (a year of minutes is 525,600)
 
 
+@functools.lru_cache(maxsize=200_000)
 def name_hash(name: str) -> int:
     return int.from_bytes(hashlib.blake2b(name.encode(), digest_size=5).digest(), "big")
 

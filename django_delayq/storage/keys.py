@@ -70,5 +70,6 @@ class KeyNames:
 
     def schedule_sets_key(self, kind: str) -> str:
         """``{prefix}:schedule-sets:first|seen``: when each version of
-        ``DELAYQ["SCHEDULES"]`` was first and last run by a worker (recurring/deploys.py)."""
+        ``DELAYQ["SCHEDULES"]`` was first and last run by a worker (recurring/deploys.py);
+        ``...:reconciled``: the mark of a full reconcile pass (recurring/passes.py)."""
         return f"{self.prefix}:schedule-sets:{kind}"

@@ -138,3 +138,21 @@ def forget_schedule_sets(store: Store, digests: Sequence[str]) -> None:
             ],
             2.0,
         )
+
+
+def mark_reconciled(store: Store) -> None:
+    """Leave the mark of a full reconcile pass: while it exists, Redis lost nothing since
+    (a FLUSHALL, or a restart without persistence, removes it)."""
+    key = store.schedule_sets_key("reconciled")
+    error = store.run([store.command(b"SET", key, b"1", route=key)], 2.0)[0]
+    if isinstance(error, Exception):
+        raise error
+
+
+def reconciled(store: Store) -> bool:
+    """Whether the mark of a full reconcile pass is still there (see mark_reconciled)."""
+    key = store.schedule_sets_key("reconciled")
+    reply = store.run([store.command(b"EXISTS", key, route=key)], 2.0)[0]
+    if isinstance(reply, Exception):
+        raise reply
+    return bool(reply)

@@ -40,7 +40,7 @@ from django_delayq.conf import delayq_settings
 from django_delayq.exceptions import DelayQError
 from django_delayq.job_state import encode_instance_name
 from django_delayq.queue_settings import queue_limits
-from django_delayq.recurring.reconcile import start as recurring_thread
+from django_delayq.recurring.passes import start as recurring_thread
 from django_delayq.storage.connection import get_store
 from django_delayq.storage.queues import check_queue_name
 from django_delayq.storage.store import Store

@@ -1,0 +1,116 @@
+"""When a worker runs the reconcile pass (reconcile.py): every worker has a thread that
+looks every RECONCILE_INTERVAL seconds whether anything a pass depends on changed, and runs
+a full pass only then, or at least every FULL_EVERY seconds.
+
+A look costs two aggregate queries and one Redis command, whatever the number of schedules:
+- the Schedule rows (how many, the latest ``updated_at``: every ``save()``, ``create()``,
+  ``bulk_create()`` and admin edit sets it);
+- the recorded states (how many, the sum of their generations: another worker recorded a
+  change, or a new deploy's settings);
+- the mark of the last full pass in Redis (gone after a FLUSHALL or a restart without
+  persistence: the pending occurrences must be created again);
+- this worker's settings (``override_settings`` in tests; a deploy starts new processes).
+A row changed by ``QuerySet.update()`` or SQL leaves ``updated_at`` alone: the full pass of
+at most FULL_EVERY seconds later picks it up. A full pass over 10,000 unchanged schedules
+costs about 0.3 s of CPU, so this keeps the pass's share of a worker's CPU small (see
+docs/performance.rst). A pass taking long also spaces the next ones (PASS_SHARE).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from django.db import DatabaseError, close_old_connections
+
+from django_delayq.conf import delayq_settings
+from django_delayq.recurring.claims import successors_lost as wanted
+from django_delayq.recurring.reconcile import Reconciler
+from django_delayq.storage.recurring import reconciled
+from django_delayq.storage.store import Store
+
+logger = logging.getLogger("django_delayq.recurring")
+
+FULL_EVERY = 30.0  # seconds: a full pass at least this often
+# A full pass takes at most about a tenth of the time between passes.
+PASS_SHARE = 0.1
+DATABASE_RETRY = 30.0  # seconds between looks while the database cannot be read
+
+
+def fingerprint() -> tuple:
+    """What the next full pass would read, in two aggregate queries."""
+    from django.db.models import Count, Max, Sum
+
+    from django_delayq.models import Schedule, ScheduleState
+
+    rows = Schedule.objects.aggregate(n=Count("id"), at=Max("updated_at"))
+    states = ScheduleState.objects.aggregate(n=Count("name"), g=Sum("generation"))
+    raw = delayq_settings.SCHEDULES
+    return (rows["n"], rows["at"], states["n"], states["g"], id(raw))
+
+
+class PassLoop:
+    """The thread that runs the passes; ``run_once`` is one look (tests drive it)."""
+
+    def __init__(self, reconciler: Reconciler, full_every: float = FULL_EVERY) -> None:
+        self.reconciler = reconciler
+        self.full_every = full_every
+        self.seen: tuple | None = None  # the fingerprint the last full pass started from
+        self.last_full = -1e9
+        self.failing = False  # the last look could not read the database
+        self.passes = 0
+
+    def due(self) -> tuple[bool, tuple]:
+        now = fingerprint()
+        stale = time.monotonic() - self.last_full >= self.full_every
+        return stale or now != self.seen or wanted.is_set() or not reconciled(
+            self.reconciler.store
+        ), now
+
+    def run_once(self) -> bool:
+        """One look, and a full pass when due; whether a pass ran."""
+        due, now = self.due()
+        if not due:
+            return False
+        wanted.clear()
+        self.reconciler.run_pass()
+        self.seen, self.last_full = now, time.monotonic()
+        self.passes += 1
+        return True
+
+    def loop(self) -> None:
+        """Look after look until stopped; an error is logged and the next look tries again."""
+        stopped, interval = self.reconciler.stopped, self.reconciler.interval
+        while not stopped.is_set():
+            close_old_connections()
+            began = time.monotonic()
+            ran = False
+            try:
+                ran = self.run_once()
+                self.failing = False
+            except DatabaseError as exc:  # no table yet (migrate), or the database is down
+                if not self.failing:
+                    logger.warning(
+                        "recurring schedules: the database cannot be read (migrate "
+                        "django_delayq 0004?); trying again every %g s: %s",
+                        DATABASE_RETRY,
+                        exc,
+                    )
+                self.failing = True
+                stopped.wait(DATABASE_RETRY)
+            except Exception:
+                logger.exception("recurring schedules: the reconcile pass failed")
+            finally:
+                close_old_connections()
+            took = time.monotonic() - began
+            stopped.wait(max(interval, took / PASS_SHARE - took) if ran else interval)
+
+
+def start(
+    store: Store, stopped: threading.Event, clock: Callable[[], float] | None
+) -> threading.Thread:
+    """The worker's hook: the passes on a thread of their own (worker/dispatch.py)."""
+    loop = PassLoop(Reconciler(store, stopped, clock))
+    return threading.Thread(target=loop.loop, name="delayq-schedules", daemon=True)
