@@ -484,22 +484,11 @@ def test_status_reports_missing_and_overdue_schedules(sim_at):
 
 def test_delayq_status_and_metrics_report_a_missing_schedule(sim_at, client):
     import json
-    from io import StringIO
-
-    from django.core.management import call_command
 
     from tests.test_metrics import TOKEN
+    from tests.test_recurring_rows import status
 
     sim_at(datetime(2026, 1, 1, tzinfo=UTC), lost={"every": 60})
-
-    def status(*args: str) -> tuple[int, str]:
-        out = StringIO()
-        try:
-            call_command("delayq_status", *args, stdout=out, stderr=StringIO())
-        except SystemExit as exc:
-            return exc.code, out.getvalue()
-        return 0, out.getvalue()
-
     code, out = status()  # no worker ever ran a pass: its next occurrence is missing
     assert code == 1 and "SCHEDULE lost (every 60 s): MISSING its next occurrence" in out
     code, out = status("--json")
