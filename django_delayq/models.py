@@ -6,8 +6,11 @@ Redis. Only ``outbox.py`` reads or writes it."""
 
 from __future__ import annotations
 
+from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.db import models
 from django.utils.translation import gettext_lazy as _
+
+from django_delayq.recurring import definitions
 
 
 class Job(models.Model):
@@ -112,6 +115,25 @@ class Schedule(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def clean(self) -> None:
+        """Refuse what workers cannot run (definitions.check_row, the admin form's check):
+        a bad cron, zone, interval or arguments, a task this process does not register, a
+        name DELAYQ["SCHEDULES"] uses. save() does not call it (Django's convention, and
+        objects.create(), bulk_create() and SQL bypass save() anyway): workers report a
+        bad row (log, delayq_status, /metrics, the admin's list) and leave it out."""
+        try:
+            definition = definitions.check_row(self)
+        except definitions.ScheduleError as exc:
+            field = exc.field if exc.field in {f.name for f in self._meta.fields} else None
+            message = str(exc)
+            if field and field != "name":  # beside the field, the schedule's name is known
+                message = message.split(": ", 1)[-1]
+            if field == "cron" and "exactly one of" in message:
+                field = None
+            raise ValidationError({field or NON_FIELD_ERRORS: [message]}) from None
+        if definition.cron:
+            self.cron = definition.cron  # "0  3 * * *" is stored as "0 3 * * *"
 
 
 class ScheduleState(models.Model):

@@ -88,7 +88,9 @@ def test_per_queue_gauges_and_counters_parsed_by_prometheus_client(store, client
     assert response["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
     assert "no-cache" in response["Cache-Control"]
     types, samples = values(text_string_to_metric_families(response.content.decode()))
-    schedules = dict.fromkeys(("delayq_schedule_missing", "delayq_schedule_overdue"), "gauge")
+    schedules = dict.fromkeys(
+        ("delayq_schedule_missing", "delayq_schedule_overdue", "delayq_schedule_invalid"), "gauge"
+    )
     assert types == {
         **dict.fromkeys(GAUGES, "gauge"),
         **dict.fromkeys(COUNTERS, "counter"),

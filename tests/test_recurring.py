@@ -209,6 +209,38 @@ def test_berlin_fall_back_end_to_end_runs_the_repeated_time_once(sim_at):
     assert hourly == list(range(hourly[0], hourly[-1] + 1, 3_600_000))
 
 
+@pytest.mark.parametrize(
+    ("start", "expected"),
+    [
+        (  # autumn, 2026-04-05: 01:30-02:00 repeats; 02:00 +10:30 is once, at 15:30 UTC
+            datetime(2026, 4, 3, 14, tzinfo=UTC),
+            ["04-04 02:00+1100", "04-04 02:30+1100", "04-05 02:00+1030", "04-05 02:30+1030"],
+        ),
+        (  # spring, 2026-10-04: 02:00-02:30 does not exist; the real 02:30 +11:00 runs
+            datetime(2026, 10, 2, 14, tzinfo=UTC),
+            ["10-03 02:00+1030", "10-03 02:30+1030", "10-04 02:30+1100", "10-05 02:00+1100"],
+        ),
+    ],
+)
+def test_lord_howe_chain_through_occurrence_jobs(sim_at, start, expected):
+    """The 30-minute shift of Australia/Lord_Howe, through real occurrence jobs: one pass
+    stores the first occurrence, then only the start hook's successors keep the chain
+    going (a burst worker every half hour of the injected clock, no pass)."""
+    lord_howe = ZoneInfo("Australia/Lord_Howe")
+    sim = sim_at(start, night={"cron": "*/30 2 * * *", "tz": "Australia/Lord_Howe"})
+    assert sim.reconcile().created == 1
+    moment = start
+    while moment <= start + timedelta(days=2, hours=2):
+        sim.t = moment.timestamp()
+        sim.work()
+        moment += timedelta(minutes=30)
+    local = [
+        datetime.fromtimestamp(f / 1000, lord_howe).strftime("%m-%d %H:%M%z") for f in sim.fires()
+    ]
+    assert local[: len(expected)] == expected
+    assert len(sim.fires()) == len(set(sim.fires())) == len(local)
+
+
 # -- the chain, the pass, races, flushes --------------------------------------------------
 
 
@@ -519,22 +551,11 @@ def test_status_reports_missing_and_overdue_schedules(sim_at):
 
 def test_delayq_status_and_metrics_report_a_missing_schedule(sim_at, client):
     import json
-    from io import StringIO
-
-    from django.core.management import call_command
 
     from tests.test_metrics import TOKEN
+    from tests.test_recurring_rows import status
 
     sim_at(datetime(2026, 1, 1, tzinfo=UTC), lost={"every": 60})
-
-    def status(*args: str) -> tuple[int, str]:
-        out = StringIO()
-        try:
-            call_command("delayq_status", *args, stdout=out, stderr=StringIO())
-        except SystemExit as exc:
-            return exc.code, out.getvalue()
-        return 0, out.getvalue()
-
     code, out = status()  # no worker ever ran a pass: its next occurrence is missing
     assert code == 1 and "SCHEDULE lost (every 60 s): MISSING its next occurrence" in out
     code, out = status("--json")

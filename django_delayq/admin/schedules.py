@@ -6,7 +6,6 @@ error beside the field. Running workers pick up a change within RECONCILE_INTERV
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
@@ -16,7 +15,6 @@ from django.utils.translation import gettext_lazy as _
 
 from django_delayq.models import Schedule, ScheduleState
 from django_delayq.recurring import definitions
-from django_delayq.recurring.checks import task_error
 from django_delayq.recurring.times import fire_after
 
 
@@ -36,40 +34,7 @@ class ScheduleForm(forms.ModelForm):
             "enabled",
         ]
 
-    def clean(self) -> dict[str, Any]:
-        data = super().clean()
-        if self.errors:
-            return data
-        spec = {
-            "task": data.get("task"),
-            "args": data.get("args") if data.get("args") is not None else [],
-            "kwargs": data.get("kwargs") or {},
-            "queue": data.get("queue") or None,
-            "tz": data.get("tz") or None,
-            "missed": data.get("missed") or "once",
-            "enabled": bool(data.get("enabled")),
-        }
-        if data.get("cron"):
-            spec["cron"] = data["cron"]
-        if data.get("every") is not None:
-            spec["every"] = data["every"]
-        try:
-            definition = definitions.parse(data.get("name") or "", spec, "database")
-        except definitions.ScheduleError as exc:
-            message = str(exc).split(": ", 1)[-1] if exc.field and exc.field != "name" else str(exc)
-            field = exc.field if exc.field in self.fields else None
-            if field == "cron" and "exactly one of" in str(exc):
-                field = None
-            self.add_error(field, message)
-            return data
-        problem = task_error(definition.task)
-        if problem:
-            self.add_error("task", problem)
-        if definition.name in (definitions.from_settings()[0]):
-            self.add_error("name", "DELAYQ['SCHEDULES'] already has a schedule of this name")
-        if definition.cron:
-            data["cron"] = definition.cron
-        return data
+    # Schedule.clean() refuses a bad row (definitions.check_row); ModelForm calls it.
 
 
 def _when(ms: int | None) -> datetime | None:
@@ -87,10 +52,28 @@ class ScheduleAdmin(admin.ModelAdmin):
     def get_queryset(self, request: HttpRequest) -> QuerySet:
         queryset = super().get_queryset(request)
         self._states = {s.name: s for s in ScheduleState.objects.all()}
+        self._settings_names = set(definitions.from_settings()[0])
         return queryset
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Schedule | None = None) -> list:
+        return ["problem"] if obj is not None else []
 
     def _state(self, obj: Schedule) -> ScheduleState | None:
         return getattr(self, "_states", {}).get(obj.name)
+
+    def _check(self, obj: Schedule) -> definitions.Definition | str:
+        """The row's Definition, or why workers leave it out or cannot run its task."""
+        try:
+            return definitions.check_row(obj, getattr(self, "_settings_names", None))
+        except definitions.ScheduleError as exc:
+            return str(exc)
+
+    @admin.display(description=_("problem"))
+    def problem(self, obj: Schedule) -> str:
+        """The change page's line: the error workers report for this row (the admin
+        escapes it, as every text of a display function)."""
+        found = self._check(obj)
+        return f"invalid: {found}" if isinstance(found, str) else "-"
 
     @admin.display(description=_("timing"))
     def timing(self, obj: Schedule) -> str:
@@ -100,12 +83,11 @@ class ScheduleAdmin(admin.ModelAdmin):
 
     @admin.display(description=_("next run"))
     def next_run(self, obj: Schedule) -> datetime | str | None:
+        definition = self._check(obj)
+        if isinstance(definition, str):
+            return f"invalid: {definition}"
         if not obj.enabled:
             return "-"
-        try:
-            definition = definitions.parse(obj.name, definitions.row_spec(obj), "database")
-        except definitions.ScheduleError as exc:
-            return str(exc)
         state = self._state(obj)
         now = int(datetime.now(UTC).timestamp() * 1000)
         floor = max(now, state.since_ms, state.last_fire_ms or 0) if state else now

@@ -14,16 +14,9 @@ from django.core.checks import Error, Tags, register
 
 from django_delayq.conf import delayq_settings
 from django_delayq.recurring import definitions
-from django_delayq.registry import autodiscover, discovered, find_task, unknown_task
+from django_delayq.recurring.definitions import task_error
 
-
-def task_error(name: str) -> str | None:
-    """Why ``name`` is not a task this project registered, or None."""
-    if not discovered():
-        autodiscover()
-    if find_task(name) is not None:
-        return None
-    return str(unknown_task(name))
+__all__ = ["check_schedules", "task_error"]
 
 
 @register(Tags.compatibility)

@@ -11,11 +11,12 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
@@ -24,6 +25,7 @@ from django.conf import settings
 from django_delayq.conf import delayq_settings
 from django_delayq.exceptions import ConfigurationError, SerializationError
 from django_delayq.record import encode_record
+from django_delayq.registry import autodiscover, discovered, find_task, unknown_task
 from django_delayq.storage.queues import check_queue_name
 
 NAME = re.compile(r"[A-Za-z0-9_.:\-]{1,100}")
@@ -41,6 +43,7 @@ class ScheduleError(ConfigurationError, ValueError):
     def __init__(self, message: str, field: str | None = None) -> None:
         super().__init__(message)
         self.field = field
+        self.schedule: str | None = None  # the schedule's name, once known (load())
 
 
 @dataclass(frozen=True)
@@ -228,7 +231,7 @@ def from_settings() -> tuple[dict[str, Definition], list[ScheduleError]]:
         try:
             found[name] = parse(name, spec)
         except ScheduleError as exc:
-            errors.append(exc)
+            errors.append(_about(exc, name))
     return found, errors
 
 
@@ -252,11 +255,12 @@ def row_spec(row: Any) -> dict[str, Any]:
 
 def from_database(using: str | None = None) -> tuple[dict[str, Definition], list[ScheduleError]]:
     """The valid rows of the Schedule model, and the errors of the others."""
-    from django_delayq.models import Schedule
+    from django.apps import apps  # not an import of models.py, which imports this module
 
+    schedule_model = apps.get_model("django_delayq", "Schedule")
     found: dict[str, Definition] = {}
     errors: list[ScheduleError] = []
-    manager = Schedule.objects.using(using) if using else Schedule.objects
+    manager = schedule_model.objects.using(using) if using else schedule_model.objects
     # values(): no model instance per row (a pass reads every row, every few seconds).
     fields = ("name", "task", "cron", "every", "args", "kwargs", "queue", "tz", "missed", "enabled")
     for values in manager.values(*fields):
@@ -264,7 +268,7 @@ def from_database(using: str | None = None) -> tuple[dict[str, Definition], list
         try:
             found[row.name] = parse_row(row)
         except ScheduleError as exc:
-            errors.append(exc)
+            errors.append(_about(exc, row.name))
     return found, errors
 
 
@@ -289,20 +293,89 @@ def parse_row(row: Any) -> Definition:
 
 def load(include_database: bool = True) -> tuple[dict[str, Definition], list[ScheduleError]]:
     """Every schedule: the settings' and the database's (a name in both: the settings win,
-    and the clash is an error)."""
+    and the clash is an error). A schedule whose task this process does not register is
+    kept (a worker of other task modules must not cancel it) and is an error too."""
     found, errors = from_settings()
     if include_database:
         rows, row_errors = from_database()
         errors += row_errors
         for name, definition in rows.items():
             if name in found:
-                errors.append(
-                    ScheduleError(
-                        f"schedule {name!r} is defined in DELAYQ['SCHEDULES'] and in the "
-                        "database: rename one (the settings' one is used)",
-                        "name",
-                    )
-                )
+                errors.append(_about(clash(name), name))
             else:
                 found[name] = definition
+    for name, definition in found.items():
+        problem = task_error(definition.task)
+        if problem:
+            errors.append(_about(unregistered(name, problem), name))
     return found, errors
+
+
+def _about(error: ScheduleError, name: Any) -> ScheduleError:
+    error.schedule = name if isinstance(name, str) else repr(name)
+    return error
+
+
+def clash(name: str) -> ScheduleError:
+    return ScheduleError(
+        f"schedule {name!r} is defined in DELAYQ['SCHEDULES'] and in the database: rename "
+        "the database's (the settings' one is used)",
+        "name",
+    )
+
+
+def unregistered(name: str, problem: str) -> ScheduleError:
+    return ScheduleError(f"schedule {name!r}: {problem}", "task")
+
+
+def task_error(name: str) -> str | None:
+    """Why ``name`` is not a task this process registered, or None (always None with
+    ``CHECK_NAMES`` off: the tasks of another code base's workers)."""
+    if not delayq_settings.CHECK_NAMES:
+        return None
+    if not discovered():
+        autodiscover()
+    if find_task(name) is not None:
+        return None
+    return str(unknown_task(name))
+
+
+class Row(Protocol):
+    """A Schedule row, or anything with its fields (row_spec() reads them)."""
+
+    name: str
+    task: str
+
+
+def check_row(row: Row, settings_names: Collection[str] | None = None) -> Definition:
+    """``row`` as a Definition, or the ScheduleError that refuses it: not valid (parse), a
+    task this process does not register, or a name ``DELAYQ["SCHEDULES"]`` uses. The one
+    check of a row: Schedule.clean() (so the admin's form and full_clean()) and the list."""
+    definition = parse(row.name, row_spec(row), "database")
+    problem = task_error(definition.task)
+    if problem:
+        raise unregistered(definition.name, problem)
+    if definition.name in (from_settings()[0] if settings_names is None else settings_names):
+        raise clash(definition.name)
+    return definition
+
+
+class ErrorLog:
+    """Logs each schedule's error once, not on every pass: again when its text changes,
+    and once when the schedule has none any more (fixed or deleted). One per Reconciler."""
+
+    def __init__(self, logger: Any) -> None:
+        self.logger = logger
+        self.logged: dict[str, str] = {}
+
+    def report(self, errors: Iterable[ScheduleError]) -> None:
+        current: dict[str, str] = {}
+        for error in errors:
+            key = error.schedule if error.schedule is not None else ""
+            current[key] = f"{current[key]}; {error}" if key in current else str(error)
+        for key, text in current.items():
+            if self.logged.get(key) != text:
+                self.logger.error("recurring schedule error: %s", text)
+        for key in self.logged.keys() - current.keys():
+            self.logger.info("recurring schedule %r: no error any more", key)
+        self.logged = current

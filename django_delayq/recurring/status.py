@@ -4,12 +4,16 @@
   in Redis: no worker ran a reconcile pass lately (none is running?) or Redis lost it
 - overdue: an enabled schedule whose latest fire time older than OVERDUE_AFTER never started
   (no worker free, or all of them down)
+- error: a schedule workers leave out (a bad row, or a row whose name the settings use) or
+  whose task this process does not register (definitions.load()'s errors); a bad row is
+  listed with ``enabled`` False and no timing
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
+from typing import Any
 
 from django_delayq.recurring import definitions
 from django_delayq.recurring.reconcile import queue_of, version_of
@@ -31,48 +35,53 @@ class ScheduleStatus:
     last_outcome: str
     missing: bool
     overdue: bool
+    error: str = ""
 
 
 def report(store: Store, now_ms: int | None = None) -> list[ScheduleStatus]:
     from django_delayq.models import ScheduleState
 
     now = server_time_ms(store) if now_ms is None else now_ms
-    found, _ = definitions.load()
+    found, errors = definitions.load()
     states = {s.name: s for s in ScheduleState.objects.filter(name__in=list(found))}
-    out: list[ScheduleStatus] = []
-    for name, definition in sorted(found.items()):
-        state = states.get(name)
-        if not definition.enabled:
-            out.append(
-                ScheduleStatus(name, False, definition.describe(), None, None, "", False, False)
-            )
-            continue
-        if state is None or state.digest != definition.digest:
-            # No worker has seen this definition yet: nothing of it can be in Redis.
-            nxt = fire_after(definition, now)
-            out.append(
-                ScheduleStatus(name, True, definition.describe(), nxt, None, "", True, False)
-            )
-            continue
-        floor = max(state.since_ms, state.last_fire_ms or 0)
-        nxt = fire_after(definition, max(now, floor))
-        job_id = occurrence_id(name, version_of(state), nxt)
-        missing = not exists(store, queue_of(definition), [job_id])[0]
-        due = fires_between(definition, state.since_ms, now - OVERDUE_AFTER_MS, 1)
-        overdue = bool(due) and (state.last_fire_ms is None or state.last_fire_ms < due[-1])
-        out.append(
-            ScheduleStatus(
-                name,
-                True,
-                definition.describe(),
-                nxt,
-                state.last_fire_ms,
-                state.last_outcome,
-                missing,
-                overdue,
-            )
-        )
-    return out
+    errors_of = _errors(errors)
+    out = [
+        ScheduleStatus(name, False, "", None, None, "", False, False, error)
+        for name, error in errors_of.items()
+        if name not in found
+    ]
+    for name, definition in found.items():
+        status = _status(store, definition, states.get(name), now)
+        out.append(replace(status, error=errors_of.get(name, "")))
+    return sorted(out, key=lambda s: s.name)
+
+
+def _errors(errors: list[definitions.ScheduleError]) -> dict[str, str]:
+    """Each schedule's errors, by name (a SCHEDULES that is not a dict: under its name)."""
+    found: dict[str, list[str]] = {}
+    for error in errors:
+        found.setdefault(error.schedule or "DELAYQ['SCHEDULES']", []).append(str(error))
+    return {name: "; ".join(texts) for name, texts in found.items()}
+
+
+def _status(
+    store: Store, definition: definitions.Definition, state: Any, now: int
+) -> ScheduleStatus:
+    name, describe = definition.name, definition.describe()
+    if not definition.enabled:
+        return ScheduleStatus(name, False, describe, None, None, "", False, False)
+    if state is None or state.digest != definition.digest:
+        # No worker has seen this definition yet: nothing of it can be in Redis.
+        nxt = fire_after(definition, now)
+        return ScheduleStatus(name, True, describe, nxt, None, "", True, False)
+    floor = max(state.since_ms, state.last_fire_ms or 0)
+    nxt = fire_after(definition, max(now, floor))
+    job_id = occurrence_id(name, version_of(state), nxt)
+    missing = not exists(store, queue_of(definition), [job_id])[0]
+    due = fires_between(definition, state.since_ms, now - OVERDUE_AFTER_MS, 1)
+    overdue = bool(due) and (state.last_fire_ms is None or state.last_fire_ms < due[-1])
+    last = state.last_fire_ms
+    return ScheduleStatus(name, True, describe, nxt, last, state.last_outcome, missing, overdue)
 
 
 def safe_report(store: Store) -> list[ScheduleStatus]:
@@ -94,9 +103,12 @@ def as_dicts(found: list[ScheduleStatus]) -> list[dict]:
 
 
 def as_lines(found: list[ScheduleStatus]) -> list[str]:
-    """One line per schedule in trouble (delayq_status's text)."""
+    """One line per trouble of a schedule (delayq_status's text; any line: exit 1)."""
     lines = []
     for s in found:
+        if s.error:
+            timing = f" ({s.describe})" if s.describe else ""
+            lines.append(f"SCHEDULE {s.name}{timing}: INVALID: {s.error}")
         if s.missing:
             lines.append(f"SCHEDULE {s.name} ({s.describe}): MISSING its next occurrence")
         if s.overdue:
@@ -106,7 +118,7 @@ def as_lines(found: list[ScheduleStatus]) -> list[str]:
 
 class ScheduleCollector:
     """Gauges for /metrics: delayq_schedule_missing and delayq_schedule_overdue (0 or 1)
-    per enabled schedule."""
+    per enabled schedule, delayq_schedule_invalid (0 or 1) per schedule and bad row."""
 
     def __init__(self, found: list[ScheduleStatus]) -> None:
         self.found = found
@@ -131,3 +143,12 @@ class ScheduleCollector:
                 if s.enabled:
                     gauge.add_metric([s.name], float(getattr(s, attribute)))
             yield gauge
+        gauge = GaugeMetricFamily(
+            "delayq_schedule_invalid",
+            "1: workers leave the schedule out (a bad row) or this process does not "
+            "register its task; delayq_status names the reason.",
+            labels=["schedule"],
+        )
+        for s in self.found:
+            gauge.add_metric([s.name], float(bool(s.error)))
+        yield gauge

@@ -80,9 +80,50 @@ def parse_occurrence_id(job_id: str) -> tuple[int, int, int] | None:
     return value >> 80, (value >> VERSION_BITS) & ((1 << NAME_BITS) - 1), value & 0xFFFFFF
 
 
+class _CronSim(CronSim):
+    """cronsim, whose hour step lands on the next (or previous) hour of the wall clock.
+
+    For an expression with a wildcard minute or hour (``*/30 2 * * *``) cronsim steps
+    through the zone's real time, an hour at a time from the start of an hour. Across a
+    30-minute shift that lands at :30: on 2026-04-05 Australia/Lord_Howe repeats
+    01:30-02:00, the step from 01:00 (+11:00) lands on the second 01:30 (+10:30) and the
+    next on 02:30, so 02:00 (+10:30, 15:30 UTC) never ran; stepping back over the spring
+    gap skipped 01:30-01:59 the same way (cronsim 2.8). Whole-hour shifts (Berlin) and
+    fixed times (``0 2 * * *``, which cronsim evaluates on the naive wall clock) step as
+    before: the steps below are then exactly cronsim's 3,600 s.
+    """
+
+    def advance_hour(self) -> bool:
+        if self.dt.hour in self.hours:
+            return False
+        self.dt = self.dt.replace(minute=0, second=0)
+        while self.dt.hour not in self.hours:
+            self.tick(seconds=3600 - self.dt.minute * 60)  # to the next :00
+            if self.dt.hour == 0:
+                break  # re-check month and day
+        return True
+
+    def reverse_hour(self) -> bool:
+        if self.dt.hour in self.hours:
+            return False
+        self.dt = self.dt.replace(minute=59, second=59)
+        while self.dt.hour not in self.hours:
+            # To the last second before this hour began in real time (its :00, or the
+            # shift where the spring gap swallowed the :00).
+            began = self.dt.replace(minute=0, second=0)
+            if self.dt.tzinfo is None:  # a fixed time: cronsim's naive wall clock
+                since = self.dt - began
+            else:  # real time (one zone's datetimes subtract as wall clocks)
+                since = self.dt.astimezone(UTC) - began.astimezone(UTC)
+            self.tick(seconds=int(since.total_seconds()) + 1)
+            if self.dt.hour == 23:
+                break  # re-check month and day
+        return True
+
+
 def _cron_after(definition: Definition, after_ms: int) -> Iterator[int]:
     start = datetime.fromtimestamp(after_ms / 1000, UTC).astimezone(definition.zone)
-    for moment in CronSim(definition.cron or "", start):
+    for moment in _CronSim(definition.cron or "", start):
         yield int(moment.timestamp() * 1000)
 
 
@@ -110,7 +151,7 @@ def fires_between(definition: Definition, low_ms: int, high_ms: int, limit: int)
     # costs nothing: at most `limit` steps, plus those beyond high_ms.
     start = datetime.fromtimestamp((high_ms + 1) / 1000, UTC).astimezone(definition.zone)
     found: list[int] = []
-    for scanned, moment in enumerate(CronSim(definition.cron or "", start, reverse=True)):
+    for scanned, moment in enumerate(_CronSim(definition.cron or "", start, reverse=True)):
         fire = int(moment.timestamp() * 1000)
         if fire <= low_ms or scanned >= CRON_SCAN:
             break
