@@ -290,8 +290,9 @@ def _pending_ids(sim) -> set[str]:
 
 def test_a_claim_of_many_occurrences_costs_two_statements(sim_at):
     """Twenty schedules firing in the same second: the claim that returns their occurrences
-    reads their states once and writes their durable records once, and stores every
-    successor (one script call); none of it reads the Schedule rows."""
+    reads their states once and writes their durable records once (one executemany), and
+    stores every successor (one script call); their recorded definitions are read once per
+    definition, at the first claim, never the Schedule rows."""
     start = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
     sim = sim_at(start)
     names = [f"db{i}" for i in range(20)]
@@ -299,16 +300,19 @@ def test_a_claim_of_many_occurrences_costs_two_statements(sim_at):
         Schedule.objects.create(name=name, task=TASK, every=10, kwargs={"tag": sim.tag})
     sim.reconcile()
     base = ms(start)
-    sim.t += 10
-    attempts, sql = _claim(sim, [(name, base + 10_000) for name in names])
-    assert [a.skip for a in attempts] == [None] * 20
-    assert [statement.split()[0] for statement in _rows(sql)] == ["SELECT", "UPDATE"], sql
+    for step in (1, 2):
+        sim.t += 10
+        attempts, sql = _claim(sim, [(name, base + step * 10_000) for name in names])
+        assert [a.skip for a in attempts] == [None] * 20
+    shown = [" ".join(statement.split()[:3]) for statement in _rows(sql)]
+    assert shown[0].startswith("SELECT") and shown[1:] == ["20 times: UPDATE"], sql
+    assert "django_delayq_schedule " not in sql[0]  # the states only
     from django_delayq.recurring.reconcile import version_of
     from django_delayq.recurring.times import occurrence_id
 
     for state in ScheduleState.objects.filter(name__in=names):
-        assert state.last_fire_ms == base + 10_000 and state.last_outcome == "running"
-        successor = occurrence_id(state.name, version_of(state), base + 20_000)
+        assert state.last_fire_ms == base + 20_000 and state.last_outcome == "running"
+        successor = occurrence_id(state.name, version_of(state), base + 30_000)
         assert successor in _pending_ids(sim)
 
 

@@ -8,7 +8,7 @@ few statements per claim, not two per occurrence).
    the change took effect still runs; a later one does not), and mark those that do not run
    (``attempt.skip``: acknowledged without calling the task);
 3. the durable record: each schedule's ``last_fire_ms`` raised to its latest fire time here
-   (one UPDATE), so no occurrence at or before it is created again, whatever Redis loses;
+   (one statement), so no occurrence at or before it is created again, whatever Redis loses;
 4. the successors: the next fire time of each schedule, stored by occur.lua (one call per
    queue), from the definition recorded in the database, so a worker whose own settings are
    older or newer keeps the chain of the recorded one (a rolling deploy).
@@ -28,16 +28,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from django.db import DatabaseError, close_old_connections
-from django.db.models import Case, F, IntegerField, Q, Value, When
-from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
 from django_delayq.recurring import definitions, known
 from django_delayq.recurring.occurrences import encoded
 from django_delayq.recurring.policy import Verdict, verdict
 from django_delayq.recurring.times import (
-    fire_after,
     may_be_occurrence,
+    next_fire,
     occurrence_id,
     parse_occurrence_id,
     version_hash,
@@ -46,8 +44,10 @@ from django_delayq.recurring.times import (
 logger = logging.getLogger("django_delayq.recurring")
 
 DELETED = "deleted"  # the digest of a schedule that was removed (reconcile.py)
-FIELDS = ("name", "name_hash", "digest", "generation", "since_ms", "last_fire_ms", "definition")
-_parsed: dict[tuple[str, str], definitions.Definition | None] = {}
+FIELDS = ("name", "name_hash", "digest", "generation", "since_ms", "last_fire_ms")
+# (name, digest) -> (the recorded definition, or None when it cannot be parsed here; its
+# recorded queue)
+_parsed: dict[tuple[str, str], tuple[definitions.Definition | None, str | None]] = {}
 _outcomes: list[tuple[str, str]] = []  # (job id, outcome) not yet written
 _outcomes_lock = threading.Lock()
 _warned_at = -1e9
@@ -60,26 +60,26 @@ def _version(state: dict) -> int:
     return version_hash(state["digest"], state["generation"])
 
 
-def recorded_definition(state: dict) -> definitions.Definition | None:
-    """The definition recorded in a state row (what every worker follows), parsed once per
-    digest; None when it cannot be parsed here."""
-    key = (state["name"], state["digest"])
-    if key not in _parsed:
-        entry = known.known_name(state["name"])
-        if entry is not None and entry.digest == state["digest"]:
-            found: definitions.Definition | None = entry.definition
-        else:
-            spec = (state.get("definition") or {}).get("spec") or {}
-            try:
-                found = definitions.parse(state["name"], spec, "database")
-            except definitions.ScheduleError:
-                found = None
-            if found is not None and found.digest != state["digest"]:
-                found = None
+def _definitions(states: dict[int, dict]) -> None:
+    """Parse, once per digest, the definitions the database records for ``states`` (what
+    every worker follows, whatever its own settings say): one read of the rows not seen."""
+    from django_delayq.models import ScheduleState
+
+    missing = [s["name"] for s in states.values() if (s["name"], s["digest"]) not in _parsed]
+    if not missing:
+        return
+    rows = ScheduleState.objects.filter(name__in=missing).values("name", "digest", "definition")
+    for row in rows:
+        recorded = row["definition"] or {}
+        try:
+            found = definitions.parse(row["name"], recorded.get("spec") or {}, "database")
+        except definitions.ScheduleError:
+            found = None
+        if found is not None and found.digest != row["digest"]:
+            found = None
         if len(_parsed) > 100_000:
             _parsed.clear()
-        _parsed[key] = found
-    return _parsed[key]
+        _parsed[(row["name"], row["digest"])] = (found, recorded.get("queue"))
 
 
 def claimed(store: Any, now_s: float, attempts: Sequence[Any], clock_now: float | None) -> None:
@@ -100,12 +100,26 @@ def claimed(store: Any, now_s: float, attempts: Sequence[Any], clock_now: float 
 
 
 def _read_states(hashes: set[int]) -> dict[int, dict] | None:
+    """The states of these name hashes, by hash (one SELECT, without the ORM's compile:
+    it runs for every claim that has occurrences); None when the database cannot say."""
+    from django.db import connections, router
+
     from django_delayq.models import ScheduleState
 
     close_old_connections()
+    connection = connections[router.db_for_read(ScheduleState)]
+    quote = connection.ops.quote_name
+    meta = ScheduleState._meta
+    columns = ", ".join(quote(meta.get_field(name).column) for name in FIELDS)
+    hashed = quote(meta.get_field("name_hash").column)
+    marks = ", ".join(["%s"] * len(hashes))
+    sql = f"SELECT {columns} FROM {quote(meta.db_table)} WHERE {hashed} IN ({marks})"
     try:
-        rows = ScheduleState.objects.filter(name_hash__in=hashes).values(*FIELDS)
-        return {row["name_hash"]: row for row in rows}
+        with connection.cursor() as cursor:
+            cursor.execute(sql, list(hashes))
+            states = {row[1]: dict(zip(FIELDS, row, strict=True)) for row in cursor.fetchall()}
+        _definitions(states)
+        return states
     except DatabaseError as exc:
         _warn("cannot read the recurring schedules' states (their occurrences run anyway)", exc)
         return None
@@ -134,7 +148,7 @@ def _claimed(store: Any, now_ms: int, occurrences: list, clock_now: float | None
             records[hashed] = (fire, attempt.id, "running" if result.runs else "skipped")
         if definition is not None:
             after = max(result.after_ms, state["since_ms"], state["last_fire_ms"] or 0)
-            successor = fire_after(definition, after)
+            successor = next_fire(definition, after)
             _queue_successor(successors, state, definition, version, successor)
     if states is not None and records:
         _record_fires(records)
@@ -152,7 +166,7 @@ def _decide(
         if fire <= state["since_ms"]:
             return None, Verdict(None, fire)
         return None, Verdict("its schedule changed or was removed before its fire time", fire)
-    definition = recorded_definition(state)
+    definition = _parsed.get((state["name"], state["digest"]), (None, None))[0]
     if definition is None:
         return None
     if not definition.enabled:
@@ -165,10 +179,10 @@ def _known_state(hashed: int) -> dict | None:
     entry = known.known(hashed)
     if entry is None:
         return None
+    _parsed.setdefault((entry.name, entry.digest), (entry.definition, None))
     return {
         "name": entry.name, "name_hash": hashed, "digest": entry.digest,
         "generation": entry.generation, "since_ms": entry.since_ms, "last_fire_ms": None,
-        "definition": {},
     }  # fmt: skip
 
 
@@ -176,8 +190,7 @@ def _queue_successor(
     successors: dict, state: dict, definition: definitions.Definition, version: int, fire: int
 ) -> None:
     record, queue = encoded(definition)
-    recorded_queue = (state.get("definition") or {}).get("queue")
-    queue = recorded_queue or queue
+    queue = _parsed.get((state["name"], state["digest"]), (None, None))[1] or queue
     successors[queue][occurrence_id(state["name"], version, fire)] = (record, fire)
 
 
@@ -195,32 +208,32 @@ def _store_successors(store: Any, successors: dict, now_ms: int, clock_now: floa
 
 
 def _record_fires(records: dict[int, tuple[int, str, str]]) -> None:
-    """One UPDATE: each schedule's ``last_fire_ms`` raised to its fire time here, and, where
-    that fire time is the newest, its last job, start and outcome."""
+    """Each schedule's durable record, in one ``executemany`` of one statement (a round
+    trip on PostgreSQL's pipeline, no ORM expression to compile per row): where the fire
+    time is not older than ``last_fire_ms``, it becomes the last fire time, with its job,
+    start and outcome."""
+    from django.db import connections, router
+
     from django_delayq.models import ScheduleState
 
-    newer = {h: Q(name_hash=h) & (Q(last_fire_ms__isnull=True) | Q(last_fire_ms__lte=f))
-             for h, (f, _, _) in records.items()}  # fmt: skip
-
-    def pick(index: int, field: str) -> Case:
-        whens = [When(newer[h], then=Value(v[index])) for h, v in records.items()]
-        return Case(*whens, default=F(field))
-
-    fires = Case(
-        *[When(name_hash=h, then=Value(f)) for h, (f, _, _) in records.items()],
-        output_field=IntegerField(),
+    using = router.db_for_write(ScheduleState)
+    connection = connections[using]
+    quote = connection.ops.quote_name
+    table = quote(ScheduleState._meta.db_table)
+    fire, job, outcome, started, finished, hashed = (
+        quote(ScheduleState._meta.get_field(name).column)
+        for name in ("last_fire_ms", "last_job_id", "last_outcome", "last_started_at",
+                     "last_finished_at", "name_hash")
+    )  # fmt: skip
+    sql = (
+        f"UPDATE {table} SET {fire} = %s, {job} = %s, {outcome} = %s, {started} = %s, "
+        f"{finished} = NULL WHERE {hashed} = %s AND ({fire} IS NULL OR {fire} <= %s)"
     )
-    now = timezone.now()
+    now = connection.ops.adapt_datetimefield_value(timezone.now())
+    params = [(f, j, o, now, h, f) for h, (f, j, o) in records.items()]
     try:
-        ScheduleState.objects.filter(name_hash__in=list(records)).update(
-            last_fire_ms=Greatest(Coalesce(F("last_fire_ms"), Value(0)), fires),
-            last_job_id=pick(1, "last_job_id"),
-            last_outcome=pick(2, "last_outcome"),
-            last_started_at=Case(*[When(q, then=Value(now)) for q in newer.values()],
-                                 default=F("last_started_at")),
-            last_finished_at=Case(*[When(q, then=Value(None)) for q in newer.values()],
-                                  default=F("last_finished_at")),
-        )  # fmt: skip
+        with connection.cursor() as cursor:
+            cursor.executemany(sql, params)
     except DatabaseError as exc:
         _warn("cannot record the occurrences' fire times (they run anyway)", exc)
 

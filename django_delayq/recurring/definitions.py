@@ -32,8 +32,11 @@ NAME = re.compile(r"[A-Za-z0-9_.:\-]{1,100}")
 MISSED = ("skip", "once", "all")
 KEYS = {"task", "cron", "every", "args", "kwargs", "queue", "tz", "missed", "enabled"}
 MIN_EVERY_MS = 1000  # an interval of at least a second
-# Rows parsed before (parse_row), by (name, default zone, spec).
-_parsed: dict[tuple[str, str, str], Any] = {}
+# Rows parsed before (from_database), by (default zone, the row's stored columns).
+_parsed: dict[tuple, Any] = {}
+ROW_FIELDS = ("name", "task", "cron", "every", "queue", "tz", "missed", "enabled")
+# What from_settings() found: (the settings' object, default zone, schedules, errors).
+_from_settings: tuple | None = None
 
 
 class ScheduleError(ConfigurationError, ValueError):
@@ -221,8 +224,13 @@ def _check_arguments(name: str, task: str, spec: dict) -> tuple[list | tuple, di
 
 
 def from_settings() -> tuple[dict[str, Definition], list[ScheduleError]]:
-    """The valid schedules of ``DELAYQ["SCHEDULES"]``, and the errors of the others."""
+    """The valid schedules of ``DELAYQ["SCHEDULES"]``, and the errors of the others (parsed
+    once per settings object and zone: a pass reads them every few seconds)."""
+    global _from_settings
     raw = delayq_settings.SCHEDULES
+    memo = _from_settings
+    if memo is not None and memo[0] is raw and memo[1] == default_zone():
+        return dict(memo[2]), list(memo[3])
     if not isinstance(raw, dict):
         return {}, [ScheduleError(f"DELAYQ['SCHEDULES'] must be a dict, got {raw!r}")]
     found: dict[str, Definition] = {}
@@ -232,7 +240,8 @@ def from_settings() -> tuple[dict[str, Definition], list[ScheduleError]]:
             found[name] = parse(name, spec)
         except ScheduleError as exc:
             errors.append(_about(exc, name))
-    return found, errors
+    _from_settings = (raw, default_zone(), found, errors)
+    return dict(found), list(errors)
 
 
 def row_spec(row: Any) -> dict[str, Any]:
@@ -254,41 +263,41 @@ def row_spec(row: Any) -> dict[str, Any]:
 
 
 def from_database(using: str | None = None) -> tuple[dict[str, Definition], list[ScheduleError]]:
-    """The valid rows of the Schedule model, and the errors of the others."""
+    """The valid rows of the Schedule model, and the errors of the others. Each row is
+    parsed once: a pass over 10,000 unchanged rows reads their columns as they are stored
+    (the arguments as JSON text, not decoded) and looks each up."""
     from django.apps import apps  # not an import of models.py, which imports this module
+    from django.db.models import TextField
+    from django.db.models.functions import Cast
 
     schedule_model = apps.get_model("django_delayq", "Schedule")
     found: dict[str, Definition] = {}
     errors: list[ScheduleError] = []
     manager = schedule_model.objects.using(using) if using else schedule_model.objects
-    # values(): no model instance per row (a pass reads every row, every few seconds).
-    fields = ("name", "task", "cron", "every", "args", "kwargs", "queue", "tz", "missed", "enabled")
-    for values in manager.values(*fields):
-        row = SimpleNamespace(**values)
-        try:
-            found[row.name] = parse_row(row)
-        except ScheduleError as exc:
-            errors.append(_about(exc, row.name))
+    texts = {"args_text": Cast("args", TextField()), "kwargs_text": Cast("kwargs", TextField())}
+    zone = default_zone()
+    for values in manager.annotate(**texts).values_list(*ROW_FIELDS, *texts):
+        memo_key = (zone, *values)
+        cached = _parsed.get(memo_key)
+        if cached is None:
+            row = SimpleNamespace(**dict(zip(ROW_FIELDS, values, strict=False)))
+            row.args, row.kwargs = _json(values[-2]), _json(values[-1])
+            try:
+                cached = parse(row.name, row_spec(row), "database")
+            except ScheduleError as exc:
+                cached = exc
+            if len(_parsed) > 100_000:
+                _parsed.clear()
+            _parsed[memo_key] = cached
+        if isinstance(cached, ScheduleError):
+            errors.append(_about(cached, values[0]))
+        else:
+            found[values[0]] = cached
     return found, errors
 
 
-def parse_row(row: Any) -> Definition:
-    """:func:`parse` of a Schedule row, remembered: a pass over 10,000 unchanged rows
-    parses none of them again."""
-    spec = row_spec(row)
-    memo_key = (row.name, default_zone(), json.dumps(spec, sort_keys=True, default=str))
-    cached = _parsed.get(memo_key)
-    if cached is None:
-        try:
-            cached = parse(row.name, spec, "database")
-        except ScheduleError as exc:
-            cached = exc
-        if len(_parsed) > 100_000:
-            _parsed.clear()
-        _parsed[memo_key] = cached
-    if isinstance(cached, ScheduleError):
-        raise cached
-    return cached
+def _json(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
 
 
 def load(include_database: bool = True) -> tuple[dict[str, Definition], list[ScheduleError]]:

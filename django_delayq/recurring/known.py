@@ -22,19 +22,13 @@ class Known:
 
 
 _known: dict[int, Known] = {}
-_by_name: dict[str, Known] = {}
 
 
 def remember(entries: dict[int, Known]) -> None:
     """Replace every entry (one pass saw them all)."""
-    global _known, _by_name
+    global _known
     _known = entries
-    _by_name = {entry.name: entry for entry in entries.values()}
 
 
 def known(name_hash: int) -> Known | None:
     return _known.get(name_hash)
-
-
-def known_name(name: str) -> Known | None:
-    return _by_name.get(name)

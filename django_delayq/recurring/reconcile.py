@@ -34,6 +34,7 @@ from django_delayq.recurring.times import (
     fire_after,
     fires_between,
     name_hash,
+    next_fire,
     occurrence_id,
     version_hash,
 )
@@ -59,21 +60,6 @@ class PassResult:
 
 def version_of(state: object) -> int:
     return version_hash(state.digest, state.generation)  # type: ignore[attr-defined]
-
-
-_next: dict[tuple[str, int], int] = {}
-
-
-def next_fire(definition: Definition, after_ms: int) -> int:
-    """fire_after, remembered: pass after pass asks the same question of each schedule
-    (the first fire time after its last one) until that fire time comes."""
-    key = (definition.digest, after_ms)
-    found = _next.get(key)
-    if found is None:
-        if len(_next) > 200_000:
-            _next.clear()
-        found = _next[key] = fire_after(definition, after_ms)
-    return found
 
 
 def wanted(definition: Definition, state: object, now_ms: int) -> list[int]:
@@ -157,6 +143,7 @@ class Reconciler:
         self.store = store or get_store()
         self.stopped = stopped or threading.Event()
         self.clock = clock
+        self.error_log = definitions.ErrorLog(logger)  # each bad schedule logged once
         self.interval = float(delayq_settings.RECONCILE_INTERVAL if interval is None else interval)
 
     def now_ms(self) -> int:
@@ -174,6 +161,7 @@ class Reconciler:
         # than the change that state records, so no pass records a change back.
         states = {s["name"]: SimpleNamespace(**s) for s in ScheduleState.objects.values(*STATE)}
         found, errors = definitions.load()
+        self.error_log.report(errors)
         result.errors = [str(e) for e in errors]
         self._drop_hash_clashes(found, result)
         current = deploys.is_current(self.store, deploys.settings_version(found), now)

@@ -40,6 +40,7 @@ def name_hash(name: str) -> int:
     return int.from_bytes(hashlib.blake2b(name.encode(), digest_size=5).digest(), "big")
 
 
+@functools.lru_cache(maxsize=200_000)
 def version_hash(digest: str, generation: int) -> int:
     raw = hashlib.blake2b(f"{digest}/{generation}".encode(), digest_size=3).digest()
     return int.from_bytes(raw, "big")
@@ -136,6 +137,21 @@ def fire_after(definition: Definition, after_ms: int) -> int:
         if fire > after_ms:
             return fire
     raise AssertionError("unreachable")  # pragma: no cover - CronSim never ends
+
+
+_next: dict[tuple[str, int], int] = {}
+
+
+def next_fire(definition: Definition, after_ms: int) -> int:
+    """fire_after, remembered: passes and claims ask the same question of each schedule
+    (the first fire time after its last one) until that fire time comes."""
+    key = (definition.digest, after_ms)
+    found = _next.get(key)
+    if found is None:
+        if len(_next) > 200_000:
+            _next.clear()
+        found = _next[key] = fire_after(definition, after_ms)
+    return found
 
 
 def fires_between(definition: Definition, low_ms: int, high_ms: int, limit: int) -> list[int]:
