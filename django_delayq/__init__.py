@@ -5,6 +5,7 @@ Public API::
     from django_delayq import task, schedule, schedule_many, cancel, get_job, Job
     from django_delayq import aschedule, acancel, aget_job  # for async views
     from django_delayq import pause, resume, is_paused
+    from django_delayq import current_job  # inside a task: the Job it runs
 """
 
 from django_delayq.api import cancel, get_job, schedule, schedule_many
@@ -23,6 +24,7 @@ from django_delayq.exceptions import (
 )
 from django_delayq.job import Job
 from django_delayq.registry import Task, task
+from django_delayq.worker.execution import current_job
 
 __version__ = "0.4.0"
 
@@ -42,6 +44,7 @@ __all__ = [
     "aget_job",
     "aschedule",
     "cancel",
+    "current_job",
     "get_job",
     "is_paused",
     "pause",
