@@ -1,4 +1,4 @@
-"""The public API: schedule(), schedule_many(), cancel(), get_job().
+"""The public API: schedule(), call(), schedule_many(), cancel(), get_job().
 
 Validates and serializes in the caller's process (so bad input fails where it is written,
 not later in a worker) and decides where each job goes (plan.py), calls the store or the
@@ -14,11 +14,13 @@ from typing import Any
 
 from django_delayq import outbox, placement, registry, signals
 from django_delayq.batch import Batch
+from django_delayq.calls import Call
+from django_delayq.calls import use_scheduler as use_call_scheduler
 from django_delayq.conf import delayq_settings
 from django_delayq.exceptions import OutcomeUnknown
 from django_delayq.health import iter_known_queues
 from django_delayq.job import Job, decode_fields, job_from_raw, make_job
-from django_delayq.plan import OPTION_NAMES, Plan, Prepared, transaction_alias
+from django_delayq.plan import Plan, Prepared, mixed_plan, resolve_task, transaction_alias
 from django_delayq.registry import Task, sender
 from django_delayq.storage.connection import get_store
 from django_delayq.storage.queues import check_queue_name
@@ -42,13 +44,7 @@ def _store(prepared: Prepared) -> Job:
     return job
 
 
-def schedule(
-    task: Task | str,
-    /,
-    *args: Any,
-    on_commit: bool | str = False,
-    **kwargs: Any,
-) -> Job:
+def schedule(task: Task | str, /, *args: Any, **kwargs: Any) -> Job:
     """Store a job that runs ``task(*args, **kwargs)`` later.
 
     Options (taken out of ``kwargs``): ``delay`` (timedelta or seconds) or ``at``
@@ -57,9 +53,27 @@ def schedule(
     the task's or 0: among due jobs, higher runs first); ``on_commit`` (True, or a database alias:
     store when the current transaction commits). Returns the Job; its ``outcome``
     says whether it was created, replaced, kept, or deferred to the commit.
+
+    An option named like one of the task's parameters raises TypeError: give such a task's
+    arguments with :func:`call` (``call(task, *args, **kwargs).schedule(**options)``).
     """
-    options = {name: kwargs.pop(name) for name in OPTION_NAMES.intersection(kwargs)}
-    return _schedule_planned(Plan(task, options), args, kwargs, on_commit)
+    plan, on_commit = mixed_plan(task, kwargs)
+    return _schedule_planned(plan, args, kwargs, on_commit)
+
+
+def call(task: Task | str, /, *args: Any, **kwargs: Any) -> Call:
+    """``task(*args, **kwargs)`` as a :class:`Call`, to schedule with
+    ``.schedule(**options)``: every keyword argument is the task's, whatever its name (a
+    task may have parameters named ``delay``, ``queue``, even ``task``). ``task`` is what
+    schedule() takes: a @task function, a Task or a registered task's name."""
+    name, _ = resolve_task(task)
+    return Call(name, args, kwargs)
+
+
+def schedule_call(call: Call, options: dict[str, Any]) -> Job:
+    """Store a job of ``call`` (:meth:`Call.schedule`): ``options`` are only options."""
+    on_commit = options.pop("on_commit", False)
+    return _schedule_planned(Plan(call.task, options), call.args, dict(call.kwargs), on_commit)
 
 
 def _schedule_planned(
@@ -233,3 +247,4 @@ def _cancel_redis(queue: str, *, job_id: str | None = None, key: str | None = No
 
 
 registry.use_scheduler(schedule)  # Task.schedule() (registry.py cannot import this module)
+use_call_scheduler("schedule", schedule_call)  # Call.schedule() (nor can calls.py)

@@ -22,11 +22,13 @@ from asgiref.sync import sync_to_async
 from django.dispatch import Signal
 
 from django_delayq import outbox, placement, registry, signals
+from django_delayq.calls import Call
+from django_delayq.calls import use_scheduler as use_call_scheduler
 from django_delayq.conf import delayq_settings
 from django_delayq.exceptions import OutcomeUnknown
 from django_delayq.health import named_queues, new_names
 from django_delayq.job import Job, decode_fields, job_from_raw, make_job
-from django_delayq.plan import OPTION_NAMES, Plan, Prepared
+from django_delayq.plan import Plan, Prepared, mixed_plan
 from django_delayq.registry import Task, sender
 from django_delayq.storage.async_store import AsyncStore, get_async_store
 from django_delayq.storage.queues import check_queue_name
@@ -48,10 +50,20 @@ async def aschedule(task: Task | str, /, *args: Any, **kwargs: Any) -> Job:
     transaction can be open in async code). A job beyond ``DELAYQ["HORIZON"]`` and a job
     with a unique ``key`` consult the database outbox through ``sync_to_async``.
     """
-    if kwargs.pop("on_commit", False):
+    plan, on_commit = mixed_plan(task, kwargs)
+    if on_commit:
         raise TypeError(ON_COMMIT_REFUSED)
-    options = {name: kwargs.pop(name) for name in OPTION_NAMES.intersection(kwargs)}
-    plan = Plan(task, options)
+    return await _aschedule_planned(plan, args, kwargs)
+
+
+async def aschedule_call(call: Call, options: dict[str, Any]) -> Job:
+    """Store a job of ``call`` from async code (:meth:`Call.aschedule`)."""
+    if options.pop("on_commit", False):
+        raise TypeError(ON_COMMIT_REFUSED)
+    return await _aschedule_planned(Plan(call.task, options), call.args, dict(call.kwargs))
+
+
+async def _aschedule_planned(plan: Plan, args: tuple | list, kwargs: dict) -> Job:
     now = time.time()
     if plan.key is None and not plan.far(now):
         prepared = Prepared(plan, args, kwargs)  # to Redis now: no database involved
@@ -145,3 +157,4 @@ async def _cancel(store: AsyncStore, queue: str, job_id: str | None, key: str | 
 
 
 registry.use_async_scheduler(aschedule)  # Task.aschedule()
+use_call_scheduler("aschedule", aschedule_call)  # Call.aschedule()

@@ -30,6 +30,8 @@ delayq.W003  (deploy, --database) a database that may hold outbox rows does not 
 delayq.W004  (deploy) a queue holds data in the Redis layout of 0.1: run delayq_upgrade
 delayq.W005  a SQLite file that may hold outbox rows runs deferred transactions (no
              OPTIONS transaction_mode "IMMEDIATE"): concurrent writers fail at once
+delayq.W006  a registered task has a parameter named like an option of schedule() (delay,
+             queue, priority...): schedule(task, ..., delay=...) refuses it
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from django_delayq import queue_settings
 from django_delayq.conf import DEFAULTS, delayq_settings
 from django_delayq.exceptions import ConfigurationError
 from django_delayq.outbox_checks import check_outbox_databases, check_sqlite_locking
+from django_delayq.registry import registered, shadowing
 from django_delayq.wording import article
 
 MAXIMUM = 10**9
@@ -242,6 +245,22 @@ def _check_queues() -> list:
         except ValueError as exc:
             errors.append(Error(f"DELAYQ[{setting!r}]: {exc}.", id="delayq.E005"))
     return errors
+
+
+@register(Tags.compatibility)
+def check_tasks(app_configs: Any = None, **kwargs: Any) -> list:
+    """delayq.W006: registered tasks with a parameter named like one of schedule()'s options
+    (the apps' tasks.py modules are imported when the checks run)."""
+    return [
+        Warning(
+            f"{shadowing(task.name, name)}.",
+            hint=f"Rename the parameter, or schedule {task.name} with .call(...).schedule(...) "
+            f"(schedule({task.name}, ..., {name}=...) raises TypeError).",
+            id="delayq.W006",
+        )
+        for task in registered().values()
+        for name in sorted(task.shadowed)
+    ]
 
 
 @register(Tags.database, deploy=True)

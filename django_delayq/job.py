@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import cached_property
 from typing import Any
 
 from django_delayq.exceptions import CorruptJob
@@ -87,6 +88,25 @@ class Job:
     def will_retry(self) -> bool:
         """Whether a failure of the current attempt would be retried."""
         return self.attempts <= self.max_retries
+
+    @property
+    def fire_time(self) -> datetime | None:
+        """For an occurrence of a recurring schedule, the time it fires for (an aware UTC
+        datetime, read from its id); None for any other job."""
+        from django_delayq.recurring.times import parse_occurrence_id
+
+        parsed = parse_occurrence_id(self.id)
+        return None if parsed is None else to_datetime(parsed[0] / 1000)
+
+    @cached_property
+    def schedule(self) -> str | None:
+        """For an occurrence of a recurring schedule, the schedule's name; None for any other
+        job. Found on first access (then kept on this Job): for an ordinary job id without a
+        query, else from what the worker's last reconcile pass saw or one indexed query of
+        ``ScheduleState`` (so in async code, read it through ``sync_to_async``)."""
+        from django_delayq.recurring.names import schedule_name
+
+        return schedule_name(self.id)
 
 
 def make_job(

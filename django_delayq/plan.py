@@ -32,7 +32,15 @@ from django_delayq.database_time import When
 from django_delayq.job import DEFERRED, PENDING, Job, decode_fields, make_job
 from django_delayq.job_ids import new_job_id
 from django_delayq.record import FLAG_TOMBSTONE, FLAG_UNDECIDED, Fields, encode_record
-from django_delayq.registry import Task, discovered, find_task, registered, unknown_task
+from django_delayq.registry import (
+    SCHEDULE_OPTIONS,
+    Task,
+    discovered,
+    find_task,
+    registered,
+    shadowing,
+    unknown_task,
+)
 from django_delayq.storage.queues import check_queue_name
 from django_delayq.storage.store import DONE_TTL, Scheduled
 
@@ -48,6 +56,23 @@ _SOON = DONE_TTL
 _SKEW = 3600.0
 
 OPTION_NAMES = frozenset({"delay", "at", "key", "on_conflict", "queue", "max_retries", "priority"})
+
+
+def mixed_plan(task: Any, kwargs: dict[str, Any]) -> tuple[Plan, bool | str]:
+    """The Plan and ``on_commit`` of a call that mixes the task's keyword arguments with
+    schedule()'s options (``schedule(task, *args, **kwargs)``, aschedule(), Task.schedule()),
+    the options taken out of ``kwargs``. An option given by the name of one of the task's
+    parameters is refused: which of the two was meant cannot be told (a Call tells)."""
+    options = {name: kwargs.pop(name) for name in SCHEDULE_OPTIONS.intersection(kwargs)}
+    commit_given = "on_commit" in options
+    on_commit = options.pop("on_commit") if commit_given else False
+    plan = Plan(task, options)
+    shadowed = plan.task.shadowed if plan.task is not None else None
+    if shadowed and (options or commit_given):
+        clash = shadowed.intersection([*options, "on_commit"] if commit_given else options)
+        if clash:
+            raise TypeError(shadowing(plan.name, sorted(clash)[0]))
+    return plan, on_commit
 
 
 def resolve_task(task: Task | str | Callable[..., Any]) -> tuple[str, Task | None]:
@@ -222,7 +247,10 @@ class Plan:
     def __init__(self, task: Any, options: dict[str, Any]) -> None:
         if not OPTION_NAMES.issuperset(options):
             unknown = set(options) - OPTION_NAMES
-            raise TypeError(f"unknown schedule() option {sorted(unknown)[0]!r}")
+            raise TypeError(
+                f"unknown schedule() option {sorted(unknown)[0]!r}: the options are "
+                f"{', '.join(sorted(SCHEDULE_OPTIONS))}"
+            )
         self.name, self.task = resolve_task(task)
         key, on_conflict = options.get("key"), options.get("on_conflict", "replace")
         check_key(key, on_conflict)

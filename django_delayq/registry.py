@@ -15,6 +15,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, overload
 
+from django_delayq.calls import Call
 from django_delayq.control import check_concurrency, check_priority, parse_rate
 from django_delayq.exceptions import TaskNotFound
 from django_delayq.storage.queues import check_queue_name
@@ -22,8 +23,8 @@ from django_delayq.storage.queues import check_queue_name
 if TYPE_CHECKING:
     from django_delayq.job import Job
 
-# schedule()'s own keyword arguments; a task parameter with one of these names
-# could not be passed by keyword, so @task refuses it.
+# schedule()'s own keyword arguments: a task parameter with one of these names cannot be
+# given by keyword to schedule(task, ...) (Task.call(...).schedule(...) can give it).
 SCHEDULE_OPTIONS = frozenset(
     {"delay", "at", "key", "on_conflict", "on_commit", "queue", "max_retries", "priority"}
 )
@@ -85,12 +86,9 @@ class Task:
             self.signature: inspect.Signature | None = inspect.signature(func)
         except (TypeError, ValueError):
             self.signature = None
-        clash = SCHEDULE_OPTIONS & set(self.signature.parameters if self.signature else ())
-        if clash:
-            raise TypeError(
-                f"task {self.name} has a parameter named {sorted(clash)[0]!r}, which is one of "
-                "schedule()'s own options: rename the parameter"
-            )
+        # Parameters schedule(task, ..., name=...) would take as its own options (checked
+        # only when a call passes options; the system check delayq.W006 names them).
+        self.shadowed = shadowed_options(self.signature)
         functools.update_wrapper(self, func)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -116,6 +114,11 @@ class Task:
             raise TypeError(f"cannot schedule {self.name}: {exc}") from None
         if len(self._shapes) < 64:
             self._shapes.add(shape)
+
+    def call(self, /, *args: Any, **kwargs: Any) -> Call:
+        """This task with these arguments, not scheduled yet: ``.call(...).schedule(delay=...)``
+        keeps the task's arguments apart from the options (see :class:`django_delayq.Call`)."""
+        return Call(self.name, args, kwargs)
 
     def schedule(self, /, *args: Any, **options: Any) -> Job:
         """Store a job for this task; see :func:`django_delayq.schedule`."""
@@ -176,6 +179,27 @@ def task(func: Callable[..., Any] | None = None, /, **options: Any) -> Any:
         return new
 
     return register(func) if func is not None else register
+
+
+def shadowed_options(signature: inspect.Signature | None) -> frozenset[str]:
+    """The parameters of a task's function that bear the name of one of schedule()'s options
+    (those a caller may pass by keyword)."""
+    if signature is None:
+        return frozenset()
+    by_keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    names = (p.name for p in signature.parameters.values() if p.kind in by_keyword)
+    return SCHEDULE_OPTIONS.intersection(names)
+
+
+def shadowing(task: str, parameter: str) -> str:
+    """Why a task's parameter named like a schedule() option cannot be given with it, and
+    what to write instead (the TypeError of plan.mixed_plan, the system check delayq.W006)."""
+    return (
+        f"task {task} has a parameter named {parameter!r}, which is also an option of "
+        f"schedule(), so schedule({task}, ..., {parameter}=...) cannot say which is meant: "
+        f"give the task's arguments and the options apart, "
+        f"{task}.call(..., {parameter}=...).schedule({parameter}=...)"
+    )
 
 
 def check_timeout(timeout: Any) -> float | None:

@@ -158,14 +158,6 @@ def test_naive_datetime_is_local_time_without_use_tz(store):
     assert job.due_at == dt.datetime(2099, 1, 1, tzinfo=dt.UTC)
 
 
-def test_task_parameters_may_not_shadow_schedule_options():
-    with pytest.raises(TypeError, match="parameter named 'key'"):
-
-        @task
-        def bad(key):
-            pass
-
-
 def test_same_name_for_two_functions_is_refused():
     def one():
         pass

@@ -122,12 +122,13 @@ class ScheduleAdmin(admin.ModelAdmin):
     )
     def run_now(self, request: HttpRequest, queryset: QuerySet) -> None:
         """An extra job of the task with the schedule's arguments: not an occurrence, so the
-        schedule's own occurrences are untouched."""
-        from django_delayq.api import schedule
+        schedule's own occurrences are untouched. The arguments are data: a Call keeps them
+        apart from the options (a kwarg named ``delay`` or ``queue`` is the task's)."""
+        from django_delayq.api import call
 
         for row in queryset:
             options = {"queue": row.queue} if row.queue else {}
-            job = schedule(row.task, *(row.args or []), **options, **(row.kwargs or {}))
+            job = call(row.task, *(row.args or []), **(row.kwargs or {})).schedule(**options)
             self.message_user(
                 request, f"{row.name}: job {job.id} of {row.task} scheduled now.", messages.SUCCESS
             )

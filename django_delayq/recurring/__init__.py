@@ -7,6 +7,7 @@ job with a deterministic id, so any number of workers may create it and one job 
 - reconcile.py    the pass every worker runs: keep the next occurrence of each schedule in
                   Redis, cancel what a change replaced, run missed occurrences by policy
 - hooks.py        on an occurrence's start: the durable record, then its successor
+- names.py        the schedule an occurrence belongs to (Job.schedule)
 - status.py       missing or overdue schedules (delayq_status, /metrics)
 - checks.py       system checks delayq.E020-E021
 

@@ -11,3 +11,23 @@
 - ``supervisor`` and ``supervised``: ``--processes N``, the supervisor and its children's side.
 - ``upgrade``: refuse or convert the 0.1 key layout.
 """
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+
+def __getattr__(name: str) -> Any:
+    """``current_job`` at its 0.3 path, with a DeprecationWarning naming the new one."""
+    if name == "current_job":
+        warnings.warn(
+            "django_delayq.worker.current_job is deprecated: import it from django_delayq "
+            "(from django_delayq import current_job)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        from django_delayq.worker.execution import current_job
+
+        return current_job
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -46,10 +46,13 @@ _current_job: ContextVar[Job | None] = ContextVar("django_delayq_current_job", d
 
 
 def current_job() -> Job | None:
-    """The job being run by the calling code (its id, queue, attempts, worker), else None.
+    """Inside a task run by a worker, the :class:`~django_delayq.Job` it runs; else None.
 
-    Set by the worker only while a task function runs (async tasks see it too); None
-    when a task is called directly. backends.py reads it for django.tasks results.
+    The Job's ``id``, ``task``, ``queue``, ``args``, ``kwargs``, ``attempts`` (this
+    attempt is number ``attempts``), ``max_retries``, ``will_retry`` and ``worker``; for an
+    occurrence of a recurring schedule, ``schedule`` (its name) and ``fire_time``. Set by
+    the worker only while the task's function runs, ``async def`` tasks included; None
+    when a task is called directly, and anywhere else.
     """
     return _current_job.get()
 
