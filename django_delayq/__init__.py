@@ -28,7 +28,7 @@ from django_delayq.job import Job
 from django_delayq.registry import Task, task
 from django_delayq.worker.execution import current_job
 
-__version__ = "0.4.0"
+__version__ = "0.5.0"
 
 __all__ = [
     "Call",

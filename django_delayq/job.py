@@ -9,6 +9,7 @@ ULIDs, whose first 48 bits are the creation time (:mod:`django_delayq.job_ids`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cached_property
@@ -93,7 +94,7 @@ class Job:
     def fire_time(self) -> datetime | None:
         """For an occurrence of a recurring schedule, the time it fires for (an aware UTC
         datetime, read from its id); None for any other job."""
-        from django_delayq.recurring.times import parse_occurrence_id
+        from django_delayq.recurring.ids import parse_occurrence_id
 
         parsed = parse_occurrence_id(self.id)
         return None if parsed is None else to_datetime(parsed[0] / 1000)
@@ -104,9 +105,16 @@ class Job:
         job. Found on first access (then kept on this Job): for an ordinary job id without a
         query, else from what the worker's last reconcile pass saw or one indexed query of
         ``ScheduleState`` (so in async code, read it through ``sync_to_async``)."""
-        from django_delayq.recurring.names import schedule_name
+        return schedule_lookup(self.id)
 
-        return schedule_name(self.id)
+
+def _no_schedules(job_id: str) -> str | None:
+    return None
+
+
+# The schedule an occurrence's id belongs to: django_delayq.recurring.names sets it when
+# the app is ready (job.py imports nothing of recurring/, which imports the models).
+schedule_lookup: Callable[[str], str | None] = _no_schedules
 
 
 def make_job(

@@ -7,8 +7,7 @@ digest is the one the database records (claims.py reads the states first).
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from django_delayq.recurring.definitions import Definition
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -18,7 +17,7 @@ class Known:
     digest: str
     since_ms: int  # set with the generation: both change together (reconcile._changed)
     version: int  # the occurrence ids' version: version_hash(digest, generation)
-    definition: Definition
+    definition: Any  # the Definition (definitions.py imports the registry: no import)
 
 
 _known: dict[int, Known] = {}

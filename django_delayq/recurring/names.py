@@ -7,8 +7,9 @@ that hash (known.py), else the ``ScheduleState`` row with that hash (one indexed
 
 from __future__ import annotations
 
+from django_delayq import job
 from django_delayq.recurring import known
-from django_delayq.recurring.times import parse_occurrence_id, version_hash
+from django_delayq.recurring.ids import parse_occurrence_id, version_hash
 
 
 def schedule_name(job_id: str) -> str | None:
@@ -31,3 +32,8 @@ def schedule_name(job_id: str) -> str | None:
             return name
     # The schedule changed since the occurrence was made: the hash alone, if one row has it.
     return rows[0][0] if len(rows) == 1 else None
+
+
+def connect() -> None:
+    """Make :attr:`django_delayq.Job.schedule` use :func:`schedule_name` (apps.py)."""
+    job.schedule_lookup = schedule_name

@@ -1,6 +1,7 @@
 """When a worker runs the reconcile pass (reconcile.py): every worker has a thread that
 looks every RECONCILE_INTERVAL seconds whether anything a pass depends on changed, and runs
-a full pass only then, or at least every FULL_EVERY seconds.
+a full pass then, and otherwise once the last full pass's CPU time is at most FULL_SHARE of
+the time since (a few schedules: every look; 10,000: about every 40 s).
 
 A look costs two aggregate queries and one Redis command, whatever the number of schedules:
 - the Schedule rows (how many, the latest ``updated_at``: every ``save()``, ``create()``,
@@ -10,10 +11,11 @@ A look costs two aggregate queries and one Redis command, whatever the number of
 - the mark of the last full pass in Redis (gone after a FLUSHALL or a restart without
   persistence: the pending occurrences must be created again);
 - this worker's settings (``override_settings`` in tests; a deploy starts new processes).
-A row changed by ``QuerySet.update()`` or SQL leaves ``updated_at`` alone: the full pass of
-at most FULL_EVERY seconds later picks it up. A full pass over 10,000 unchanged schedules
-costs about 0.3 s of CPU, so this keeps the pass's share of a worker's CPU small (see
-docs/performance.rst). A pass taking long also spaces the next ones (PASS_SHARE).
+A row changed by ``QuerySet.update()`` or SQL leaves ``updated_at`` alone: the next periodic
+full pass picks it up. A full pass over 10,000 unchanged schedules costs about 0.2 s of
+CPU: every 2 s, in every worker process, that alone was most of an occurrence's cost at one
+fire a minute (docs/performance.rst). A pass taking long also spaces the next ones
+(PASS_SHARE).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from django_delayq.storage.store import Store
 
 logger = logging.getLogger("django_delayq.recurring")
 
-FULL_EVERY = 30.0  # seconds: a full pass at least this often
+FULL_SHARE = 0.005  # the periodic full pass takes at most this share of one core
 # A full pass takes at most about a tenth of the time between passes.
 PASS_SHARE = 0.1
 DATABASE_RETRY = 30.0  # seconds between looks while the database cannot be read
@@ -54,17 +56,19 @@ def fingerprint() -> tuple:
 class PassLoop:
     """The thread that runs the passes; ``run_once`` is one look (tests drive it)."""
 
-    def __init__(self, reconciler: Reconciler, full_every: float = FULL_EVERY) -> None:
+    def __init__(self, reconciler: Reconciler, full_share: float = FULL_SHARE) -> None:
         self.reconciler = reconciler
-        self.full_every = full_every
+        self.full_share = full_share
         self.seen: tuple | None = None  # the fingerprint the last full pass started from
         self.last_full = -1e9
+        self.cost = 0.0  # CPU seconds of the last full pass
         self.failing = False  # the last look could not read the database
         self.passes = 0
 
     def due(self) -> tuple[bool, tuple]:
         now = fingerprint()
-        stale = time.monotonic() - self.last_full >= self.full_every
+        since = time.monotonic() - self.last_full
+        stale = since >= max(self.reconciler.interval, self.cost / self.full_share)
         return stale or now != self.seen or wanted.is_set() or not reconciled(
             self.reconciler.store
         ), now
@@ -75,7 +79,9 @@ class PassLoop:
         if not due:
             return False
         wanted.clear()
+        began = time.thread_time()
         self.reconciler.run_pass()
+        self.cost = time.thread_time() - began
         self.seen, self.last_full = now, time.monotonic()
         self.passes += 1
         return True
