@@ -243,6 +243,14 @@ def measure(args: argparse.Namespace, argv: list[str]) -> int:
             result, details[name] = result
         figures.extend(result)
 
+    def on_own_redis(name: str, work: Any) -> None:
+        """attempt() ``work(own)`` on a dedicated redis-server ``own``, started for it."""
+        with common.dedicated_redis(args.redis_server) as own:
+            if own is None:
+                problems.append(f"no redis-server found: {name} not measured")
+            else:
+                attempt(name, lambda: work(own))
+
     try:
         p, d = args.prefix, workdir
         engine_work = {
@@ -278,37 +286,21 @@ def measure(args: argparse.Namespace, argv: list[str]) -> int:
         if "outbox" in only:
             from benchmarks.bench import outbox
 
-            with common.dedicated_redis(args.redis_server) as own:
-                if own is None:
-                    problems.append("no redis-server found: the outbox figures not measured")
-                else:
-                    with outbox.outbox_database():
-                        attempt(
-                            "outbox",
-                            lambda: [
-                                outbox.bench_memory(own, size["outbox_memory"], slow),
-                                outbox.bench_relay(own, size["outbox_relay"], slow),
-                                *outbox.bench_schedule_in_transaction(
-                                    own, size["outbox_schedule"], slow
-                                ),
-                            ],
-                        )
+            def outbox_figures(own: Any) -> list[dict]:
+                with outbox.outbox_database():
+                    return [
+                        outbox.bench_memory(own, size["outbox_memory"], slow),
+                        outbox.bench_relay(own, size["outbox_relay"], slow),
+                        *outbox.bench_schedule_in_transaction(own, size["outbox_schedule"], slow),
+                    ]
+
+            on_own_redis("outbox", outbox_figures)
         if "recurring" in only:
             from benchmarks.bench import recurring
 
-            with common.dedicated_redis(args.redis_server) as own:
-                if own is None:
-                    problems.append("no redis-server found: the recurring figures not measured")
-                else:
-                    attempt(
-                        "recurring",
-                        lambda: recurring.bench_recurring(
-                            own,
-                            p,
-                            int(os.environ.get("DELAYQ_BENCH_RECURRING_N", size["recurring"])),
-                            size["recurring_seconds"],
-                        ),
-                    )
+            n = int(os.environ.get("DELAYQ_BENCH_RECURRING_N", size["recurring"]))
+            seconds = size["recurring_seconds"]
+            on_own_redis("recurring", lambda own: recurring.bench_recurring(own, p, n, seconds))
         if set(REAL) & set(only):
             with common.dedicated_redis(args.redis_server) as own:
                 if own is None:
