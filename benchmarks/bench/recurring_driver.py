@@ -166,11 +166,12 @@ def minutes_phase(
     wait_until(last / 1000 + drain, workers, probe, done=lambda: probe.fired[last] >= n)
     cost = window.close(probe, occurrences=True)
     wait_until(time.time() + GRACE_S, workers, probe)
-    before = sum(1 for fire, _, _ in probe.runs if 0 < fire < first_ms)
+    before = [start for fire, start, _ in probe.runs if 0 < fire < first_ms]
     return {
         "minutes": [per_minute(probe.runs, mark) for mark in marks],
         "cost": cost,
-        "runs_before_m1": before,
+        "runs_before_m1": len(before),  # occurrences of earlier boundaries (T0's minute)
+        "backlog_at_m1": sum(1 for start in before if start >= first_ms),  # still running
     }
 
 
@@ -241,7 +242,7 @@ def big_variant(n: int, minutes: int, workdir: Path) -> dict[str, Any]:
             " pg_total_relation_size('django_delayq_schedule_state')"
         )
         tables = cursor.fetchone()
-    connection.close()  # the worker's database work is not slowed by an idle session
+    connection.close()  # no session of ours left open while the worker runs
     workers, probe = start_workers(store, workdir)
     try:
         first_ms = boundary_ms(time.time() + SAMPLE_S)
