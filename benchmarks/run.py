@@ -2,7 +2,7 @@
 
 Usage (from the repository root, with django-delayq installed)::
 
-    python benchmarks/run.py                 # every figure, about 10 minutes
+    python benchmarks/run.py                 # every figure (not recurring_scale), ~10 min
     python benchmarks/run.py --quick         # tiny sizes, one run each: a smoke test
     python benchmarks/run.py --only drain,lateness --runs 5
     python benchmarks/run.py --python python3.13 --no-hiredis   # in a managed venv
@@ -97,6 +97,18 @@ recurring_*              (issue 19) N schedules every 60 s (full: 2,000; the iss
                          with DELAYQ_BENCH_RECURRING_N=10000; bench/recurring.py): lateness
                          p50/p99, worker and Redis CPU per occurrence, Redis memory per
                          schedule (no targets)
+recurring_scale_*        (issue 25; only with ``--only recurring_scale``: 10-15 minutes)
+                         real ``delayq_worker --processes 2 --concurrency 4`` processes, a
+                         PostgreSQL database of their own: N (10,000;
+                         DELAYQ_BENCH_RECURRING_N; --quick 500) database schedules, cron
+                         ``* * * * *``, created by bulk_create while the worker runs, for 3
+                         minute boundaries (--quick 1): per boundary fired / early / twice /
+                         lateness p50, p99, max; worker and Redis CPU per occurrence vs N
+                         plain jobs of the same task; the same N from DELAYQ["SCHEDULES"]
+                         (one boundary); N2 (100,000; DELAYQ_BENCH_RECURRING_BIG, 0 skips;
+                         --quick 2,000) schedules: Redis and database bytes per schedule,
+                         a first-sight and a steady reconcile pass (time, CPU), lateness at
+                         one boundary (bench/recurring_scale.py; no targets but exactness)
 outbox_schedule_us       ``schedule(on_commit=...)`` in its own transaction: INSERT,
                          COMMIT, fast path (no target); baseline: a plain schedule() in
                          the same transaction; outbox_insert_us: the part before COMMIT
@@ -142,8 +154,10 @@ ENGINE = (
     "aschedule",
     "recurring",
 )
+# Minutes of wall-clock time (it waits for minute boundaries): run only when asked for.
+SLOW = ("recurring_scale",)
 REAL = ("push", "orm", "sleep", "async_sleep", "idle", "lateness_push", "processes")
-ALL = ENGINE + REAL
+ALL = ENGINE + REAL + SLOW
 MATRIX = ("push", "orm", "sleep", "idle")
 RESULTS = ROOT / "benchmarks" / "results"
 # Direction of "better" per unit, for --compare.
@@ -168,7 +182,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--compare", default=None, help="a previous JSON result to compare to")
     args = parser.parse_args(argv)
-    default = ",".join(MATRIX if args.matrix else ALL)
+    default = ",".join(MATRIX if args.matrix else ENGINE + REAL)
     args.only = [n.strip() for n in (args.only or default).split(",") if n.strip()]
     unknown = set(args.only) - set(ALL)
     if unknown:
@@ -243,6 +257,14 @@ def measure(args: argparse.Namespace, argv: list[str]) -> int:
             result, details[name] = result
         figures.extend(result)
 
+    def on_own_redis(name: str, work: Any) -> None:
+        """attempt() ``work(own)`` on a dedicated redis-server ``own``, started for it."""
+        with common.dedicated_redis(args.redis_server) as own:
+            if own is None:
+                problems.append(f"no redis-server found: {name} not measured")
+            else:
+                attempt(name, lambda: work(own))
+
     try:
         p, d = args.prefix, workdir
         engine_work = {
@@ -278,37 +300,28 @@ def measure(args: argparse.Namespace, argv: list[str]) -> int:
         if "outbox" in only:
             from benchmarks.bench import outbox
 
-            with common.dedicated_redis(args.redis_server) as own:
-                if own is None:
-                    problems.append("no redis-server found: the outbox figures not measured")
-                else:
-                    with outbox.outbox_database():
-                        attempt(
-                            "outbox",
-                            lambda: [
-                                outbox.bench_memory(own, size["outbox_memory"], slow),
-                                outbox.bench_relay(own, size["outbox_relay"], slow),
-                                *outbox.bench_schedule_in_transaction(
-                                    own, size["outbox_schedule"], slow
-                                ),
-                            ],
-                        )
+            def outbox_figures(own: Any) -> list[dict]:
+                with outbox.outbox_database():
+                    return [
+                        outbox.bench_memory(own, size["outbox_memory"], slow),
+                        outbox.bench_relay(own, size["outbox_relay"], slow),
+                        *outbox.bench_schedule_in_transaction(own, size["outbox_schedule"], slow),
+                    ]
+
+            on_own_redis("outbox", outbox_figures)
         if "recurring" in only:
             from benchmarks.bench import recurring
 
-            with common.dedicated_redis(args.redis_server) as own:
-                if own is None:
-                    problems.append("no redis-server found: the recurring figures not measured")
-                else:
-                    attempt(
-                        "recurring",
-                        lambda: recurring.bench_recurring(
-                            own,
-                            p,
-                            int(os.environ.get("DELAYQ_BENCH_RECURRING_N", size["recurring"])),
-                            size["recurring_seconds"],
-                        ),
-                    )
+            n = int(os.environ.get("DELAYQ_BENCH_RECURRING_N", size["recurring"]))
+            seconds = size["recurring_seconds"]
+            on_own_redis("recurring", lambda own: recurring.bench_recurring(own, p, n, seconds))
+        if "recurring_scale" in only:
+            from benchmarks.bench import recurring_scale
+
+            on_own_redis(
+                "recurring_scale",
+                lambda own: recurring_scale.bench_recurring_scale(own, p, size, d),
+            )
         if set(REAL) & set(only):
             with common.dedicated_redis(args.redis_server) as own:
                 if own is None:
@@ -354,6 +367,11 @@ def measure(args: argparse.Namespace, argv: list[str]) -> int:
         print(rediscpu.breakdown_table(push["attribution"], n))
         print("\nINFO commandstats of that run, as Redis reports it:")
         print(rediscpu.commandstats_table(push["attribution"], n))
+    if "recurring_scale" in details:
+        from benchmarks.bench.recurring_scale import minutes_table
+
+        command = " ".join(["python benchmarks/run.py", *argv])
+        print(minutes_table(details["recurring_scale"], command))
     for problem in problems:
         print(f"NOT MEASURED: {problem}")
     missed = [f["name"] for f in figures if f["met"] is False]

@@ -9,6 +9,9 @@ finish). ``REDIS_URL`` and ``DELAYQ_BENCH_PREFIX`` come from the environment, so
 PostgreSQL database on 127.0.0.1:5432 (user postgres) with persistent connections, as a
 production worker would run: ``CONN_MAX_AGE`` from ``DELAYQ_BENCH_CONN_MAX_AGE``
 (default 600 s), Django's default ``CONN_HEALTH_CHECKS`` (off).
+
+``DELAYQ_BENCH_SETTINGS_SCHEDULES=N`` (bench/recurring_scale.py) defines N schedules in
+``DELAYQ["SCHEDULES"]``, ``cfg0`` ... each ``* * * * *`` running ``occurrence_probe``.
 """
 
 import os
@@ -37,4 +40,9 @@ CACHES = {"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": RE
 DELAYQ = {"CACHE": "default", "PREFIX": os.environ.get("DELAYQ_BENCH_PREFIX", "delayq-bench")}
 if os.environ.get("DELAYQ_BENCH_QUEUE_LIMIT"):  # issue 20: the queue-limited drain
     DELAYQ["QUEUES"] = {"default": {"concurrency": int(os.environ["DELAYQ_BENCH_QUEUE_LIMIT"])}}
+if os.environ.get("DELAYQ_BENCH_SETTINGS_SCHEDULES"):  # issue 25: N settings schedules
+    DELAYQ["SCHEDULES"] = {
+        f"cfg{i}": {"task": "benchmarks.tasks.occurrence_probe", "cron": "* * * * *"}
+        for i in range(int(os.environ["DELAYQ_BENCH_SETTINGS_SCHEDULES"]))
+    }
 DEFAULT_AUTO_FIELD = "django.db.models.AutoField"

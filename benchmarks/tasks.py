@@ -10,6 +10,8 @@ from typing import Any
 
 from benchmarks.peers.recorder import record as push_record
 from django_delayq import task
+from django_delayq.recurring.times import parse_occurrence_id
+from django_delayq.worker.execution import current_job  # the public name may not exist yet
 
 _stamps: Any = None
 _stamps_lock = threading.Lock()
@@ -27,17 +29,35 @@ def noop_rated(*args: Any) -> None:
     queue on the claim's general path, which the other drains must not measure."""
 
 
-@task
-def stamp(n: int) -> None:
-    """Append ``"<n> <time.time()>"`` to ``$DELAYQ_BENCH_STAMPS/<pid>.txt`` the moment it
-    starts, so run.py can compare start times with the due times schedule() returned."""
-    started = time.time()
+def _stamp_line(line: str) -> None:
+    """Append ``line`` to ``$DELAYQ_BENCH_STAMPS/<pid>.txt`` (opened once per process,
+    line-buffered: a line is in the file as soon as the task has written it)."""
     global _stamps
     with _stamps_lock:
         if _stamps is None:
             path = os.path.join(os.environ["DELAYQ_BENCH_STAMPS"], f"{os.getpid()}.txt")
             _stamps = open(path, "a", buffering=1)  # noqa: SIM115 (kept open for the process)
-        _stamps.write(f"{n} {started:.6f}\n")
+        _stamps.write(line)
+
+
+@task
+def stamp(n: int) -> None:
+    """Append ``"<n> <time.time()>"`` to ``$DELAYQ_BENCH_STAMPS/<pid>.txt`` the moment it
+    starts, so run.py can compare start times with the due times schedule() returned."""
+    _stamp_line(f"{n} {time.time():.6f}\n")
+
+
+@task
+def occurrence_probe(*args: Any) -> None:
+    """Append ``"<fire_ms> <start_ms> <job id>"`` to ``$DELAYQ_BENCH_STAMPS/<pid>.txt`` the
+    moment it starts (bench/recurring_scale.py): the fire time is the one in an
+    occurrence's id, 0 for any other job. A run's start before its fire time is early;
+    the same fire time of the same schedule twice is a duplicate."""
+    started = time.time()
+    job = current_job()
+    job_id = job.id if job is not None else "-"
+    parsed = parse_occurrence_id(job_id) if job is not None else None
+    _stamp_line(f"{parsed[0] if parsed else 0} {started * 1000:.3f} {job_id}\n")
 
 
 # -- real tasks (issue 11): one Redis round trip, one ORM query, 10 ms of I/O ---------------

@@ -51,6 +51,10 @@ SIZES: dict[str, dict[str, Any]] = {
         # recurring schedules (issue 19): N schedules every minute, seconds of running
         "recurring": 2_000,
         "recurring_seconds": 130.0,
+        # recurring at scale (issue 25; bench/recurring_scale.py): N, N2, minute boundaries
+        "recurring_scale": 10_000,
+        "recurring_big": 100_000,
+        "recurring_minutes": 3,
     },
     "quick": {
         "schedule": 300,
@@ -77,6 +81,9 @@ SIZES: dict[str, dict[str, Any]] = {
         "outbox_schedule": 100,
         "recurring": 100,
         "recurring_seconds": 65.0,
+        "recurring_scale": 500,
+        "recurring_big": 2_000,
+        "recurring_minutes": 1,
     },
 }
 

@@ -28,6 +28,18 @@ def _children(store: Any, supervisor: int) -> int:
     return sum(1 for w in live if w.supervisor == supervisor)
 
 
+def wait_children(store: Any, workers: Workers, count: int, timeout: float = 120.0) -> None:
+    """Wait until ``count`` children of the supervisor ``workers.procs[0]`` are on the
+    roster (and their waker threads have had time to reach BLPOP)."""
+    deadline = time.monotonic() + timeout
+    while _children(store, workers.procs[0].pid) < count:
+        workers.check_alive()
+        if time.monotonic() > deadline:
+            raise RuntimeError("children not on the roster: " + workers.tail())
+        time.sleep(0.05)
+    time.sleep(0.3)
+
+
 def supervised_drain(
     own: Any,
     prefix: str,
@@ -45,13 +57,7 @@ def supervised_drain(
     with store_on(own, prefix) as store:
         workers = Workers(1, workdir, "--processes", str(processes), env=env)
         try:
-            deadline = time.monotonic() + 120
-            while _children(store, workers.procs[0].pid) < processes:
-                workers.check_alive()
-                if time.monotonic() > deadline:
-                    raise RuntimeError("children not on the roster: " + workers.tail())
-                time.sleep(0.05)
-            time.sleep(0.3)  # let the waker threads reach BLPOP
+            wait_children(store, workers, processes)
             schedule_many(task, [(i,) for i in range(n)])
             pending, running = store.key(QUEUE, "pending"), store.key(QUEUE, "running")
             first = end = None

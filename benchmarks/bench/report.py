@@ -19,6 +19,10 @@ def fmt_value(value: Any, unit: str) -> str:
         return f"{value:,.0f} us" if value >= 10 else f"{value:.1f} us"
     if unit == "bytes":
         return f"{value:.0f} B"
+    if unit == "count":
+        return f"{value:,.0f}"
+    if unit == "s":
+        return f"{value:.2f} s"
     if unit == "cpu_s":
         return f"{value:.3f} s"
     return f"{value:.3g}"
