@@ -10,8 +10,8 @@ no fire time lost or run twice, and the new definition takes over for good.
 
 The helpers (setup_env, verdict, settle) and the task recording "<fire ms> <job id>
 <attempt> <ran ms>" are scenarios 40-44's (test_recurring.py). DELAYQ_RECURRING_SECONDS
-(24 by default) scales the running phases; the outage stays OUTAGE_SECONDS, which must
-exceed the grace by more than a worker's start-up for any fire time to be missed for sure.
+(24 by default) scales the running phases; the outage stays OUTAGE_SECONDS: over the grace
+by 6 s, so about 6 fire times are over 30 s old before a worker is even started again.
 """
 
 from __future__ import annotations
