@@ -89,6 +89,14 @@ NOTES: dict[str, Any] = {
     "get_job_found": "get_job(returned id) found it: {}",
     "cancel_returned": "cancel(returned id) returned {}",
     "ran_under_returned_id": "ran under the returned id: {}",
+    # 47-48: recurring schedules after an outage and through a rolling deploy
+    "missed_ran": "missed fire times that ran: {}",
+    "late_ran": "late ones that ran: {}",
+    "stored_at_kill": "{} occurrences pending at the kill",
+    "caught_up_seconds": "caught up {} s after the restart",
+    "takeover_seconds": "new definition from the fire time {} s after the new worker started",
+    "under_new": "{} ran under it",
+    "definition_switches": "{} definition switch(es)",
 }
 
 
