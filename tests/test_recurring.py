@@ -273,7 +273,7 @@ def _claim(sim, occurrences: list[tuple[str, int]]) -> tuple[list, list[str]]:
     attempts = []
     for name, fire in occurrences:
         version = version_of(ScheduleState.objects.get(name=name))
-        attempts.append(SimpleNamespace(id=occurrence_id(name, version, fire), skip=None))
+        attempts.append(SimpleNamespace(id=occurrence_id(name, version, fire), skip=None, number=1))
     with CaptureQueriesContext(connection) as queries:
         claims.claimed(sim.store, sim.t, attempts, sim.t)
     return attempts, [q["sql"] for q in queries.captured_queries]
@@ -334,8 +334,8 @@ def test_an_occurrence_of_a_replaced_definition_does_not_run_after_the_change(si
     from django_delayq.recurring.times import occurrence_id
 
     old_version = version_of(ScheduleState.objects.get(name="db"))
-    owed = SimpleNamespace(id=occurrence_id("db", old_version, base), skip=None)
-    later = SimpleNamespace(id=occurrence_id("db", old_version, base + 10_000), skip=None)
+    owed = SimpleNamespace(id=occurrence_id("db", old_version, base), skip=None, number=1)
+    later = SimpleNamespace(id=occurrence_id("db", old_version, base + 10_000), skip=None, number=1)
     ScheduleState.objects.filter(name="db").update(generation=2, since_ms=base + 5_000)
     claims.claimed(sim.store, sim.t, [owed, later], sim.t)
     assert owed.skip is None  # due before the change took effect: owed, it runs
@@ -461,6 +461,30 @@ def test_missed_policies_with_the_occurrence_stored_before_the_outage(
     assert len(set(sim.fires())) == len(sim.fires())
     state = ScheduleState.objects.get(name="m")
     assert state.last_outcome == "succeeded"
+
+
+def test_a_retry_or_a_redelivery_of_an_occurrence_runs_however_late(sim_at):
+    """The policy decides an occurrence's first attempt only: one that started on time and
+    is claimed again (a retry after its backoff, or recovered after its worker died
+    mid-run) minutes later still runs, even under 'skip'."""
+    from types import SimpleNamespace
+
+    from django_delayq.recurring import claims
+    from django_delayq.recurring.reconcile import version_of
+    from django_delayq.recurring.times import occurrence_id
+
+    start = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
+    sim = sim_at(start, m={"every": 60, "missed": "skip"})
+    sim.reconcile()
+    version = version_of(ScheduleState.objects.get(name="m"))
+    fire = ms(start) + 60_000
+    sim.t = start.timestamp() + 300  # four minutes after the fire time
+    first = SimpleNamespace(id=occurrence_id("m", version, fire), skip=None, number=1)
+    again = SimpleNamespace(id=occurrence_id("m", version, fire), skip=None, number=2)
+    claims.claimed(sim.store, sim.t, [again], sim.t)
+    assert again.skip is None
+    claims.claimed(sim.store, sim.t, [first], sim.t)
+    assert first.skip and "skip" in first.skip
 
 
 def test_a_rolling_deploy_loses_no_fire_time_and_the_new_definition_takes_over(sim_at):

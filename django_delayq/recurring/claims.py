@@ -87,7 +87,10 @@ def claimed(store: Any, now_s: float, attempts: Sequence[Any], clock_now: float 
     claimed at ``now_s`` (Redis's clock, epoch seconds). Never raises."""
     occurrences = []
     for attempt in attempts:
-        if may_be_occurrence(attempt.id):
+        # Only a first attempt is decided: a retry, or a job recovered after its worker
+        # died mid-run, started once already (its fire time was recorded, its successor
+        # stored) and runs again, however late (at-least-once delivery of one job).
+        if attempt.number == 1 and may_be_occurrence(attempt.id):
             parsed = parse_occurrence_id(attempt.id)
             if parsed is not None:
                 occurrences.append((attempt, *parsed))

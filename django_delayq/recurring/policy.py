@@ -1,4 +1,5 @@
-"""Whether a claimed occurrence runs: the ``missed`` policies, decided when a worker claims it.
+"""Whether a claimed occurrence runs: the ``missed`` policies, decided when a worker first
+claims it (claims.py leaves retries and redeliveries alone: they started once already).
 
 A fire time is *late* while it is at most LATE_GRACE_MS old when its occurrence is claimed
 (on Redis's clock), and *missed* once older, whatever kept it waiting: every worker down,
