@@ -290,7 +290,7 @@ def _pending_ids(sim) -> set[str]:
 
 def test_a_claim_of_many_occurrences_costs_two_statements(sim_at):
     """Twenty schedules firing in the same second: the claim that returns their occurrences
-    reads their states once and writes their durable records once (one executemany), and
+    reads their states once and writes their durable records once (one UPDATE), and
     stores every successor (one script call); their recorded definitions are read once per
     definition, at the first claim, never the Schedule rows."""
     start = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
@@ -304,8 +304,8 @@ def test_a_claim_of_many_occurrences_costs_two_statements(sim_at):
         sim.t += 10
         attempts, sql = _claim(sim, [(name, base + step * 10_000) for name in names])
         assert [a.skip for a in attempts] == [None] * 20
-    shown = [" ".join(statement.split()[:3]) for statement in _rows(sql)]
-    assert shown[0].startswith("SELECT") and shown[1:] == ["20 times: UPDATE"], sql
+    shown = [statement.split()[0] for statement in _rows(sql)]
+    assert shown == ["SELECT", "UPDATE"], sql
     assert "django_delayq_schedule " not in sql[0]  # the states only
     from django_delayq.recurring.reconcile import version_of
     from django_delayq.recurring.times import occurrence_id

@@ -15,12 +15,15 @@ few statements per claim, not two per occurrence).
 
 A worker that cannot read or write the database logs it and runs the occurrences anyway
 (successors from what its last reconcile pass saw). The outcomes (succeeded, failed, dead)
-are buffered by hooks.py and written here, a statement per outcome, with the next claim.
+are buffered by hooks.py and written here, a statement per outcome, at each look of the
+reconcile loop (passes.py) and when the worker stops: a commit costs milliseconds of fsync,
+too much for the dispatcher's thread at every round trip.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections import defaultdict
@@ -44,6 +47,7 @@ from django_delayq.recurring.times import (
 logger = logging.getLogger("django_delayq.recurring")
 
 DELETED = "deleted"  # the digest of a schedule that was removed (reconcile.py)
+_LITERAL = re.compile(r"[0-9A-Z]{26}")  # an occurrence id: safe as a SQL literal
 FIELDS = ("name", "name_hash", "digest", "generation", "since_ms", "last_fire_ms")
 # (name, digest) -> (the recorded definition, or None when it cannot be parsed here; its
 # recorded queue)
@@ -115,11 +119,11 @@ def _read_states(hashes: set[int]) -> dict[int, dict] | None:
     meta = ScheduleState._meta
     columns = ", ".join(quote(meta.get_field(name).column) for name in FIELDS)
     hashed = quote(meta.get_field("name_hash").column)
-    marks = ", ".join(["%s"] * len(hashes))
-    sql = f"SELECT {columns} FROM {quote(meta.db_table)} WHERE {hashed} IN ({marks})"
+    listed = ", ".join(str(int(h)) for h in hashes)  # integers: literals, nothing to parse
+    sql = f"SELECT {columns} FROM {quote(meta.db_table)} WHERE {hashed} IN ({listed})"
     try:
         with connection.cursor() as cursor:
-            cursor.execute(sql, list(hashes))
+            cursor.execute(sql)
             states = {row[1]: dict(zip(FIELDS, row, strict=True)) for row in cursor.fetchall()}
         _definitions(states)
         return states
@@ -211,32 +215,44 @@ def _store_successors(store: Any, successors: dict, now_ms: int, clock_now: floa
 
 
 def _record_fires(records: dict[int, tuple[int, str, str]]) -> None:
-    """Each schedule's durable record, in one ``executemany`` of one statement (a round
-    trip on PostgreSQL's pipeline, no ORM expression to compile per row): where the fire
-    time is not older than ``last_fire_ms``, it becomes the last fire time, with its job,
-    start and outcome."""
+    """Each schedule's durable record, in one UPDATE (one round trip, no ORM expression to
+    compile): where the fire time is not older than ``last_fire_ms``, it becomes the last
+    fire time, with its job, start and outcome. Its values are integers, occurrence ids
+    (Crockford base 32) and two fixed words, written into the statement as literals
+    (checked below): a driver would otherwise parse a statement of hundreds of
+    placeholders at every claim."""
     from django.db import connections, router
 
     from django_delayq.models import ScheduleState
 
-    using = router.db_for_write(ScheduleState)
-    connection = connections[using]
+    connection = connections[router.db_for_write(ScheduleState)]
     quote = connection.ops.quote_name
-    table = quote(ScheduleState._meta.db_table)
+    meta = ScheduleState._meta
     fire, job, outcome, started, finished, hashed = (
-        quote(ScheduleState._meta.get_field(name).column)
+        quote(meta.get_field(name).column)
         for name in ("last_fire_ms", "last_job_id", "last_outcome", "last_started_at",
                      "last_finished_at", "name_hash")
     )  # fmt: skip
+    fires, jobs, outcomes = [], [], []
+    for h, (f, job_id, word) in records.items():
+        if not _LITERAL.fullmatch(job_id) or word not in ("running", "skipped"):
+            raise ValueError(f"not an occurrence id and outcome: {job_id!r}, {word!r}")
+        fires.append(f"WHEN {int(h)} THEN {int(f)}")
+        jobs.append(f"WHEN {int(h)} THEN '{job_id}'")
+        outcomes.append(f"WHEN {int(h)} THEN '{word}'")
+    fire_case = f"CASE {hashed} {' '.join(fires)} END"
     sql = (
-        f"UPDATE {table} SET {fire} = %s, {job} = %s, {outcome} = %s, {started} = %s, "
-        f"{finished} = NULL WHERE {hashed} = %s AND ({fire} IS NULL OR {fire} <= %s)"
+        f"UPDATE {quote(meta.db_table)} SET {fire} = {fire_case}, "
+        f"{job} = CASE {hashed} {' '.join(jobs)} END, "
+        f"{outcome} = CASE {hashed} {' '.join(outcomes)} END, "
+        f"{started} = %s, {finished} = NULL "
+        f"WHERE {hashed} IN ({', '.join(str(int(h)) for h in records)}) "
+        f"AND ({fire} IS NULL OR {fire} <= {fire_case})"
     )
     now = connection.ops.adapt_datetimefield_value(timezone.now())
-    params = [(f, j, o, now, h, f) for h, (f, j, o) in records.items()]
     try:
         with connection.cursor() as cursor:
-            cursor.executemany(sql, params)
+            cursor.execute(sql, [now])
     except DatabaseError as exc:
         _warn("cannot record the occurrences' fire times (they run anyway)", exc)
 

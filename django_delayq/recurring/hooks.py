@@ -1,7 +1,7 @@
 """What a worker does when an occurrence ends (receivers of django-delayq's signals,
-connected by apps.py): the schedule's last outcome, buffered and written with the next
-claim (claims.py), which also does everything an occurrence needs before it runs (the
-missed policy, the durable record, the successor).
+connected by apps.py): the schedule's last outcome, buffered and written by the
+reconcile loop's next look (claims.py, passes.py). The claim does everything an occurrence
+needs before it runs (the missed policy, the durable record, the successor).
 
 Ordinary jobs cost one look at three characters of their id here.
 """

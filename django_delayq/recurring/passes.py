@@ -29,6 +29,7 @@ from django.db import DatabaseError, close_old_connections
 
 from django_delayq.conf import delayq_settings
 from django_delayq.recurring.claims import successors_lost as wanted
+from django_delayq.recurring.claims import write_outcomes
 from django_delayq.recurring.reconcile import Reconciler
 from django_delayq.storage.recurring import reconciled
 from django_delayq.storage.store import Store
@@ -74,7 +75,10 @@ class PassLoop:
         ), now
 
     def run_once(self) -> bool:
-        """One look, and a full pass when due; whether a pass ran."""
+        """One look, and a full pass when due; whether a pass ran. Each look also writes the
+        occurrences' outcomes that ended since (claims.py; a commit, so not on the
+        dispatcher's thread)."""
+        write_outcomes()
         due, now = self.due()
         if not due:
             return False

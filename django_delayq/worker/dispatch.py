@@ -40,6 +40,7 @@ from django_delayq.conf import delayq_settings
 from django_delayq.exceptions import DelayQError
 from django_delayq.job_state import encode_instance_name
 from django_delayq.queue_settings import queue_limits
+from django_delayq.recurring.claims import write_outcomes as recurring_outcomes
 from django_delayq.recurring.passes import start as recurring_thread
 from django_delayq.storage.connection import get_store
 from django_delayq.storage.queues import check_queue_name
@@ -186,6 +187,7 @@ class Worker:
             code = self._dispatch_loop()
         finally:
             self._close()
+            recurring_outcomes()  # the occurrences' last outcomes (else the passes write them)
         logger.info(
             "worker %s stopped: %s done, %s",
             self.name,

@@ -23,7 +23,6 @@ from typing import Any
 
 from django_delayq.exceptions import DelayQError
 from django_delayq.recurring.claims import claimed as recurring_claimed
-from django_delayq.recurring.claims import write_outcomes as recurring_outcomes
 from django_delayq.storage.store import Claim, Store
 from django_delayq.worker.delivery import Results
 from django_delayq.worker.execution import Attempt, Outcome
@@ -118,8 +117,6 @@ class Exchange:
             self.deadline, self.more_due = found.deadline, found.more_due
         for queue_acks in acks.values():  # only when claim=False: an ack per remaining queue
             self.results.keep(queue_acks)
-        if outcomes:
-            recurring_outcomes()  # the occurrences' outcomes, when any ended
         if found.error is not None:
             raise found.error
 
