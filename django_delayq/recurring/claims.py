@@ -69,7 +69,16 @@ def _definitions(states: dict[int, dict]) -> None:
     every worker follows, whatever its own settings say): one read of the rows not seen."""
     from django_delayq.models import ScheduleState
 
-    missing = [s["name"] for s in states.values() if (s["name"], s["digest"]) not in _parsed]
+    missing = []
+    for hashed, state in states.items():
+        key = (state["name"], state["digest"])
+        if key in _parsed:
+            continue
+        entry = known.known(hashed)  # this process's pass parsed it already
+        if entry is not None and entry.digest == state["digest"]:
+            _parsed[key] = (entry.definition, None)
+        else:
+            missing.append(state["name"])
     if not missing:
         return
     rows = ScheduleState.objects.filter(name__in=missing).values("name", "digest", "definition")
@@ -264,8 +273,11 @@ def buffer_outcome(job_id: str, outcome: str) -> None:
 
 
 def write_outcomes() -> None:
-    """Write the buffered outcomes: one UPDATE per outcome, of the rows whose last job they
-    are (an outcome of an older occurrence changes nothing)."""
+    """Write the buffered outcomes: one UPDATE per outcome and 2,000 occurrences, of the
+    rows whose last job they are (an outcome of an older occurrence changes nothing). The
+    ids are occurrence ids, written as literals (checked), as in _record_fires."""
+    from django.db import connections, router
+
     from django_delayq.models import ScheduleState
 
     global _outcomes
@@ -273,18 +285,29 @@ def write_outcomes() -> None:
         return
     with _outcomes_lock:
         pending, _outcomes = _outcomes, []
-    if not pending:
-        return
     by_outcome: dict[str, list[str]] = defaultdict(list)
     for job_id, outcome in dict(pending).items():  # the last outcome of each job
-        by_outcome[outcome].append(job_id)
-    now = timezone.now()
+        if _LITERAL.fullmatch(job_id):
+            by_outcome[outcome].append(job_id)
+    connection = connections[router.db_for_write(ScheduleState)]
+    quote = connection.ops.quote_name
+    meta = ScheduleState._meta
+    job, word, finished = (
+        quote(meta.get_field(name).column)
+        for name in ("last_job_id", "last_outcome", "last_finished_at")
+    )
+    now = connection.ops.adapt_datetimefield_value(timezone.now())
     close_old_connections()
     try:
-        for outcome, ids in by_outcome.items():
-            ScheduleState.objects.filter(last_job_id__in=ids).update(
-                last_outcome=outcome, last_finished_at=now
-            )
+        with connection.cursor() as cursor:
+            for outcome, ids in by_outcome.items():
+                for start in range(0, len(ids), 2000):
+                    listed = ", ".join(f"'{i}'" for i in ids[start : start + 2000])
+                    cursor.execute(
+                        f"UPDATE {quote(meta.db_table)} SET {word} = %s, {finished} = %s "
+                        f"WHERE {job} IN ({listed})",
+                        [outcome, now],
+                    )
     except DatabaseError as exc:
         _warn("cannot record the outcomes of recurring occurrences", exc)
 
