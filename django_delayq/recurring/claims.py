@@ -8,7 +8,8 @@ few statements per claim, not two per occurrence).
    the change took effect still runs; a later one does not), and mark those that do not run
    (``attempt.skip``: acknowledged without calling the task);
 3. the durable record: each schedule's ``last_fire_ms`` raised to its latest fire time here
-   (one statement), so no occurrence at or before it is created again, whatever Redis loses;
+   (one statement, committed by recorder.py's thread before any of these occurrences
+   runs), so no occurrence at or before it is created again, whatever Redis loses;
 4. the successors: the next fire time of each schedule, stored by occur.lua (one call per
    queue), from the definition recorded in the database, so a worker whose own settings are
    older or newer keeps the chain of the recorded one (a rolling deploy).
@@ -36,6 +37,7 @@ from django.utils import timezone
 from django_delayq.recurring import definitions, known
 from django_delayq.recurring.occurrences import encoded
 from django_delayq.recurring.policy import Verdict, verdict
+from django_delayq.recurring.recorder import Recorder
 from django_delayq.recurring.times import (
     may_be_occurrence,
     next_fire,
@@ -167,7 +169,9 @@ def _claimed(store: Any, now_ms: int, occurrences: list, clock_now: float | None
             successor = next_fire(definition, after)
             _queue_successor(successors, state, definition, version, successor)
     if states is not None and records:
-        _record_fires(records)
+        committed = recorder.submit(records)
+        for attempt, *_ in occurrences:
+            attempt.ready = committed  # a runner waits for it before calling the task
     _store_successors(store, successors, now_ms, clock_now)
 
 
@@ -324,3 +328,6 @@ def _shown(fire_ms: int) -> str:
     from datetime import UTC, datetime
 
     return datetime.fromtimestamp(fire_ms / 1000, UTC).isoformat(timespec="seconds")
+
+
+recorder = Recorder(_record_fires)

@@ -45,6 +45,7 @@ from django_delayq import signals
 from django_delayq.exceptions import CorruptJob
 from django_delayq.job import Job
 from django_delayq.record import decode_record
+from django_delayq.recurring.recorder import WAIT as RECORD_WAIT
 from django_delayq.registry import find_task, loop_function, registered
 from django_delayq.worker.execution import Attempt, Outcome, bounded, running
 from django_delayq.worker.pool import Pool
@@ -196,6 +197,8 @@ class Loop(Pool):
 
     async def _run(self, attempt: Attempt) -> Outcome:
         executor = self.executor
+        if attempt.ready is not None and not attempt.ready.is_set():  # recurring/recorder.py
+            await asyncio.get_running_loop().run_in_executor(None, attempt.ready.wait, RECORD_WAIT)
         prepared = executor.prepare(attempt)
         if isinstance(prepared, Outcome):
             return prepared

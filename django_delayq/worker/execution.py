@@ -28,6 +28,7 @@ from django_delayq import signals
 from django_delayq.exceptions import CorruptJob
 from django_delayq.job import DEAD, RUNNING, Job, make_job, to_datetime
 from django_delayq.record import EMPTY, Fields, decode_record
+from django_delayq.recurring.recorder import WAIT as RECORD_WAIT
 from django_delayq.registry import Task, find_task, get_task, sender
 from django_delayq.wording import shown_call
 
@@ -103,6 +104,8 @@ class Attempt:
     # Why the task is not called (a recurring occurrence its missed policy skips, decided
     # when it was claimed: recurring/claims.py); the attempt is acknowledged as done.
     skip: str | None = None
+    # Set when its durable record is committed (recurring/recorder.py): the task waits.
+    ready: threading.Event | None = None
 
     @property
     def lease(self) -> tuple[str, str]:
@@ -207,6 +210,8 @@ class Executor:
             logger.error("job %s has a corrupt record, dead-lettering it: %s", attempt.id, exc)
             return Outcome(attempt, ok=False, error=error_info(exc, attempt.number, self.worker))
         job = self.job(attempt)
+        if attempt.ready is not None:  # a recurring occurrence's record, committed first
+            attempt.ready.wait(RECORD_WAIT)
         if attempt.skip is not None:  # not run: acknowledged (claims.py logged why)
             return Outcome(attempt, ok=True, job=job)
         task = find_task(job.task)
