@@ -95,10 +95,15 @@ def _use_store(client: redis.Redis) -> Store:
     return Store(client, prefix=prefix)
 
 
-def _cleanup(store: Store) -> None:
-    keys = list(store.client.scan_iter(match=f"{store.prefix}:*", count=1000))
+def delete_keys(client: redis.Redis, prefix: str) -> None:
+    """Delete the keys under ``prefix`` (a test's own: never another run's)."""
+    keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
     if keys:
-        store.client.delete(*keys)
+        client.delete(*keys)
+
+
+def _cleanup(store: Store) -> None:
+    delete_keys(store.client, store.prefix)
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ and Ctrl-C stops the worker once, gracefully."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sqlite3
@@ -18,6 +19,8 @@ from pathlib import Path
 import pytest
 import redis
 from django.conf import settings
+
+from tests.conftest import delete_keys
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "example_project" / "demo.py"
@@ -88,11 +91,8 @@ class Demo:
                 self.proc.wait(60)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
-        client = redis.Redis.from_url(settings.REDIS_URL)
-        keys = list(client.scan_iter(match=f"{self.prefix}:*"))
-        if keys:
-            client.delete(*keys)
-        client.close()
+        with contextlib.closing(redis.Redis.from_url(settings.REDIS_URL)) as client:
+            delete_keys(client, self.prefix)
 
 
 SMOKE = ("--smoke", "--autocancel", "2", "--invoice-seconds", "2")
