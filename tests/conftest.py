@@ -62,6 +62,20 @@ def outbox_reads(django_db_blocker):
         yield
 
 
+def real_redis_proxy():
+    """A fault proxy (tests/reliability/faults.py) in front of the Redis at REDIS_URL, whose
+    url names the same database: whatever server and port REDIS_URL names, never 6379."""
+    from tests.reliability.faults import FaultProxy
+
+    where = redis.connection.parse_url(settings.REDIS_URL)
+    host = where.get("host", "127.0.0.1")
+    return FaultProxy(
+        where.get("port", 6379),
+        "127.0.0.1" if host == "localhost" else host,
+        db=int(where.get("db", 0)),
+    )
+
+
 @pytest.fixture(params=["fake", "real"])
 def redis_client(request):
     """A Redis client: fakeredis, then the real server (the store contract runs on both)."""
@@ -81,10 +95,15 @@ def _use_store(client: redis.Redis) -> Store:
     return Store(client, prefix=prefix)
 
 
-def _cleanup(store: Store) -> None:
-    keys = list(store.client.scan_iter(match=f"{store.prefix}:*", count=1000))
+def delete_keys(client: redis.Redis, prefix: str) -> None:
+    """Delete the keys under ``prefix`` (a test's own: never another run's)."""
+    keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
     if keys:
-        store.client.delete(*keys)
+        client.delete(*keys)
+
+
+def _cleanup(store: Store) -> None:
+    delete_keys(store.client, store.prefix)
 
 
 @pytest.fixture
@@ -136,11 +155,9 @@ def names_unchecked(store: Store):
 
 @pytest.fixture
 def proxied():
-    """(proxy, store): the API's store talks to the real Redis (6379) through a fault proxy
-    (tests/reliability/faults.py), for the transport's sync and async tests."""
-    from tests.reliability.faults import FaultProxy
-
-    with FaultProxy(6379) as proxy:
+    """(proxy, store): the API's store talks to the real Redis (REDIS_URL) through a fault
+    proxy (tests/reliability/faults.py), for the transport's sync and async tests."""
+    with real_redis_proxy() as proxy:
         client = redis.Redis.from_url(proxy.url, socket_timeout=5)
         installed = _installed(client)
         store = next(installed)

@@ -61,7 +61,7 @@ from django_delayq.storage import connection
 from django_delayq.storage.store import Store
 from django_delayq.worker.dispatch import Worker
 from tests.api_model import NEW, Mismatch, Model
-from tests.conftest import _installed, real_redis
+from tests.conftest import _installed, real_redis, real_redis_proxy
 from tests.reliability.faults import FaultProxy, drop_reply, script
 from tests.reliability.harness import free_port
 from tests.routers import OutboxDatabases
@@ -475,7 +475,7 @@ def world(request):
     """The machine's world on SQLite, then PostgreSQL; the real Redis through a fault proxy."""
     alias = request.param
     with (
-        FaultProxy(6379) as proxy,
+        real_redis_proxy() as proxy,
         override_settings(DATABASE_ROUTERS=[OutboxTo(alias), OutboxDatabases()]),
     ):
         OutboxDatabases.extra = {"pg"}

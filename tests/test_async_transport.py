@@ -11,6 +11,7 @@ import pytest
 import redis
 import redis.asyncio
 from asgiref.sync import async_to_sync
+from django.conf import settings
 
 from django_delayq import (
     ConfigurationError,
@@ -24,12 +25,11 @@ from django_delayq import (
 from django_delayq.exceptions import ConnectionError as DelayQConnectionError
 from django_delayq.storage.async_store import async_client, get_async_store
 from django_delayq.storage.store import Store
-from tests.conftest import _installed, real_redis
+from tests.conftest import _installed, real_redis, real_redis_proxy
 from tests.reliability.faults import (
     BUSY,
     NOSCRIPT,
     WRONGTYPE,
-    FaultProxy,
     cut,
     delay,
     drop_reply,
@@ -38,8 +38,6 @@ from tests.reliability.faults import (
     script,
 )
 from tests.testapp import tasks as t
-
-PORT = 6379
 
 
 def run(coroutine_function, *args, **kwargs):
@@ -165,7 +163,7 @@ def test_sentinel_and_cluster_are_refused_with_what_to_do():
 def test_a_burst_beyond_the_pool_size_waits_for_connections():
     """More concurrent calls than the pool's max_connections: each waits for a free
     connection instead of failing."""
-    installed = _installed(redis.Redis(host="127.0.0.1", port=PORT, max_connections=3))
+    installed = _installed(redis.Redis.from_url(settings.REDIS_URL, max_connections=3))
     store = next(installed)
     try:
 
@@ -183,7 +181,7 @@ def test_a_derived_client_talks_to_redis_whatever_parser_the_sync_one_names():
     """django-redis gives its pool a parser_class (a sync parser): not carried over."""
     from redis._parsers import _RESP2Parser
 
-    pool = redis.ConnectionPool(host="127.0.0.1", port=PORT, db=15, parser_class=_RESP2Parser)
+    pool = redis.ConnectionPool.from_url(settings.REDIS_URL, parser_class=_RESP2Parser)
     sync = redis.Redis(connection_pool=pool)
 
     async def ping():
@@ -200,7 +198,7 @@ def test_calls_queued_behind_a_full_pool_keep_their_whole_budget():
     """One connection, each schedule answered 30 ms late, 100 calls at once: the last
     waits about 3 s for its turn, beyond the 2 s budget, then its reply is lost; it is
     still sent again and stores its job once (the budget counts from its turn)."""
-    with FaultProxy(PORT) as proxy:
+    with real_redis_proxy() as proxy:
         installed = _installed(redis.Redis.from_url(proxy.url, max_connections=1))
         store = next(installed)
         try:

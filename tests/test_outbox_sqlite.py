@@ -9,6 +9,7 @@ memory and one process's), against the real Redis."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import textwrap
@@ -16,8 +17,11 @@ import uuid
 from pathlib import Path
 
 import pytest
+import redis
+from django.conf import settings
 
 from django_delayq.outbox_checks import sqlite_warning
+from tests.conftest import delete_keys
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -65,20 +69,26 @@ SCRIPT = textwrap.dedent(
 
 def run(tmp_path: Path, mode: str, call: str) -> subprocess.CompletedProcess:
     db = tmp_path / "shop.sqlite3"
+    prefix = f"dqt-sqlite-{uuid.uuid4().hex[:8]}"
     env = {
         "DJANGO_SETTINGS_MODULE": "tests.settings",
         "DELAYQ_TEST_DB": str(db),
-        "DELAYQ_PREFIX": f"dqt-sqlite-{uuid.uuid4().hex[:8]}",
+        "DELAYQ_PREFIX": prefix,
+        "REDIS_URL": settings.REDIS_URL,  # the suite's Redis, not tests.settings' default
         "PATH": "/usr/bin:/bin",
     }
-    return subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(db), mode, call],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    try:
+        return subprocess.run(
+            [sys.executable, "-c", SCRIPT, str(db), mode, call],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        with contextlib.closing(redis.Redis.from_url(settings.REDIS_URL)) as client:
+            delete_keys(client, prefix)
 
 
 @pytest.mark.parametrize("call", ["replace", "cancel"])

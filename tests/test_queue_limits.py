@@ -17,6 +17,7 @@ from django_delayq.record import encode_record
 from django_delayq.storage import control
 from django_delayq.worker.dispatch import Worker
 from django_delayq.worker.limits import publish_limits
+from tests.conftest import more_settings
 from tests.overlap import Overlap
 from tests.test_store import DEAD_OPTS, T0, members
 
@@ -220,7 +221,9 @@ def test_a_dict_of_queues_names_the_queues_as_a_list_did(store):
     from django_delayq import schedule
 
     queues = {"default": {}, "emails": {"concurrency": 5}}
-    with override_settings(DELAYQ={"PREFIX": store.prefix, "QUEUES": queues}):
+    # more_settings keeps the fixture's store: with override_settings alone, schedule()
+    # built a store on REDIS_URL's Redis, and the fakeredis run left the job there.
+    with more_settings(store, QUEUES=queues):
         assert Worker().queues == ["default", "emails"]  # no --queues: the dict's keys
         assert Worker().queue_limits == {"default": None, "emails": 5}
         assert schedule("tests.testapp.tasks.add", 1, 2, queue="emails").queue == "emails"

@@ -24,8 +24,6 @@ from tests.reliability.faults import (
 )
 from tests.testapp import tasks as t
 
-PORT = 6379
-
 
 def test_a_lost_schedule_reply_is_sent_again_and_stores_the_job_once(proxied):
     proxy, store = proxied

