@@ -1,7 +1,7 @@
 """When a worker runs the reconcile pass (reconcile.py): every worker has a thread that
 looks every RECONCILE_INTERVAL seconds whether anything a pass depends on changed, and runs
 a full pass then, and otherwise once the last full pass's CPU time is at most FULL_SHARE of
-the time since (a few schedules: every look; 10,000: about every 40 s).
+the time since (a few schedules: every look; 10,000: about every 100 s).
 
 A look costs two aggregate queries and one Redis command, whatever the number of schedules:
 - the Schedule rows (how many, the latest ``updated_at``: every ``save()``, ``create()``,
@@ -36,7 +36,7 @@ from django_delayq.storage.store import Store
 
 logger = logging.getLogger("django_delayq.recurring")
 
-FULL_SHARE = 0.005  # the periodic full pass takes at most this share of one core
+FULL_SHARE = 0.002  # the periodic full pass takes at most this share of one core
 # A full pass takes at most about a tenth of the time between passes.
 PASS_SHARE = 0.1
 DATABASE_RETRY = 30.0  # seconds between looks while the database cannot be read
