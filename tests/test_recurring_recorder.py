@@ -41,3 +41,31 @@ def test_a_failed_commit_still_lets_the_occurrences_run():
     recorder = Recorder(write)
     assert recorder.submit({1: (1000, "A" * 26, "running")}).wait(10)
     assert recorder.submit({1: (2000, "A" * 26, "running")}).wait(10)  # the thread lives on
+
+
+def test_no_event_is_lost_when_claims_race():
+    """Four claiming threads hand in 2,000 batches each while commits run: every event is
+    set, and every schedule's latest fire time was written."""
+    written: dict[int, int] = {}
+
+    def write(records):
+        for hashed, (fire, _, _) in records.items():
+            written[hashed] = max(written.get(hashed, 0), fire)
+
+    recorder = Recorder(write)
+    events: list[threading.Event] = []
+    lock = threading.Lock()
+
+    def claimer(worker: int) -> None:
+        for n in range(2000):
+            event = recorder.submit({worker: (n, "A" * 26, "running")})
+            with lock:
+                events.append(event)
+
+    threads = [threading.Thread(target=claimer, args=(w,)) for w in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert all(event.wait(10) for event in events)
+    assert written == dict.fromkeys(range(4), 1999)
