@@ -82,6 +82,24 @@ def test_an_unknown_task_name_is_refused_with_the_closest_names(store):
         assert len(schedule_many("shop.tasks.nope", [(1,), (2,)])) == 2
 
 
+def test_an_unknown_task_option_names_the_valid_ones():
+    """Issue 26: @task(retry_delay=1) was a bare "unexpected keyword argument" TypeError,
+    raised only when the decorator was applied. It names the option meant (huey's and
+    Celery's names too, and close typos) and lists the valid ones, at once."""
+    from django_delayq import task
+
+    with pytest.raises(
+        TypeError,
+        match=r"unknown option 'retry_delay': did you mean "
+        r"'retry_backoff'\? @task takes name, queue, max_retries, retry_backoff",
+    ):
+        task(retry_delay=1)
+    with pytest.raises(TypeError, match=r"'qeue': did you mean 'queue'\?"):
+        task(qeue="emails")
+    with pytest.raises(TypeError, match=r"unknown option 'colour': @task takes name, queue"):
+        task(colour="red")
+
+
 def test_names_are_not_checked_before_the_registry_is_loaded(store, monkeypatch):
     """Before apps are ready (a script that never called django.setup()) the registry may
     lack tasks defined elsewhere: names are let through, as before."""
