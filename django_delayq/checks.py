@@ -219,11 +219,20 @@ def _check_connection() -> list:
         return [
             Error(
                 str(exc),
-                hint="See docs/tutorial.rst, '1. Install' and '2. Configure'.",
+                hint=CACHE_HINT,
                 id="delayq.E001",
             )
         ]
     return []
+
+
+# What a project installed from a wheel can do (it has no docs/ folder to look in).
+CACHE_HINT = (
+    "Add the alias to CACHES with BACKEND 'django.core.cache.backends.redis.RedisCache' "
+    "(or django-redis's 'django_redis.cache.RedisCache') and LOCATION "
+    "'redis://127.0.0.1:6379/0', or drop DELAYQ['CACHE'] and set DELAYQ['REDIS_URL'] = "
+    "'redis://127.0.0.1:6379/0'."
+)
 
 
 def _check_queues() -> list:

@@ -27,6 +27,13 @@ def test_e001_cache_is_not_redis():
 
 def test_e001_missing_cache_alias():
     assert ids(CACHE="nope") == ["delayq.E001"]
+    with override_settings(DELAYQ={"CACHE": "nope"}):
+        (error,) = check_settings()
+    # Issue 26: the hint named docs/tutorial.rst, which a project installed from a wheel
+    # does not have; it says what to write instead.
+    assert "docs/" not in error.hint
+    assert "django.core.cache.backends.redis.RedisCache" in error.hint
+    assert "DELAYQ['REDIS_URL'] = 'redis://127.0.0.1:6379/0'" in error.hint
 
 
 @pytest.mark.parametrize("alias", [5, None, ""])
