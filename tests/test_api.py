@@ -8,6 +8,7 @@ import re
 from datetime import timedelta
 
 import pytest
+from django.conf import settings
 from django.db import transaction
 from django.test import override_settings
 from django.utils import timezone
@@ -360,3 +361,24 @@ def test_schedule_many_sends_a_chunk_again_after_a_lost_reply(store, monkeypatch
         assert True in resends  # the unanswered chunks went again, with their resend args
     assert len({j.id for j in again}) == 10 and all(j.due_at for j in again)
     assert store.client.zcard(store.key("default", "pending")) == 21  # each stored once
+
+
+def test_a_connection_error_says_which_redis_and_what_to_check(store):
+    """Issue 26: cancel() with Redis down was a 500 whose ConnectionError named no setting
+    and nothing to check. It names the URL (its password hidden) or the cache alias."""
+    from django_delayq.exceptions import ConnectionError as DelayQConnectionError
+
+    down_url = more_settings(store, REDIS_URL="redis://:hunter2@127.0.0.1:1/0")
+    with down_url, pytest.raises(DelayQConnectionError) as raised:
+        cancel("0" * 26)
+    text = str(raised.value)
+    assert "DELAYQ['REDIS_URL'] is 'redis://:***@127.0.0.1:1/0'" in text
+    assert "check that this Redis runs" in text and "hunter2" not in text
+    down = {"BACKEND": "django.core.cache.backends.redis.RedisCache"}
+    down["LOCATION"] = "redis://127.0.0.1:1/0?password=hunter2"
+    caches = override_settings(CACHES={**settings.CACHES, "down": down})
+    with caches, more_settings(store, CACHE="down"), pytest.raises(DelayQConnectionError) as raised:
+        cancel("0" * 26)
+    text = str(raised.value)
+    assert "the cache 'down' (LOCATION 'redis://127.0.0.1:1/0?password=***')" in text
+    assert "DELAYQ['CACHE']" in text and "hunter2" not in text
