@@ -50,7 +50,7 @@ from django_delayq.conf import DEFAULTS, delayq_settings
 from django_delayq.exceptions import ConfigurationError
 from django_delayq.outbox_checks import check_outbox_databases, check_sqlite_locking
 from django_delayq.registry import registered, shadowing
-from django_delayq.wording import article
+from django_delayq.wording import article, closest
 
 MAXIMUM = 10**9
 MIN_TOKEN = 16  # characters of a METRICS_TOKEN, at least
@@ -97,11 +97,13 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list:
     if not isinstance(raw, dict):
         return [Error(f"DELAYQ must be a dict, got {type(raw).__name__}.", id="delayq.E006")]
     errors: list = []
-    for name in sorted(set(raw) - set(DEFAULTS)):
+    for name in sorted(set(raw) - set(DEFAULTS), key=str):
+        meant = closest(name, DEFAULTS) if isinstance(name, str) else None
         errors.append(
             Warning(
                 f"DELAYQ[{name!r}] is not a django-delayq setting and is ignored.",
-                hint=f"Known settings: {', '.join(sorted(DEFAULTS))}.",
+                hint=(f"Did you mean {meant!r}? " if meant else "")
+                + f"Known settings: {', '.join(sorted(DEFAULTS))}.",
                 id="delayq.W001",
             )
         )
@@ -217,11 +219,20 @@ def _check_connection() -> list:
         return [
             Error(
                 str(exc),
-                hint="See docs/tutorial.rst, '1. Install' and '2. Configure'.",
+                hint=CACHE_HINT,
                 id="delayq.E001",
             )
         ]
     return []
+
+
+# What a project installed from a wheel can do (it has no docs/ folder to look in).
+CACHE_HINT = (
+    "Add the alias to CACHES with BACKEND 'django.core.cache.backends.redis.RedisCache' "
+    "(or django-redis's 'django_redis.cache.RedisCache') and LOCATION "
+    "'redis://127.0.0.1:6379/0', or drop DELAYQ['CACHE'] and set DELAYQ['REDIS_URL'] = "
+    "'redis://127.0.0.1:6379/0'."
+)
 
 
 def _check_queues() -> list:

@@ -28,6 +28,7 @@ from django_delayq.registry import registered
 from django_delayq.storage.queues import check_queue_name
 from django_delayq.storage.roster import LiveWorker
 from django_delayq.storage.store import Store
+from django_delayq.wording import closest
 
 LAG = "lag"
 NO_WORKER = "no_worker"
@@ -123,6 +124,34 @@ def new_names(names: Iterable[Any], seen: set[str]) -> Iterator[str]:
             yield check_queue_name(name)
         except ValueError:
             continue  # a bad setting (delayq.E005) or garbage in a description
+
+
+def unknown_queue_hint(queue: str, known: Sequence[str]) -> str:
+    """What follows "nothing names <queue>": the known queue it is likely a typo of, else
+    the known ones."""
+    close = closest(queue, known)
+    return f": did you mean {close!r}?" if close else f" (known: {', '.join(known)})"
+
+
+def check_known_queues(store: Store, queues: Iterable[str]) -> None:
+    """ValueError naming the first of ``queues`` nothing names (:func:`iter_known_queues`:
+    the settings, registered tasks, the queues Redis remembers, live workers), with the
+    known one it is likely a typo of: a command given a misspelt queue must not pause, or
+    serve, a queue no job goes to. Redis is read only for a name the settings and the
+    registered tasks do not give; DelayQError when it cannot be read."""
+    named = set(named_queues(set()))
+    wanted = [q for q in dict.fromkeys(queues) if q not in named]
+    if not wanted:
+        return
+    known = list(iter_known_queues(store, store.live_workers(store.server_time())))
+    for queue in wanted:
+        if queue not in known:
+            raise ValueError(
+                f"unknown queue {queue!r}: nothing names it{unknown_queue_hint(queue, known)} "
+                "(a queue is known once DELAYQ['QUEUES'], DEFAULT_QUEUE, a registered task, "
+                "a live worker or a job scheduled to it names it); pass --force for a queue "
+                "that is new on purpose"
+            )
 
 
 def report(

@@ -12,6 +12,7 @@ The record itself (what the producer decided) is :mod:`django_delayq.record`.
 from __future__ import annotations
 
 import json
+from urllib.parse import unquote
 
 # What a worker name may not hold as is in its instance name, which starts every lease token
 # (``<instance>#<counter>``, kept in the state hash as ``<n>|<token>`` or ``<n>|~<token>``)
@@ -63,6 +64,17 @@ def encode_instance_name(name: str) -> str:
         else c
         for c in name
     )
+
+
+def shown_instance(instance: str | None) -> str:
+    """A worker instance id (``<encoded name>~<suffix>``, in lease tokens and the roster) as
+    people read it: its name decoded, ``host:42%2F1~1a2b3c4d`` -> ``host:42/1~1a2b3c4d`` (a
+    supervisor's children are named ``<name>/<slot>``). For display only: the encoded id
+    stays the key."""
+    if not instance:
+        return ""
+    name, tilde, suffix = instance.rpartition("~")
+    return f"{unquote(name)}~{suffix}" if tilde else unquote(instance)
 
 
 def parse_errors(raw: bytes | str | None) -> list[dict]:

@@ -9,7 +9,8 @@ gauges   ``delayq_pending_jobs``, ``delayq_due_jobs``, ``delayq_running_jobs``,
 counters ``delayq_jobs_done_total``, ``delayq_attempts_failed_total``,
          ``delayq_attempts_retried_total``, ``delayq_jobs_dead_lettered_total``,
          ``delayq_jobs_recovered_total``, ``delayq_jobs_limited_total`` (kept in Redis by the
-         scripts since the queue began)
+         scripts since the queue began; the last counts hold-backs, not jobs: its name is
+         kept for the dashboards that use it)
 
 each labelled ``queue``. Rendered by ``prometheus_client`` (the ``prometheus`` extra) from a
 collector registered in a registry of its own per request, never in the global one, in the
@@ -73,7 +74,8 @@ COUNTERS = (
     ),
     (
         "delayq_jobs_limited",
-        "Due jobs held back by their task's rate or concurrency limit.",
+        "Hold-backs, not jobs: each time a claim held a due job back for its task's rate or "
+        "concurrency limit (one job may be held back many times).",
         "limited",
     ),
 )

@@ -11,7 +11,6 @@ whose unique key a row holds). Nothing here writes to Redis or the database.
 
 from __future__ import annotations
 
-import difflib
 import math
 import re
 import time
@@ -43,6 +42,7 @@ from django_delayq.registry import (
 )
 from django_delayq.storage.queues import check_queue_name
 from django_delayq.storage.store import DONE_TTL, Scheduled
+from django_delayq.wording import closest
 
 TASK_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_<>][\w<>]*)+")
 # Due times are kept before 2200 (a lease score of a not-started job is lease_until - 1e10,
@@ -153,8 +153,8 @@ def check_queue(queue: str) -> str:
     if queue in known:
         return queue
     known = list(dict.fromkeys(str(k) for k in known))
-    close = difflib.get_close_matches(queue, known, n=1, cutoff=0.6)
-    hint = f"did you mean {close[0]!r}? " if close else ""
+    close = closest(queue, known)
+    hint = f"did you mean {close!r}? " if close else ""
     raise ValueError(
         f"queue {queue!r} is not one this code base's workers serve (known: "
         f"{', '.join(known)}: DELAYQ['QUEUES'], DEFAULT_QUEUE and the queues of registered "

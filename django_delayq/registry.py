@@ -19,6 +19,7 @@ from django_delayq.calls import Call
 from django_delayq.control import check_concurrency, check_priority, parse_rate
 from django_delayq.exceptions import TaskNotFound
 from django_delayq.storage.queues import check_queue_name
+from django_delayq.wording import closest
 
 if TYPE_CHECKING:
     from django_delayq.job import Job
@@ -166,6 +167,8 @@ def task(func: Callable[..., Any] | None = None, /, **options: Any) -> Any:
     jobs already scheduled.
     """
 
+    check_task_options(options)
+
     def register(f: Callable[..., Any]) -> Task:
         new = Task(f, **options)
         with _lock:
@@ -179,6 +182,42 @@ def task(func: Callable[..., Any] | None = None, /, **options: Any) -> Any:
         return new
 
     return register(func) if func is not None else register
+
+
+# @task's options, and what other task queues call some of them (Celery, huey, rq).
+TASK_OPTIONS = (
+    "name",
+    "queue",
+    "max_retries",
+    "retry_backoff",
+    "priority",
+    "rate",
+    "concurrency",
+    "timeout",
+)
+ELSEWHERE = {
+    "retry_delay": "retry_backoff",
+    "default_retry_delay": "retry_backoff",
+    "retries": "max_retries",
+    "time_limit": "timeout",
+    "job_timeout": "timeout",
+    "rate_limit": "rate",
+}
+
+
+def check_task_options(options: dict[str, Any]) -> None:
+    """TypeError naming an option @task does not take, the one meant when it is close (or
+    another library's name for it) and the valid ones, when the decorator is written, not
+    a bare "unexpected keyword argument" once it is applied."""
+    for option in options:
+        if option not in TASK_OPTIONS:
+            meant = ELSEWHERE.get(option) or closest(option, TASK_OPTIONS)
+            hint = f"did you mean {meant!r}? " if meant else ""
+            raise TypeError(
+                f"@task() got an unknown option {option!r}: {hint}@task takes "
+                f"{', '.join(TASK_OPTIONS)} (retry_backoff: the base delay in seconds of the "
+                "exponential backoff between attempts)"
+            )
 
 
 def shadowed_options(signature: inspect.Signature | None) -> frozenset[str]:

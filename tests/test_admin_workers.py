@@ -121,6 +121,24 @@ def test_workers_tab_fields_and_escaping(real_store, admin_client):
     assert '1,234 / <span class="dq-error">5</span>' in body
 
 
+def test_a_supervised_worker_shows_its_name_unquoted(store, admin_client):
+    """Issue 26: the children of `delayq_worker --processes` are named `host:pid/1`; the
+    Workers tab, In progress and a job's page showed their instance id as `host:42%2F1~...`
+    (the encoding that keeps '/' out of lease tokens). They show the name as given; the
+    encoded id stays in the data-worker attribute, the key."""
+    instance = "host:42%2F1~1a2b3c4d"
+    beat(store, instance, name="host:42/1")
+    job_id = make_running(store, worker=instance)
+    body = text(admin_client.get(url("workers")))
+    assert f'data-worker="{instance}"' in body
+    assert '<div class="dq-quiet dq-mono dq-instance">host:42/1~1a2b3c4d</div>' in body
+    assert body.count("%2F") == 1  # the attribute only
+    body = text(admin_client.get(url("running")))
+    assert ">host:42/1~1a2b3c4d</td>" in body and "%2F" not in body
+    body = text(admin_client.get(url("detail", Q, job_id)))
+    assert '<td class="dq-mono">host:42/1~1a2b3c4d</td>' in body and "%2F" not in body
+
+
 def test_dashboard_shows_live_workers_per_queue_and_flags_unserved_queues(store, admin_client):
     schedule_overdue(store, 60)
     testtasks.send_mail.schedule("a@b.c", delay=600)  # emails: nothing due

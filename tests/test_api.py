@@ -8,6 +8,7 @@ import re
 from datetime import timedelta
 
 import pytest
+from django.conf import settings
 from django.db import transaction
 from django.test import override_settings
 from django.utils import timezone
@@ -80,6 +81,24 @@ def test_an_unknown_task_name_is_refused_with_the_closest_names(store):
     with names_unchecked(store):
         assert schedule("shop.tasks.nope", 1).task == "shop.tasks.nope"
         assert len(schedule_many("shop.tasks.nope", [(1,), (2,)])) == 2
+
+
+def test_an_unknown_task_option_names_the_valid_ones():
+    """Issue 26: @task(retry_delay=1) was a bare "unexpected keyword argument" TypeError,
+    raised only when the decorator was applied. It names the option meant (huey's and
+    Celery's names too, and close typos) and lists the valid ones, at once."""
+    from django_delayq import task
+
+    with pytest.raises(
+        TypeError,
+        match=r"unknown option 'retry_delay': did you mean "
+        r"'retry_backoff'\? @task takes name, queue, max_retries, retry_backoff",
+    ):
+        task(retry_delay=1)
+    with pytest.raises(TypeError, match=r"'qeue': did you mean 'queue'\?"):
+        task(qeue="emails")
+    with pytest.raises(TypeError, match=r"unknown option 'colour': @task takes name, queue"):
+        task(colour="red")
 
 
 def test_names_are_not_checked_before_the_registry_is_loaded(store, monkeypatch):
@@ -342,3 +361,24 @@ def test_schedule_many_sends_a_chunk_again_after_a_lost_reply(store, monkeypatch
         assert True in resends  # the unanswered chunks went again, with their resend args
     assert len({j.id for j in again}) == 10 and all(j.due_at for j in again)
     assert store.client.zcard(store.key("default", "pending")) == 21  # each stored once
+
+
+def test_a_connection_error_says_which_redis_and_what_to_check(store):
+    """Issue 26: cancel() with Redis down was a 500 whose ConnectionError named no setting
+    and nothing to check. It names the URL (its password hidden) or the cache alias."""
+    from django_delayq.exceptions import ConnectionError as DelayQConnectionError
+
+    down_url = more_settings(store, REDIS_URL="redis://:hunter2@127.0.0.1:1/0")
+    with down_url, pytest.raises(DelayQConnectionError) as raised:
+        cancel("0" * 26)
+    text = str(raised.value)
+    assert "DELAYQ['REDIS_URL'] is 'redis://:***@127.0.0.1:1/0'" in text
+    assert "check that this Redis runs" in text and "hunter2" not in text
+    down = {"BACKEND": "django.core.cache.backends.redis.RedisCache"}
+    down["LOCATION"] = "redis://127.0.0.1:1/0?password=hunter2"
+    caches = override_settings(CACHES={**settings.CACHES, "down": down})
+    with caches, more_settings(store, CACHE="down"), pytest.raises(DelayQConnectionError) as raised:
+        cancel("0" * 26)
+    text = str(raised.value)
+    assert "the cache 'down' (LOCATION 'redis://127.0.0.1:1/0?password=***')" in text
+    assert "DELAYQ['CACHE']" in text and "hunter2" not in text

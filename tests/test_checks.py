@@ -27,6 +27,13 @@ def test_e001_cache_is_not_redis():
 
 def test_e001_missing_cache_alias():
     assert ids(CACHE="nope") == ["delayq.E001"]
+    with override_settings(DELAYQ={"CACHE": "nope"}):
+        (error,) = check_settings()
+    # Issue 26: the hint named docs/tutorial.rst, which a project installed from a wheel
+    # does not have; it says what to write instead.
+    assert "docs/" not in error.hint
+    assert "django.core.cache.backends.redis.RedisCache" in error.hint
+    assert "DELAYQ['REDIS_URL'] = 'redis://127.0.0.1:6379/0'" in error.hint
 
 
 @pytest.mark.parametrize("alias", [5, None, ""])
@@ -97,6 +104,17 @@ def test_w001_unknown_key():
     with override_settings(DELAYQ={"VISIBLITY_TIMEOUT": 5}):
         (warning,) = check_settings()
     assert warning.id == "delayq.W001" and "VISIBLITY_TIMEOUT" in warning.msg
+    assert warning.hint.startswith("Did you mean 'VISIBILITY_TIMEOUT'? Known settings: ")
+
+
+def test_w001_suggests_the_setting_meant():
+    """Issue 26: DELAYQ["QUEUE"] warned with the list of settings and no suggestion."""
+    with override_settings(DELAYQ={"QUEUE": ["default"], "ZZZ": 1, 5: 1}):
+        warnings = check_settings()
+    assert [w.id for w in warnings] == ["delayq.W001"] * 3
+    assert [w.hint.split("?")[0] for w in warnings if "Did you" in w.hint] == [
+        "Did you mean 'QUEUES'"
+    ]
 
 
 def test_w002_redis_unreachable_is_a_deploy_check():

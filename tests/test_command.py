@@ -150,3 +150,16 @@ def test_bad_options():
         call_command("delayq_worker", "--concurrency", "0")
     with pytest.raises(CommandError, match="invalid queue name"):
         call_command("delayq_worker", "--queues", "a b")
+
+
+def test_worker_refuses_a_queue_nothing_names(store):
+    """Issue 26: `delayq_worker --queues defualt` started without a word and served a queue
+    no job goes to. Refused, with the "did you mean" of delayq_status, before a supervisor
+    starts children; --force serves a queue that is new on purpose."""
+    from django.core.management.base import CommandError
+
+    for extra in ([], ["--processes", "2"]):
+        with pytest.raises(CommandError, match=r"unknown queue 'defualt'.*did you mean 'default'"):
+            call_command("delayq_worker", "--burst", "--queues", "emails,defualt", *extra)
+    call_command("delayq_worker", "--burst", "--queues", "default,emails", verbosity=0)
+    call_command("delayq_worker", "--burst", "--queues", "brand-new", "--force", verbosity=0)

@@ -159,6 +159,27 @@ def test_delayq_queue_command(store):
     assert django_delayq.is_paused("emails")
 
 
+def test_delayq_queue_refuses_a_queue_nothing_names(store):
+    """Issue 26: `delayq_queue pause defualt` printed "defualt: paused" and exited 0 while
+    the real queue ran on. A queue nothing names is refused with the "did you mean" of
+    delayq_status; --force acts on a queue that is new on purpose."""
+    from django.core.management.base import CommandError
+
+    out = StringIO()
+    with pytest.raises(CommandError, match=r"unknown queue 'defualt'.*did you mean 'default'"):
+        call_command("delayq_queue", "pause", "default", "defualt", stdout=out)
+    assert out.getvalue() == "" and not django_delayq.is_paused("default")  # none paused
+    with pytest.raises(CommandError, match=r"unknown queue 'zzz'.*\(known: default, emails"):
+        call_command("delayq_queue", "status", "zzz")
+    call_command("delayq_queue", "pause", "brand-new", "--force", stdout=out)
+    assert out.getvalue() == "brand-new: paused\n"
+    call_command("delayq_queue", "resume", "brand-new", stdout=out)  # paused: known
+    assert not django_delayq.is_paused("brand-new")
+    schedule("tests.testapp.tasks.add", 1, 2, queue="side")  # scheduled to: Redis knows it
+    call_command("delayq_queue", "pause", "side", stdout=out)
+    assert django_delayq.is_paused("side")
+
+
 def test_metrics_show_paused(store):
     from django_delayq.metrics import QueueCollector
 

@@ -116,6 +116,15 @@ def test_per_queue_gauges_and_counters_parsed_by_prometheus_client(store, client
     assert not any(n.startswith("delayq_") for n in prometheus_client.REGISTRY._names_to_collectors)
 
 
+def test_the_limited_counter_says_it_counts_hold_backs():
+    """Issue 26: delayq_jobs_limited_total read 573 for 43 jobs: it counts each time a claim
+    held a job back. The name is kept (dashboards use it); its HELP says what it counts."""
+    from django_delayq.metrics import COUNTERS as DEFINED
+
+    (help_text,) = [text for name, text, _ in DEFINED if name == "delayq_jobs_limited"]
+    assert help_text.startswith("Hold-backs, not jobs: each time a claim held a due job back")
+
+
 def test_openmetrics_when_the_scraper_asks_for_it(store, client):
     t.add.schedule(1, 2)
     with more_settings(store, METRICS_TOKEN=TOKEN):

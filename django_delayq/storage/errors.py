@@ -11,8 +11,12 @@ redis-py exception becomes django-delayq's (one place for every call of the stor
 
 from __future__ import annotations
 
+import re
+from urllib.parse import urlsplit
+
 import redis
 
+from django_delayq.conf import delayq_settings
 from django_delayq.exceptions import ConnectionError as DelayQConnectionError
 from django_delayq.exceptions import DelayQError
 
@@ -75,7 +79,9 @@ def translate(exc: BaseException) -> Exception:
             )
         return DelayQError(f"Redis answered an error: {text}")
     if isinstance(exc, BROKEN):
-        return DelayQConnectionError(f"Redis is unreachable or the connection broke: {exc}")
+        return DelayQConnectionError(
+            f"Redis is unreachable or the connection broke: {exc}. {what_to_check()}"
+        )
     return DelayQError(f"unexpected error talking to Redis: {exc!r}")
 
 
@@ -86,6 +92,36 @@ def unavailable(exc: BaseException) -> Exception:
     if code(exc) in NOT_RUN:
         return DelayQConnectionError(
             f"Redis did not take the command within its time budget (last answer: {exc}); "
-            "it may be failing over, loading or busy"
+            f"it may be failing over, loading or busy. {what_to_check()}"
         )
     return translate(exc)
+
+
+def what_to_check() -> str:
+    """Which Redis the settings point at (a URL's password left out) and what to check: a
+    ConnectionError that reaches a web page must say where to look."""
+    url = delayq_settings.REDIS_URL
+    if url:
+        where = f"DELAYQ['REDIS_URL'] is {without_password(str(url))!r}"
+    else:
+        from django.conf import settings
+
+        alias = delayq_settings.CACHE
+        caches = getattr(settings, "CACHES", {})
+        location = caches.get(alias, {}).get("LOCATION") if isinstance(caches, dict) else None
+        shown = f" (LOCATION {without_password(location)!r})" if isinstance(location, str) else ""
+        where = f"django-delayq uses the Redis of the cache {alias!r}{shown} (DELAYQ['CACHE'])"
+    return (
+        f"{where}: check that this Redis runs, that this host can reach its host and port "
+        "(firewall, DNS, TLS: rediss://) and that its password and database are right"
+    )
+
+
+def without_password(url: str) -> str:
+    """``url`` with its password (in the user part or a ``password=`` query) as ``***``."""
+    netloc = urlsplit(url).netloc
+    if "@" in netloc:
+        user, host = netloc.rsplit("@", 1)
+        if ":" in user:
+            url = url.replace(netloc, f"{user.split(':', 1)[0]}:***@{host}", 1)
+    return re.sub(r"([?&]password=)[^&#]*", r"\1***", url)

@@ -5,7 +5,6 @@ Thin: :func:`django_delayq.health.report` computes the report; this prints it.
 
 from __future__ import annotations
 
-import difflib
 import json
 import math
 import sys
@@ -174,8 +173,7 @@ def _problem_text(q: health.QueueHealth, report: health.Report) -> str:
     max_lag = report.max_lag
     texts = []
     if health.UNKNOWN in q.problems:
-        close = difflib.get_close_matches(q.queue, report.known, n=1, cutoff=0.6)
-        hint = f": did you mean {close[0]!r}?" if close else f" (known: {', '.join(report.known)})"
+        hint = health.unknown_queue_hint(q.queue, report.known)
         texts.append(f"UNKNOWN QUEUE: nothing names {q.queue!r}{hint}")
     if health.LAG in q.problems:
         texts.append(f"LAG: oldest due job waited {q.lag:.1f} s > {max_lag:g} s")

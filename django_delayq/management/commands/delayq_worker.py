@@ -14,13 +14,20 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from django_delayq import health
 from django_delayq.checks import serving
 from django_delayq.conf import delayq_settings
+from django_delayq.exceptions import DelayQError
+from django_delayq.storage.connection import get_store
 from django_delayq.storage.queues import check_queue_name
 from django_delayq.worker.dispatch import Worker
 from django_delayq.worker.supervised import Supervised
 from django_delayq.worker.supervisor import Supervisor, cpu_count
 
+FORCE_HELP = (
+    "Serve --queues even if nothing names them yet (not the settings, a registered task, a "
+    "live worker, or a job scheduled to it): a queue new on purpose."
+)
 LEVELS = {0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
 
 
@@ -31,8 +38,10 @@ class Command(BaseCommand):
         parser.add_argument(
             "--queues",
             default=None,
-            help="Comma-separated queues to run (default: DELAYQ['QUEUES']).",
+            help="Comma-separated queues to run (default: DELAYQ['QUEUES']); one nothing "
+            "names is refused as a typo, unless --force.",
         )
+        parser.add_argument("--force", action="store_true", help=FORCE_HELP)
         parser.add_argument(
             "--concurrency", type=int, default=1, help="Jobs run at once, in threads (default 1)."
         )
@@ -100,12 +109,9 @@ class Command(BaseCommand):
             )
         processes = _processes(options["processes"])
         limits = _limits(options)
+        if options["supervisor_pid"] is None:  # the supervisor's children: checked by it
+            _check_queues(queues or [], options["force"])
         if options["supervisor_pid"] is None and (processes is not None or limits):
-            for queue in queues or ():  # refused here, not by N children dying at start
-                try:
-                    check_queue_name(queue)
-                except ValueError as exc:
-                    raise CommandError(str(exc)) from exc
             code = self._supervise(processes or 1, options)
             if code:
                 sys.exit(code)
@@ -199,6 +205,24 @@ def _queues(option: str | None) -> list[str] | None:
     if not option:
         return None
     return [q.strip() for q in option.split(",") if q.strip()]
+
+
+def _check_queues(queues: list[str], force: bool) -> None:
+    """CommandError for an invalid queue name, or (unless ``force``) one nothing names: a
+    misspelt --queues must not start a worker that serves a queue no job goes to. Refused
+    here, not by N children of a supervisor dying at start."""
+    try:
+        for queue in queues:
+            check_queue_name(queue)
+        if not force:
+            health.check_known_queues(get_store(), queues)
+    except DelayQError as exc:
+        raise CommandError(
+            f"cannot check --queues against the queues Redis knows: {exc} (--force starts "
+            "without checking)"
+        ) from exc
+    except ValueError as exc:
+        raise CommandError(str(exc)) from exc
 
 
 def _limits(options: dict[str, Any]) -> bool:

@@ -1,0 +1,11 @@
+"""Template filters of the admin's pages (``{% load delayq_admin %}``)."""
+
+from __future__ import annotations
+
+from django import template
+
+from django_delayq.job_state import shown_instance
+
+register = template.Library()
+
+register.filter("shown_instance", shown_instance)
