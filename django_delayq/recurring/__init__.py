@@ -3,13 +3,17 @@ job with a deterministic id, so any number of workers may create it and one job 
 
 - definitions.py  parse and validate schedules (``DELAYQ["SCHEDULES"]`` and the Schedule model)
 - times.py        fire times (cron in the schedule's zone with cronsim, intervals since the
-                  epoch) and occurrence ids
-- reconcile.py    the pass every worker runs: keep the next occurrence of each schedule in
-                  Redis, cancel what a change replaced, run missed occurrences by policy
-- hooks.py        on an occurrence's start: the durable record, then its successor
-- names.py        the schedule an occurrence belongs to (Job.schedule)
-- status.py       missing or overdue schedules (delayq_status, /metrics)
-- checks.py       system checks delayq.E020-E021
+                  epoch); ids.py: occurrence ids; names.py: the schedule of an id
+- reconcile.py    the full pass: keep the next occurrence of each schedule in Redis, record
+                  new and changed definitions, create missed occurrences by policy
+- passes.py       when a worker runs the full pass (a cheap look every RECONCILE_INTERVAL)
+- deploys.py      which version of the settings' schedules is current (rolling deploys)
+- claims.py       what a claim does with its occurrences: the missed policy (policy.py),
+                  the durable record (committed by recorder.py), the successors
+- occurrences.py  an occurrence's record and queue; known.py: what the last pass saw
+- hooks.py        the outcomes of occurrences (signals)
+- status.py       missing, overdue or invalid schedules (delayq_status, /metrics)
+- checks.py       system checks delayq.E020-E022
 
 docs/howto/recurring.rst and docs/internals.rst ("Recurring schedules") give the design.
 """
