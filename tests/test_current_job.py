@@ -152,16 +152,14 @@ def test_a_worker_running_an_occurrence_exposes_its_schedule_and_fire_time(real_
     clock = lambda: now  # noqa: E731
     now = start.timestamp()
     spec = {"task": occurrence_reader.name, "every": 10}
-    hooks.clock = clock
     hooks.forget_known()
     try:
         with more_settings(real_store, SCHEDULES={"tick": spec}):
             assert Reconciler(real_store, clock=clock).run_pass().created == 1
-            hooks.forget_known()  # the start hook and Job.schedule then read the database
+            hooks.forget_known()  # the claim and Job.schedule then read the database
             now = start.replace(second=10).timestamp()
             assert Worker(["default"], burst=True, clock=clock, store=real_store).run() == 0
     finally:
-        hooks.clock = None
         hooks.forget_known()
     assert len(SEEN) == 1, SEEN
     job_id, name, fire_time = SEEN[0][1]

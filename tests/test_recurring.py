@@ -40,7 +40,6 @@ class Sim:
         self.t = start.timestamp()
         self.tag = store.prefix
         runs_client().delete(f"runs:{self.tag}")
-        hooks.clock = self.clock
         hooks.forget_known()
 
     def clock(self) -> float:
@@ -86,7 +85,6 @@ def sim_at(real_store):
     yield make
     for context in made:
         context.__exit__(None, None, None)
-    hooks.clock = None
     runs_client().delete(f"runs:{real_store.prefix}")
 
 

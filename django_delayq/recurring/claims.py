@@ -28,14 +28,14 @@ import re
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from django.db import DatabaseError, close_old_connections
 from django.utils import timezone
 
 from django_delayq.recurring import definitions, known
-from django_delayq.recurring.occurrences import encoded
+from django_delayq.recurring.occurrences import encoded, recorded_definition
 from django_delayq.recurring.policy import Verdict, verdict
 from django_delayq.recurring.recorder import Recorder
 from django_delayq.recurring.times import (
@@ -86,10 +86,7 @@ def _definitions(states: dict[int, dict]) -> None:
     rows = ScheduleState.objects.filter(name__in=missing).values("name", "digest", "definition")
     for row in rows:
         recorded = row["definition"] or {}
-        try:
-            found = definitions.parse(row["name"], recorded.get("spec") or {}, "database")
-        except definitions.ScheduleError:
-            found = None
+        found = recorded_definition(row["name"], recorded)
         if found is not None and found.digest != row["digest"]:
             found = None
         if len(_parsed) > 100_000:
@@ -117,21 +114,27 @@ def claimed(store: Any, now_s: float, attempts: Sequence[Any], clock_now: float 
         logger.exception("recurring schedules: could not handle the occurrences of a claim")
 
 
-def _read_states(hashes: set[int]) -> dict[int, dict] | None:
-    """The states of these name hashes, by hash (one SELECT, without the ORM's compile:
-    it runs for every claim that has occurrences); None when the database cannot say."""
+def _state_table(write: bool) -> tuple[Any, str, Callable[[str], str]]:
+    """(connection, quoted table name, quoted column of a field) of ScheduleState, for the
+    plain statements below (on the alias the routers give it)."""
     from django.db import connections, router
 
     from django_delayq.models import ScheduleState
 
+    route = router.db_for_write if write else router.db_for_read
+    connection = connections[route(ScheduleState)]
+    quote, meta = connection.ops.quote_name, ScheduleState._meta
+    return connection, quote(meta.db_table), lambda name: quote(meta.get_field(name).column)
+
+
+def _read_states(hashes: set[int]) -> dict[int, dict] | None:
+    """The states of these name hashes, by hash (one SELECT, without the ORM's compile:
+    it runs for every claim that has occurrences); None when the database cannot say."""
     close_old_connections()
-    connection = connections[router.db_for_read(ScheduleState)]
-    quote = connection.ops.quote_name
-    meta = ScheduleState._meta
-    columns = ", ".join(quote(meta.get_field(name).column) for name in FIELDS)
-    hashed = quote(meta.get_field("name_hash").column)
+    connection, table, column = _state_table(write=False)
+    columns = ", ".join(column(name) for name in FIELDS)
     listed = ", ".join(str(int(h)) for h in hashes)  # integers: literals, nothing to parse
-    sql = f"SELECT {columns} FROM {quote(meta.db_table)} WHERE {hashed} IN ({listed})"
+    sql = f"SELECT {columns} FROM {table} WHERE {column('name_hash')} IN ({listed})"
     try:
         with connection.cursor() as cursor:
             cursor.execute(sql)
@@ -234,15 +237,9 @@ def _record_fires(records: dict[int, tuple[int, str, str]]) -> None:
     (Crockford base 32) and two fixed words, written into the statement as literals
     (checked below): a driver would otherwise parse a statement of hundreds of
     placeholders at every claim."""
-    from django.db import connections, router
-
-    from django_delayq.models import ScheduleState
-
-    connection = connections[router.db_for_write(ScheduleState)]
-    quote = connection.ops.quote_name
-    meta = ScheduleState._meta
+    connection, table, column = _state_table(write=True)
     fire, job, outcome, started, finished, hashed = (
-        quote(meta.get_field(name).column)
+        column(name)
         for name in ("last_fire_ms", "last_job_id", "last_outcome", "last_started_at",
                      "last_finished_at", "name_hash")
     )  # fmt: skip
@@ -255,7 +252,7 @@ def _record_fires(records: dict[int, tuple[int, str, str]]) -> None:
         outcomes.append(f"WHEN {int(h)} THEN '{word}'")
     fire_case = f"CASE {hashed} {' '.join(fires)} END"
     sql = (
-        f"UPDATE {quote(meta.db_table)} SET {fire} = {fire_case}, "
+        f"UPDATE {table} SET {fire} = {fire_case}, "
         f"{job} = CASE {hashed} {' '.join(jobs)} END, "
         f"{outcome} = CASE {hashed} {' '.join(outcomes)} END, "
         f"{started} = %s, {finished} = NULL "
@@ -280,10 +277,6 @@ def write_outcomes() -> None:
     """Write the buffered outcomes: one UPDATE per outcome and 2,000 occurrences, of the
     rows whose last job they are (an outcome of an older occurrence changes nothing). The
     ids are occurrence ids, written as literals (checked), as in _record_fires."""
-    from django.db import connections, router
-
-    from django_delayq.models import ScheduleState
-
     global _outcomes
     if not _outcomes:
         return
@@ -293,13 +286,8 @@ def write_outcomes() -> None:
     for job_id, outcome in dict(pending).items():  # the last outcome of each job
         if _LITERAL.fullmatch(job_id):
             by_outcome[outcome].append(job_id)
-    connection = connections[router.db_for_write(ScheduleState)]
-    quote = connection.ops.quote_name
-    meta = ScheduleState._meta
-    job, word, finished = (
-        quote(meta.get_field(name).column)
-        for name in ("last_job_id", "last_outcome", "last_finished_at")
-    )
+    connection, table, column = _state_table(write=True)
+    job, word, finished = (column(n) for n in ("last_job_id", "last_outcome", "last_finished_at"))
     now = connection.ops.adapt_datetimefield_value(timezone.now())
     close_old_connections()
     try:
@@ -308,7 +296,7 @@ def write_outcomes() -> None:
                 for start in range(0, len(ids), 2000):
                     listed = ", ".join(f"'{i}'" for i in ids[start : start + 2000])
                     cursor.execute(
-                        f"UPDATE {quote(meta.db_table)} SET {word} = %s, {finished} = %s "
+                        f"UPDATE {table} SET {word} = %s, {finished} = %s "
                         f"WHERE {job} IN ({listed})",
                         [outcome, now],
                     )

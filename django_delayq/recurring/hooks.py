@@ -8,15 +8,11 @@ Ordinary jobs cost one look at three characters of their id here.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from django_delayq.recurring import known
 from django_delayq.recurring.claims import buffer_outcome
 from django_delayq.recurring.times import may_be_occurrence
-
-# Tests replace Redis's clock (epoch seconds) for successors; None: Redis's TIME.
-clock: Callable[[], float] | None = None
 
 
 def forget_known() -> None:

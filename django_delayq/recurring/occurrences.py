@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django_delayq.conf import delayq_settings
 from django_delayq.record import FLAG_TOMBSTONE, FLAG_UNDECIDED, encode_record
-from django_delayq.recurring.definitions import Definition
+from django_delayq.recurring.definitions import Definition, ScheduleError, parse
 from django_delayq.registry import find_task
 
 # Records and queues by (digest, registered task): a pass encodes each schedule's once.
@@ -51,3 +51,12 @@ def record_of(definition: Definition) -> bytes:
         flags,
         priority,
     )
+
+
+def recorded_definition(name: str, recorded: dict) -> Definition | None:
+    """The definition a ScheduleState row records (``{"spec": ..., "queue": ...}``), or None
+    when it cannot be parsed here."""
+    try:
+        return parse(name, recorded.get("spec") or {}, "database")
+    except ScheduleError:
+        return None

@@ -27,8 +27,13 @@ from django_delayq.conf import delayq_settings
 from django_delayq.exceptions import DelayQError
 from django_delayq.recurring import definitions, deploys, known
 from django_delayq.recurring.claims import DELETED, write_outcomes
-from django_delayq.recurring.definitions import Definition, ScheduleError
-from django_delayq.recurring.occurrences import encoded, queue_of, record_of  # noqa: F401
+from django_delayq.recurring.definitions import Definition
+from django_delayq.recurring.occurrences import (  # noqa: F401
+    encoded,
+    queue_of,
+    record_of,
+    recorded_definition,
+)
 from django_delayq.recurring.policy import LATE_GRACE_MS, MISSED_ALL
 from django_delayq.recurring.times import (
     fire_after,
@@ -82,12 +87,9 @@ def wanted(definition: Definition, state: object, now_ms: int) -> list[int]:
 def cancel_pending(store: Store, old: dict, name: str, version: int, now_ms: int) -> int:
     """Cancel the old definition's next occurrence (its first fire time after now). One
     already due stays: it was owed before the change and runs (claims.py)."""
-    try:
-        definition = definitions.parse(name, old.get("spec", {}), "database")
-        queue = old.get("queue") or delayq_settings.DEFAULT_QUEUE
-    except ScheduleError:
-        return 0
-    if not definition.enabled:
+    definition = recorded_definition(name, old)
+    queue = old.get("queue") or delayq_settings.DEFAULT_QUEUE
+    if definition is None or not definition.enabled:
         return 0
     try:
         job_id = occurrence_id(name, version, fire_after(definition, now_ms))
