@@ -166,6 +166,25 @@ def test_an_async_task_on_the_loop_is_cancelled_at_its_timeout(store):
     assert worker.runners.replaced == 0 and worker.runners.hung == 0
 
 
+def test_a_finished_attempt_is_not_counted_in_flight_when_its_slot_is_filled(store):
+    """The slot an attempt frees is filled in the next turn of the loop, before the asyncio
+    done callbacks of its task run: the attempt must already be out of the in-flight set
+    then (it once was not, so in_flight_max counted a finished attempt as running)."""
+    seen_done = []
+    fill = aio.Loop._fill
+
+    def spy(loop):
+        seen_done.extend(task for task in loop._tasks if task.done())
+        fill(loop)
+
+    with mock.patch.object(aio.Loop, "_fill", spy):
+        schedule_many(t.async_double, [(n,) for n in range(20)])
+        worker = run_burst(async_concurrency=1)
+    assert worker.processed == 20
+    assert seen_done == []
+    assert worker.loop.in_flight_max == 1
+
+
 def test_an_async_task_that_blocks_the_loop_is_failed_by_the_watchdog(store, name):
     with Recorder(signals.job_failed) as rec:
         job = t.async_blocks.schedule(name)

@@ -160,10 +160,16 @@ class Loop(Pool):
     async def _attempt(self, attempt: Attempt, settle: bool) -> None:
         """One attempt, marked started (``settle``: its record's max_retries is decided
         first, settle.lua, a round trip off the loop), to its outcome in the holdings."""
+        try:
+            await self._attempt_body(attempt, settle)
+        finally:  # no longer in flight: the slot it frees may be filled in this very turn,
+            self._tasks.discard(asyncio.current_task())  # before the done callbacks run
+
+    async def _attempt_body(self, attempt: Attempt, settle: bool) -> None:
         if settle and not await asyncio.to_thread(self.starts.start, attempt):
             self.holdings.drop(attempt)
             self.wake.set()
-            self._fill()
+            self._fill_soon()
             return
         try:
             outcome = await self.execute(attempt)
@@ -173,7 +179,7 @@ class Loop(Pool):
             raise
         if outcome.late or attempt.timed_out:  # the watchdog failed it while it blocked us
             self.holdings.abandoned_returned()
-            self._fill()
+            self._fill_soon()
             return
         self.prefetch.ran_on_loop(time.monotonic() - (attempt.started or 0.0))
         self.holdings.finish(outcome)
