@@ -81,8 +81,8 @@ from django.core.management import call_command  # noqa: E402
 from django.test import Client  # noqa: E402
 from django.urls import path, reverse  # noqa: E402
 
-from django_delayq.job_ids import new_job_id  # noqa: E402
-from django_delayq.record import encode_record  # noqa: E402
+from django_delayq.jobs.ids import new_job_id  # noqa: E402
+from django_delayq.jobs.record import encode_record  # noqa: E402
 from django_delayq.storage.connection import get_store  # noqa: E402
 from django_delayq.storage.store import Store  # noqa: E402
 

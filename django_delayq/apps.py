@@ -12,7 +12,7 @@ class DelayQConfig(AppConfig):
         from django_delayq.recurring import checks as recurring_checks  # noqa: F401
         from django_delayq.recurring.hooks import connect as connect_recurring
         from django_delayq.recurring.names import connect as connect_names
-        from django_delayq.registry import autodiscover
+        from django_delayq.scheduling.registry import autodiscover
 
         connect_recurring()  # occurrences of recurring schedules (recurring/hooks.py)
         connect_names()  # Job.schedule (recurring/names.py)

@@ -45,11 +45,11 @@ from typing import Any
 from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
 
-from django_delayq import queue_settings
 from django_delayq.conf import DEFAULTS, delayq_settings
+from django_delayq.conf import queues as queue_settings
 from django_delayq.exceptions import ConfigurationError
-from django_delayq.outbox_checks import check_outbox_databases, check_sqlite_locking
-from django_delayq.registry import registered, shadowing
+from django_delayq.outbox.checks import check_outbox_databases, check_sqlite_locking
+from django_delayq.scheduling.registry import registered, shadowing
 from django_delayq.wording import article, closest
 
 MAXIMUM = 10**9
@@ -298,7 +298,7 @@ def check_redis(app_configs: Any = None, **kwargs: Any) -> list:
 def check_layout(app_configs: Any = None, **kwargs: Any) -> list:
     """delayq.W004: a known queue holds 0.1's layout (upgrade.refusal: what a worker refuses
     to start on). Silent when Redis cannot be read: W002 says so."""
-    from django_delayq.health import iter_known_queues
+    from django_delayq.monitoring.health import iter_known_queues
     from django_delayq.storage.connection import get_store
     from django_delayq.worker.upgrade import refusal
 

@@ -1,7 +1,7 @@
 """django-delayq's signals. All are sent with ``send_robust``: a receiver that raises is
 logged and never breaks ``schedule()`` or the worker.
 
-The sender is the :class:`~django_delayq.registry.Task` when the task is registered in
+The sender is the :class:`~django_delayq.scheduling.registry.Task` when the task is registered in
 this process, else the task's name (a string).
 
 - ``job_scheduled(job)``: stored (``job.outcome`` says created / replaced / kept)

@@ -7,7 +7,7 @@ read them).
 
 from django.urls import path
 
-from django_delayq.metrics import metrics_view
+from django_delayq.monitoring.metrics import metrics_view
 
 app_name = "django_delayq"
 

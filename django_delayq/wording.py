@@ -21,21 +21,3 @@ def closest(name: str, choices: Iterable[str]) -> str | None:
     is close: the "did you mean" of every error that names an unknown name."""
     close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)
     return close[0] if close else None
-
-
-# The task that runs a Django Task (backends.py): its jobs are shown as the Task they run.
-DJANGO_TASK_RUNNER = "django_delayq.backends.run_django_task"
-
-
-def shown_call(task: str, args: list, kwargs: dict) -> tuple[str, list, dict]:
-    """The call a job makes as people know it: for a Django Task (``run_django_task(path,
-    args, kwargs, spec)``) the Task's own path and arguments, else the job's."""
-    if (
-        task == DJANGO_TASK_RUNNER
-        and len(args) == 4
-        and isinstance(args[0], str)
-        and isinstance(args[1], list)
-        and isinstance(args[2], dict)
-    ):
-        return args[0], args[1], args[2]
-    return task, args, kwargs

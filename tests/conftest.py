@@ -9,7 +9,7 @@ import redis
 from django.conf import settings
 from django.test import override_settings
 
-from django_delayq import relaying
+from django_delayq.outbox import relay as relaying
 from django_delayq.storage import connection
 from django_delayq.storage.store import Store
 from tests.testapp import tasks as testtasks

@@ -19,9 +19,9 @@ from django.urls import reverse
 from django_delayq import schedule, signals
 from django_delayq.admin.actions import ALL_MATCHING_LIMIT
 from django_delayq.admin.views import duration, preview
-from django_delayq.job import Job
-from django_delayq.job_ids import new_job_id
-from django_delayq.record import encode_record
+from django_delayq.jobs.ids import new_job_id
+from django_delayq.jobs.job import Job
+from django_delayq.jobs.record import encode_record
 from django_delayq.storage.store import Store
 from tests.testapp import tasks as testtasks
 

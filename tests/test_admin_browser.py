@@ -24,9 +24,9 @@ from django.contrib.auth.models import Permission, User
 
 import django_delayq
 from django_delayq import get_job, schedule, task
-from django_delayq.job_ids import new_job_id
-from django_delayq.record import encode_record
-from django_delayq.registry import unregister
+from django_delayq.jobs.ids import new_job_id
+from django_delayq.jobs.record import encode_record
+from django_delayq.scheduling.registry import unregister
 from django_delayq.storage.store import Store
 from django_delayq.worker.dispatch import Worker
 from django_delayq.worker.execution import STARTED

@@ -30,7 +30,7 @@ import pytest
 from django.test import Client
 
 from django_delayq import schedule
-from django_delayq.health import named_queues
+from django_delayq.monitoring.health import named_queues
 from tests.test_admin import confirm, make_dead, make_running, schedule_overdue, url
 from tests.test_admin_workers import beat
 from tests.testapp import tasks as testtasks

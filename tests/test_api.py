@@ -19,13 +19,13 @@ from django_delayq import (
     TaskNotFound,
     cancel,
     get_job,
-    registry,
     schedule,
     schedule_many,
     signals,
     task,
 )
-from django_delayq.registry import unregister
+from django_delayq.scheduling import registry
+from django_delayq.scheduling.registry import unregister
 from tests.conftest import more_settings, names_unchecked
 from tests.testapp import tasks as t
 
@@ -300,7 +300,7 @@ def test_cache_alias_connections(real_client):
 
 def test_record_format_3_and_the_records_of_0_1():
     from django_delayq.exceptions import CorruptJob
-    from django_delayq.record import Fields, decode_record, encode_record
+    from django_delayq.jobs.record import Fields, decode_record, encode_record
 
     assert encode_record("shop.tasks.ping", [42, "x"], {}, max_retries=5) == (
         b'5\nshop.tasks.ping\n42,"x"'
@@ -332,7 +332,7 @@ def test_record_format_3_and_the_records_of_0_1():
 def test_schedule_many_sends_a_chunk_again_after_a_lost_reply(store, monkeypatch):
     import redis
 
-    from django_delayq import api
+    from django_delayq.scheduling import api
     from django_delayq.storage.transport import Transport
 
     monkeypatch.setattr(api, "BULK_CHUNK", 3)

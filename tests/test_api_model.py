@@ -54,9 +54,11 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule, run_state_machine_as_test
 
-from django_delayq import cancel, get_job, outbox, relaying, signals
+from django_delayq import cancel, get_job, signals
 from django_delayq.exceptions import DelayQError
 from django_delayq.models import OutboxJob
+from django_delayq.outbox import relay as relaying
+from django_delayq.outbox import rows as outbox
 from django_delayq.storage import connection
 from django_delayq.storage.store import Store
 from django_delayq.worker.dispatch import Worker

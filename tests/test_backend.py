@@ -20,7 +20,8 @@ from django.core.checks import Error, Warning
 from django.test import override_settings
 from django.utils import timezone
 
-from django_delayq import get_job, relaying, schedule
+from django_delayq import get_job, schedule
+from django_delayq.outbox import relay as relaying
 from django_delayq.storage import connection
 
 try:
@@ -28,7 +29,7 @@ try:
 except ImportError:  # Django 5.2 needs the backport: pip install 'django-delayq[tasks]'
     pytest.importorskip("django_tasks", reason="Django 5.2 without the django-tasks backport")
 
-from django_delayq.backends import INTERNAL_TASK, DelayQBackend, run_django_task
+from django_delayq.django_tasks.backend import INTERNAL_TASK, DelayQBackend, run_django_task
 from django_delayq.exceptions import ConfigurationError
 from django_delayq.exceptions import ConnectionError as DelayQConnectionError
 from django_delayq.worker.dispatch import Worker
@@ -641,7 +642,7 @@ def test_every_process_registers_the_internal_task():
     has imported the backend."""
     code = (
         "import sys, django\n"
-        "from django_delayq.registry import _registry\n"
+        "from django_delayq.scheduling.registry import _registry\n"
         f"before = {INTERNAL_TASK!r} in _registry or 'django_delayq.backends' in sys.modules\n"
         "django.setup()\n"
         f"print(before, {INTERNAL_TASK!r} in _registry)\n"

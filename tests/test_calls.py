@@ -24,7 +24,7 @@ from django_delayq import (
     task,
 )
 from django_delayq.checks import check_tasks
-from django_delayq.registry import unregister
+from django_delayq.scheduling.registry import unregister
 from django_delayq.worker.dispatch import Worker
 from tests.test_async_api import astore  # noqa: F401  (the fixture)
 from tests.testapp import tasks as t

@@ -7,7 +7,7 @@ from django.core.management import call_command
 from django.test import override_settings
 
 from django_delayq.checks import check_redis, check_settings
-from django_delayq.outbox_checks import check_outbox
+from django_delayq.outbox.checks import check_outbox
 
 
 def ids(**delayq):

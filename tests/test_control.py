@@ -13,9 +13,10 @@ import pytest
 from django.core.management import call_command
 
 import django_delayq
-from django_delayq import get_job, health, schedule, schedule_many, task
-from django_delayq.job_ids import new_job_id
-from django_delayq.record import encode_record
+from django_delayq import get_job, schedule, schedule_many, task
+from django_delayq.jobs.ids import new_job_id
+from django_delayq.jobs.record import encode_record
+from django_delayq.monitoring import health
 from django_delayq.storage import control
 from django_delayq.worker.dispatch import Worker
 from tests.test_store import T0, start
@@ -181,7 +182,7 @@ def test_delayq_queue_refuses_a_queue_nothing_names(store):
 
 
 def test_metrics_show_paused(store):
-    from django_delayq.metrics import QueueCollector
+    from django_delayq.monitoring.metrics import QueueCollector
 
     django_delayq.pause(Q)
     report = health.report(store, [Q])

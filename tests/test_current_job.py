@@ -14,7 +14,7 @@ from django.test.utils import CaptureQueriesContext
 
 import django_delayq
 from django_delayq import current_job, get_job, task
-from django_delayq.job_ids import new_job_id
+from django_delayq.jobs.ids import new_job_id
 from django_delayq.models import ScheduleState
 from django_delayq.recurring import hooks
 from django_delayq.recurring.reconcile import Reconciler, version_of
@@ -120,8 +120,8 @@ def test_an_ordinary_job_costs_no_query_for_its_schedule():
 
 
 def get_job_like(job_id: str):
-    from django_delayq.job import PENDING, make_job
-    from django_delayq.record import Fields
+    from django_delayq.jobs.job import PENDING, make_job
+    from django_delayq.jobs.record import Fields
 
     return make_job(job_id, "default", PENDING, Fields("tests.x.y", [], {}), 0)
 

@@ -25,7 +25,8 @@ import docutils.core
 import pytest
 
 import django_delayq
-from django_delayq import conf, registry, task
+from django_delayq import conf, task
+from django_delayq.scheduling import registry
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"

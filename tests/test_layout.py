@@ -143,3 +143,57 @@ def test_module_and_function_sizes(name):
     lines = len(path.read_text().splitlines())
     assert lines <= MAX_MODULE_LINES, f"{name} has {lines} lines (at most {MAX_MODULE_LINES})"
     assert not _long_functions(path), _long_functions(path)
+
+
+def test_at_most_twelve_modules_at_the_top():
+    """The top of the package holds the Django app's own files and the public names; the
+    rest lives in folders that name their part of the architecture."""
+    top = sorted(path.name for path in PACKAGE.glob("*.py"))
+    assert len(top) <= 12, top
+
+
+@pytest.mark.parametrize("old", sorted(__import__("django_delayq").MOVED))
+def test_a_moved_module_still_imports_from_its_old_path_with_a_warning(old):
+    import importlib
+    import sys
+
+    import django_delayq
+
+    new = importlib.import_module(django_delayq.MOVED[old])
+    sys.modules.pop(old, None)
+    try:
+        with pytest.warns(DeprecationWarning, match=f"{old} moved to {new.__name__}"):
+            module = importlib.import_module(old)
+        assert module is new  # one module object: a patch through either path is seen by both
+        assert module.__spec__.name == new.__name__
+        assert module.__name__ == new.__name__
+    finally:
+        sys.modules.pop(old, None)
+
+
+@pytest.mark.parametrize(
+    ("package", "name", "home"),
+    [
+        ("django_delayq.outbox", "find_key", "django_delayq.outbox.rows"),
+        ("django_delayq.django_tasks", "task_result", "django_delayq.django_tasks.compat"),
+    ],
+)
+def test_a_package_that_took_a_module_s_name_still_gives_its_names(package, name, home):
+    import importlib
+
+    with pytest.warns(DeprecationWarning, match=f"{package}.{name} moved to {home}.{name}"):
+        found = getattr(importlib.import_module(package), name)
+    assert found is getattr(importlib.import_module(home), name)
+    with pytest.raises(AttributeError):
+        importlib.import_module(package).no_such_name  # noqa: B018
+
+
+def test_the_documented_paths_import_without_a_warning():
+    import importlib
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert importlib.import_module("django_delayq.backends").DelayQBackend
+        for path in ("models", "signals", "urls", "conf", "exceptions", "checks", "tasks"):
+            importlib.import_module(f"django_delayq.{path}")

@@ -13,8 +13,8 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
-from django_delayq.job_ids import new_job_id
-from django_delayq.record import encode_record
+from django_delayq.jobs.ids import new_job_id
+from django_delayq.jobs.record import encode_record
 from django_delayq.storage.roster import encode_description
 from django_delayq.worker.dispatch import Worker
 from tests.conftest import more_settings
@@ -119,7 +119,7 @@ def test_per_queue_gauges_and_counters_parsed_by_prometheus_client(store, client
 def test_the_limited_counter_says_it_counts_hold_backs():
     """Issue 26: delayq_jobs_limited_total read 573 for 43 jobs: it counts each time a claim
     held a job back. The name is kept (dashboards use it); its HELP says what it counts."""
-    from django_delayq.metrics import COUNTERS as DEFINED
+    from django_delayq.monitoring.metrics import COUNTERS as DEFINED
 
     (help_text,) = [text for name, text, _ in DEFINED if name == "delayq_jobs_limited"]
     assert help_text.startswith("Hold-backs, not jobs: each time a claim held a due job back")

@@ -18,8 +18,10 @@ from django.db.backends.signals import connection_created
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
-from django_delayq import cancel, get_job, outbox, relaying
+from django_delayq import cancel, get_job
 from django_delayq.models import OutboxJob
+from django_delayq.outbox import relay as relaying
+from django_delayq.outbox import rows as outbox
 from django_delayq.storage import connection
 from django_delayq.storage.store import Store
 from tests.routers import OutboxDatabases

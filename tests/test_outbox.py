@@ -19,13 +19,13 @@ from django.test import override_settings
 from django_delayq import (
     cancel,
     get_job,
-    outbox,
-    placement,
-    relaying,
     schedule_many,
     signals,
 )
 from django_delayq.models import OutboxJob
+from django_delayq.outbox import placement
+from django_delayq.outbox import relay as relaying
+from django_delayq.outbox import rows as outbox
 from django_delayq.storage import connection
 from django_delayq.storage.store import Store
 from django_delayq.worker.dispatch import Worker

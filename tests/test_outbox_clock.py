@@ -14,17 +14,15 @@ from django.db import connections, transaction
 from django.test import override_settings
 
 from django_delayq import (
-    api,
     cancel,
-    database_time,
     get_job,
-    outbox,
-    placement,
-    plan,
-    relaying,
     schedule_many,
 )
 from django_delayq.models import OutboxJob
+from django_delayq.outbox import database_time, placement
+from django_delayq.outbox import relay as relaying
+from django_delayq.outbox import rows as outbox
+from django_delayq.scheduling import api, plan
 from django_delayq.storage import connection
 from django_delayq.storage.store import Store
 from tests.routers import OutboxOnly

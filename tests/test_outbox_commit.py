@@ -13,9 +13,11 @@ from django.conf import settings
 from django.db import connections, transaction
 from django.test import override_settings
 
-from django_delayq import cancel, get_job, outbox, relaying, signals
+from django_delayq import cancel, get_job, signals
+from django_delayq.jobs.record import encode_record
 from django_delayq.models import OutboxJob
-from django_delayq.record import encode_record
+from django_delayq.outbox import relay as relaying
+from django_delayq.outbox import rows as outbox
 from django_delayq.storage import connection
 from tests.routers import OutboxOnly
 from tests.test_outbox import alias, horizon, pending_ids, rows, run_burst  # noqa: F401

@@ -13,8 +13,9 @@ import pytest
 from django.db import DatabaseError, connections, transaction
 from django.test import override_settings
 
-from django_delayq import outbox, relaying
 from django_delayq.models import OutboxJob
+from django_delayq.outbox import relay as relaying
+from django_delayq.outbox import rows as outbox
 from django_delayq.storage.store import DONE_TTL, Store
 from django_delayq.worker.dispatch import Worker
 from tests.routers import OutboxOnly

@@ -20,7 +20,7 @@ import pytest
 import redis
 from django.conf import settings
 
-from django_delayq.outbox_checks import sqlite_warning
+from django_delayq.outbox.checks import sqlite_warning
 from tests.conftest import delete_keys
 
 ROOT = Path(__file__).resolve().parent.parent

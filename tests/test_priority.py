@@ -10,8 +10,8 @@ import random
 
 import pytest
 
-from django_delayq.job_ids import new_job_id
-from django_delayq.record import decode_record, encode_record
+from django_delayq.jobs.ids import new_job_id
+from django_delayq.jobs.record import decode_record, encode_record
 from django_delayq.storage import control
 from tests.test_store import DEAD_OPTS, T0, Q, claim, fail, members, recover, start
 

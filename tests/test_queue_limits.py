@@ -11,9 +11,9 @@ from django.test import override_settings
 
 from django_delayq import task
 from django_delayq.checks import check_settings
-from django_delayq.job_ids import new_job_id
-from django_delayq.queue_settings import queue_limits
-from django_delayq.record import encode_record
+from django_delayq.conf.queues import queue_limits
+from django_delayq.jobs.ids import new_job_id
+from django_delayq.jobs.record import encode_record
 from django_delayq.storage import control
 from django_delayq.worker.dispatch import Worker
 from django_delayq.worker.limits import publish_limits

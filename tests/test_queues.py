@@ -7,8 +7,8 @@ from types import SimpleNamespace
 import pytest
 
 from django_delayq import get_job, schedule
-from django_delayq.health import iter_known_queues
-from django_delayq.registry import registered
+from django_delayq.monitoring.health import iter_known_queues
+from django_delayq.scheduling.registry import registered
 from django_delayq.storage.queues import check_queue_name, queue_list
 from django_delayq.storage.store import Store
 from django_delayq.worker.dispatch import Worker

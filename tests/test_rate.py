@@ -10,10 +10,10 @@ import uuid
 import pytest
 
 from django_delayq import task
-from django_delayq.control import parse_rate
 from django_delayq.exceptions import DelayQError
-from django_delayq.job_ids import new_job_id
-from django_delayq.record import encode_record
+from django_delayq.jobs.ids import new_job_id
+from django_delayq.jobs.record import encode_record
+from django_delayq.scheduling.options import parse_rate
 from django_delayq.storage import control
 from django_delayq.worker.dispatch import Worker
 from tests.test_store import T0, members

@@ -392,7 +392,7 @@ def test_a_flushed_redis_never_runs_a_fire_time_again(sim_at):
 
 
 def test_an_occurrence_run_early_by_hand_is_not_created_again(sim_at):
-    from django_delayq.api import get_job
+    from django_delayq.scheduling.api import get_job
 
     start = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
     sim = sim_at(start, slow={"every": 3600})
@@ -659,8 +659,8 @@ def test_an_occurrence_keeps_its_tasks_priority(real_store):
     """An occurrence of a priority-10 task goes where schedule() puts a priority-10 job (the
     ranked set): claimed before priority-0 jobs due at the same time, and found pending by
     the next pass without occur.lua."""
-    from django_delayq.job_ids import new_job_id
-    from django_delayq.record import encode_record
+    from django_delayq.jobs.ids import new_job_id
+    from django_delayq.jobs.record import encode_record
     from django_delayq.storage.recurring import pending_due
     from tests.conftest import more_settings as settings_of
 

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from django_delayq import health
+from django_delayq.monitoring import health
 from tests.conftest import more_settings
 from tests.test_admin import Q, text, url
 from tests.test_admin_workers import beat

@@ -14,10 +14,10 @@ import pytest
 
 from django_delayq.exceptions import ConnectionError as DelayQConnectionError
 from django_delayq.exceptions import DelayQError
-from django_delayq.job import RESERVED
-from django_delayq.job_ids import new_job_id
-from django_delayq.job_state import frame_error, parse_errors, parse_state
-from django_delayq.record import decode_record, encode_record
+from django_delayq.jobs.ids import new_job_id
+from django_delayq.jobs.job import RESERVED
+from django_delayq.jobs.record import decode_record, encode_record
+from django_delayq.jobs.state import frame_error, parse_errors, parse_state
 from django_delayq.storage.keys import KEY_KINDS
 from django_delayq.storage.scripts import SCRIPTS, _lib_parts, script_source
 from django_delayq.storage.store import DONE_TTL, Store

@@ -14,7 +14,7 @@ import uuid
 import pytest
 
 from django_delayq import get_job, signals, task
-from django_delayq.registry import Task, unregister
+from django_delayq.scheduling.registry import Task, unregister
 from django_delayq.worker.dispatch import Worker
 from django_delayq.worker.supervised import Supervised
 from tests.test_worker import Recorder, run_burst

@@ -10,9 +10,10 @@ import time
 
 import pytest
 
-from django_delayq import get_job, registry, schedule, task
-from django_delayq.job_ids import new_job_id
-from django_delayq.record import Fields, decode_record, encode_record, settle_record, undecided
+from django_delayq import get_job, schedule, task
+from django_delayq.jobs.ids import new_job_id
+from django_delayq.jobs.record import Fields, decode_record, encode_record, settle_record, undecided
+from django_delayq.scheduling import registry
 from django_delayq.worker.dispatch import Worker
 from tests.conftest import more_settings, names_unchecked
 from tests.test_admin import text, url

@@ -24,8 +24,8 @@ from django.core.management import call_command
 
 from django_delayq import cancel, get_job, signals
 from django_delayq.checks import check_layout
-from django_delayq.job_state import parse_state
-from django_delayq.record import decode_record
+from django_delayq.jobs.record import decode_record
+from django_delayq.jobs.state import parse_state
 from django_delayq.storage.scripts import lib_constant
 from django_delayq.storage.store import Store
 from django_delayq.worker.dispatch import Worker

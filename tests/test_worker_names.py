@@ -9,7 +9,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from django_delayq import get_job, task
-from django_delayq.job_state import encode_instance_name, parse_state, worker_of
+from django_delayq.jobs.state import encode_instance_name, parse_state, worker_of
 from django_delayq.worker.dispatch import Worker
 from tests.testapp import tasks as t
 

@@ -13,9 +13,10 @@ import uuid
 import pytest
 from django.core.management import call_command
 
-from django_delayq import health, schedule
-from django_delayq.job_ids import new_job_id
-from django_delayq.record import encode_record
+from django_delayq import schedule
+from django_delayq.jobs.ids import new_job_id
+from django_delayq.jobs.record import encode_record
+from django_delayq.monitoring import health
 from django_delayq.storage.roster import FORGET_AFTER, decode_description, encode_description
 from django_delayq.worker.dispatch import Worker
 from django_delayq.worker.presence import MISSED_BEATS, beat_interval

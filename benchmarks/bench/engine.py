@@ -32,7 +32,7 @@ def bench_schedule_one(store: Any, prefix: str, n: int, runs: int) -> list[dict[
     """schedule() one call per job vs one raw EVALSHA per job (issue 5) and vs one
     plain ZADD round trip per job (issue 11), all three loops in each run."""
     from benchmarks.tasks import noop
-    from django_delayq.record import encode_record
+    from django_delayq.jobs.record import encode_record
 
     client = store.client
     raw = client.register_script(RAW_SCHEDULE)
@@ -88,7 +88,7 @@ def bench_schedule_one(store: Any, prefix: str, n: int, runs: int) -> list[dict[
 def bench_schedule_many(store: Any, prefix: str, n: int, runs: int) -> dict[str, Any]:
     from benchmarks.tasks import noop
     from django_delayq import schedule_many
-    from django_delayq.api import BULK_CHUNK
+    from django_delayq.scheduling.api import BULK_CHUNK
 
     client = store.client
     raw_key = f"{prefix}:raw:{{b}}:pending"

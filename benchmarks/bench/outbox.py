@@ -113,9 +113,11 @@ def bench_relay(client: Any, n: int, runs: int) -> dict[str, Any]:
     """Rows due now -> Redis by relay passes (one transaction and one round trip per 1,000
     rows), vs ``schedule_many()`` of the same jobs straight to Redis."""
     from benchmarks.tasks import noop
-    from django_delayq import outbox, relaying, schedule_many
-    from django_delayq.job_ids import new_job_id
-    from django_delayq.record import encode_record
+    from django_delayq import schedule_many
+    from django_delayq.jobs.ids import new_job_id
+    from django_delayq.jobs.record import encode_record
+    from django_delayq.outbox import relay as relaying
+    from django_delayq.outbox import rows as outbox
 
     values, baselines = [], []
     for _ in range(runs):

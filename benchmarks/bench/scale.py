@@ -52,7 +52,7 @@ def bench_memory(client: Any, n: int, runs: int) -> dict[str, Any]:
 def fill_queue(client: Any, store: Any, queue: str, due_now: int, later: int) -> None:
     """Raw-fill a queue: ``due_now`` jobs due a minute ago, ``later`` due in an hour."""
     from benchmarks.tasks import noop
-    from django_delayq.record import encode_record
+    from django_delayq.jobs.record import encode_record
 
     pending, jobs = store.key(queue, "pending"), store.key(queue, "jobs")
     record = encode_record(noop.name, [0], {})
@@ -69,7 +69,7 @@ def fill_queue(client: Any, store: Any, queue: str, due_now: int, later: int) ->
 
 def refill_due(client: Any, store: Any, queue: str, count: int) -> None:
     from benchmarks.tasks import noop
-    from django_delayq.record import encode_record
+    from django_delayq.jobs.record import encode_record
 
     record = encode_record(noop.name, [0], {})
     ids = [f"02{time.monotonic_ns() % 10**12:012d}{i:012d}" for i in range(count)]

@@ -21,7 +21,7 @@ from django_delayq.admin import texts as texts
 from django_delayq.admin import views as views
 from django_delayq.admin.pages import AdminPages, int_param
 from django_delayq.admin.texts import Count
-from django_delayq.job import DEAD, PENDING
+from django_delayq.jobs.job import DEAD, PENDING
 from django_delayq.storage import control
 from django_delayq.storage.connection import get_store
 from django_delayq.storage.store import Store

@@ -17,9 +17,9 @@ from django.utils.functional import Promise
 from django.utils.translation import gettext, ngettext, ngettext_lazy, pgettext
 from django.utils.translation import gettext_lazy as _
 
-from django_delayq import relaying
 from django_delayq.admin.views import outbox_shown, scan_for_task
-from django_delayq.job import DEAD, PENDING, RUNNING, decode_fields
+from django_delayq.jobs.job import DEAD, PENDING, RUNNING, decode_fields
+from django_delayq.outbox import relay as relaying
 from django_delayq.storage.store import Store
 
 # "All matching" actions: at most this many jobs per request (reading at most ALL_SCAN).
@@ -147,7 +147,9 @@ class Applied:
 
 def apply_action(store: Store, action: Action, queue: str, ids: Sequence[str]) -> Applied:
     """Run ``action`` on ``ids`` through the store's scripts."""
-    from django_delayq.api import cancel_in  # sends job_cancelled, as django_delayq.cancel() does
+    from django_delayq.scheduling.api import (
+        cancel_in,  # sends job_cancelled, as django_delayq.cancel() does
+    )
 
     ids = list(dict.fromkeys(ids))
     applied = Applied()

@@ -52,9 +52,9 @@ from django_delayq.admin.list_pages import ListPages
 from django_delayq.admin.pages import URL_PREFIX
 from django_delayq.admin.texts import STATUS_TITLES
 from django_delayq.admin.workers import worker_rows
-from django_delayq.health import workers_per_queue
-from django_delayq.job import PENDING, STATUSES, to_datetime
+from django_delayq.jobs.job import PENDING, STATUSES, to_datetime
 from django_delayq.models import Job
+from django_delayq.monitoring.health import workers_per_queue
 from django_delayq.storage.connection import get_store
 
 

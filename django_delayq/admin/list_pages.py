@@ -20,9 +20,9 @@ from django_delayq.admin import texts as texts
 from django_delayq.admin import views as views
 from django_delayq.admin.pages import AdminPages, int_param
 from django_delayq.admin.texts import Count
-from django_delayq.job import DEAD, PENDING
-from django_delayq.outbox import count as outbox_count
-from django_delayq.registry import registered
+from django_delayq.jobs.job import DEAD, PENDING
+from django_delayq.outbox.rows import count as outbox_count
+from django_delayq.scheduling.registry import registered
 from django_delayq.storage.connection import get_store
 from django_delayq.storage.reads import RawJob
 from django_delayq.storage.store import Store

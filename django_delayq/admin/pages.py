@@ -20,7 +20,7 @@ from django.urls import reverse
 from django.utils.translation import gettext
 
 from django_delayq.admin.texts import STATUS_TITLES
-from django_delayq.job import STATUSES
+from django_delayq.jobs.job import STATUSES
 from django_delayq.storage.queues import check_queue_name
 
 URL_PREFIX = "django_delayq_job"

@@ -124,7 +124,7 @@ class ScheduleAdmin(admin.ModelAdmin):
         """An extra job of the task with the schedule's arguments: not an occurrence, so the
         schedule's own occurrences are untouched. The arguments are data: a Call keeps them
         apart from the options (a kwarg named ``delay`` or ``queue`` is the task's)."""
-        from django_delayq.api import call
+        from django_delayq.scheduling.api import call
 
         for row in queryset:
             options = {"queue": row.queue} if row.queue else {}

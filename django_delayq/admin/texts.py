@@ -10,7 +10,7 @@ from django.utils.formats import number_format
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext_lazy
 
-from django_delayq.job import DEAD, PENDING, RUNNING
+from django_delayq.jobs.job import DEAD, PENDING, RUNNING
 
 STATUS_TITLES = {PENDING: _("Pending"), RUNNING: _("In progress"), DEAD: _("Dead")}
 LIST_TITLES = {

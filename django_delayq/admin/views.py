@@ -22,10 +22,9 @@ from django.utils.timesince import timesince
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
-from django_delayq import outbox
 from django_delayq.conf import delayq_settings
-from django_delayq.health import iter_known_queues
-from django_delayq.job import (
+from django_delayq.django_tasks.runner import shown_call
+from django_delayq.jobs.job import (
     IN_DATABASE,
     PENDING,
     RESERVED,
@@ -34,11 +33,12 @@ from django_delayq.job import (
     job_from_raw,
     to_datetime,
 )
-from django_delayq.registry import find_task
+from django_delayq.monitoring.health import iter_known_queues
+from django_delayq.outbox import rows as outbox
+from django_delayq.scheduling.registry import find_task
 from django_delayq.storage import control
 from django_delayq.storage.reads import RawJob
 from django_delayq.storage.store import Store
-from django_delayq.wording import shown_call
 
 PER_PAGE = 50
 MAX_PER_PAGE = 500

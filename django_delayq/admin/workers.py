@@ -17,13 +17,13 @@ from django.utils.translation import gettext_lazy as _
 
 from django_delayq.admin.views import duration, preview, relative
 from django_delayq.conf import delayq_settings
-from django_delayq.job import job_from_raw, to_datetime
-from django_delayq.job_state import parse_state, worker_of
+from django_delayq.django_tasks.runner import shown_call
+from django_delayq.jobs.job import job_from_raw, to_datetime
+from django_delayq.jobs.state import parse_state, worker_of
 from django_delayq.storage.queues import check_queue_name
 from django_delayq.storage.reads import RawJob
 from django_delayq.storage.roster import LiveWorker
 from django_delayq.storage.store import Store
-from django_delayq.wording import shown_call
 
 # Running jobs read from Redis per page (each worker runs at most `concurrency` at once).
 MAX_JOBS_READ = 500

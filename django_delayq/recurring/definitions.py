@@ -24,8 +24,8 @@ from django.conf import settings
 
 from django_delayq.conf import delayq_settings
 from django_delayq.exceptions import ConfigurationError, SerializationError
-from django_delayq.record import encode_record
-from django_delayq.registry import autodiscover, discovered, find_task, unknown_task
+from django_delayq.jobs.record import encode_record
+from django_delayq.scheduling.registry import autodiscover, discovered, find_task, unknown_task
 from django_delayq.storage.queues import check_queue_name
 
 NAME = re.compile(r"[A-Za-z0-9_.:\-]{1,100}")

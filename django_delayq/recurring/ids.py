@@ -1,4 +1,4 @@
-"""Occurrence ids (a leaf module: ``django_delayq.job`` reads a fire time from an id).
+"""Occurrence ids (a leaf module: ``django_delayq.jobs.job`` reads a fire time from an id).
 
 An occurrence's id has a ULID's shape (26 Crockford base-32 digits), so the admin and
 ``id_timestamp()`` read its fire time like a job's creation time: 48 bits of fire time,

@@ -7,7 +7,7 @@ that hash (known.py), else the ``ScheduleState`` row with that hash (one indexed
 
 from __future__ import annotations
 
-from django_delayq import job
+from django_delayq.jobs import job
 from django_delayq.recurring import known
 from django_delayq.recurring.ids import parse_occurrence_id, version_hash
 

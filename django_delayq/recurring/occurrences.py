@@ -4,9 +4,9 @@ and the claims of occurrences both store occurrences)."""
 from __future__ import annotations
 
 from django_delayq.conf import delayq_settings
-from django_delayq.record import FLAG_TOMBSTONE, FLAG_UNDECIDED, encode_record
+from django_delayq.jobs.record import FLAG_TOMBSTONE, FLAG_UNDECIDED, encode_record
 from django_delayq.recurring.definitions import Definition, ScheduleError, parse
-from django_delayq.registry import find_task
+from django_delayq.scheduling.registry import find_task
 
 # Records and queues by (digest, registered task): a pass encodes each schedule's once.
 _records: dict[tuple[str, int], tuple[bytes, str]] = {}

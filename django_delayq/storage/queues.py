@@ -2,7 +2,8 @@
 
 A leaf module (it imports nothing of django-delayq), so whatever needs the rule (the task
 registry, the settings' checks, the commands, the store's key names) can import it without
-pulling in the storage layer. Which queues exist is :func:`django_delayq.health.iter_known_queues`.
+pulling in the storage layer. Which queues exist is
+:func:`django_delayq.monitoring.health.iter_known_queues`.
 """
 
 from __future__ import annotations

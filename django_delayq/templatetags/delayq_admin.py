@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django import template
 
-from django_delayq.job_state import shown_instance
+from django_delayq.jobs.state import shown_instance
 
 register = template.Library()
 

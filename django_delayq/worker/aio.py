@@ -43,10 +43,10 @@ from django.db import close_old_connections
 
 from django_delayq import signals
 from django_delayq.exceptions import CorruptJob
-from django_delayq.job import Job
-from django_delayq.record import decode_record
+from django_delayq.jobs.job import Job
+from django_delayq.jobs.record import decode_record
 from django_delayq.recurring.recorder import WAIT as RECORD_WAIT
-from django_delayq.registry import find_task, loop_function, registered
+from django_delayq.scheduling.registry import find_task, loop_function, registered
 from django_delayq.worker.execution import Attempt, Outcome, bounded, running
 from django_delayq.worker.pool import Pool
 

@@ -37,9 +37,9 @@ from collections.abc import Callable, Sequence
 from django.utils.module_loading import autodiscover_modules
 
 from django_delayq.conf import delayq_settings
+from django_delayq.conf.queues import queue_limits
 from django_delayq.exceptions import DelayQError
-from django_delayq.job_state import encode_instance_name
-from django_delayq.queue_settings import queue_limits
+from django_delayq.jobs.state import encode_instance_name
 from django_delayq.recurring.claims import write_outcomes as recurring_outcomes
 from django_delayq.recurring.passes import start as recurring_thread
 from django_delayq.storage.connection import get_store

@@ -25,12 +25,12 @@ from asgiref.sync import async_to_sync
 from django.db import close_old_connections
 
 from django_delayq import signals
+from django_delayq.django_tasks.runner import shown_call
 from django_delayq.exceptions import CorruptJob
-from django_delayq.job import DEAD, RUNNING, Job, make_job, to_datetime
-from django_delayq.record import EMPTY, Fields, decode_record
+from django_delayq.jobs.job import DEAD, RUNNING, Job, make_job, to_datetime
+from django_delayq.jobs.record import EMPTY, Fields, decode_record
 from django_delayq.recurring.recorder import WAIT as RECORD_WAIT
-from django_delayq.registry import Task, find_task, get_task, sender
-from django_delayq.wording import shown_call
+from django_delayq.scheduling.registry import Task, find_task, get_task, sender
 
 logger = logging.getLogger("django_delayq.worker")
 

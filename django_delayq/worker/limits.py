@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 
 from django_delayq.exceptions import DelayQError
-from django_delayq.registry import registered
+from django_delayq.scheduling.registry import registered
 from django_delayq.storage import control
 from django_delayq.storage.store import Store
 

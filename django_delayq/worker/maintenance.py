@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Any
 from django_delayq import signals
 from django_delayq.exceptions import ConnectionError as DelayQConnectionError
 from django_delayq.exceptions import DelayQError, LeaseLost
-from django_delayq.job import DEAD, PENDING, decode_fields, make_job
-from django_delayq.job_state import worker_of
-from django_delayq.registry import sender
+from django_delayq.jobs.job import DEAD, PENDING, decode_fields, make_job
+from django_delayq.jobs.state import worker_of
+from django_delayq.scheduling.registry import sender
 from django_delayq.storage.store import RECOVER_LIMIT, Recovered, Store
 from django_delayq.wording import counted
 from django_delayq.worker.execution import FINISHED

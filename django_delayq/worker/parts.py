@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from django_delayq.conf import delayq_settings
-from django_delayq.relaying import Relay
+from django_delayq.outbox.relay import Relay
 from django_delayq.worker import aio, maintenance
 from django_delayq.worker.aio import Loop
 from django_delayq.worker.delivery import Results

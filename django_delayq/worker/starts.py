@@ -20,8 +20,8 @@ import time
 from typing import TYPE_CHECKING
 
 from django_delayq.exceptions import CorruptJob, DelayQError, OutcomeUnknown
-from django_delayq.record import decode_record, settle_record, undecided
-from django_delayq.registry import find_task
+from django_delayq.jobs.record import decode_record, settle_record, undecided
+from django_delayq.scheduling.registry import find_task
 
 if TYPE_CHECKING:
     from django_delayq.storage.marks import StartMarks

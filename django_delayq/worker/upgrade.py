@@ -20,8 +20,8 @@ from typing import Protocol
 
 from django_delayq.conf import delayq_settings
 from django_delayq.exceptions import CorruptJob, DelayQError, SerializationError
-from django_delayq.record import decode_record, encode_record
-from django_delayq.registry import find_task
+from django_delayq.jobs.record import decode_record, encode_record
+from django_delayq.scheduling.registry import find_task
 from django_delayq.storage.old_layout import OldData
 from django_delayq.storage.store import Store
 from django_delayq.worker.maintenance import Backoff

@@ -22,7 +22,7 @@ import pytest
 import redis
 from django.test import override_settings
 
-from django_delayq.job_state import parse_state, worker_of
+from django_delayq.jobs.state import parse_state, worker_of
 from django_delayq.storage import connection
 from django_delayq.storage.store import Store
 

@@ -27,9 +27,9 @@ django.setup()
 
 from django.db import transaction  # noqa: E402
 
-from django_delayq import outbox  # noqa: E402
-from django_delayq.job_ids import new_job_id  # noqa: E402
-from django_delayq.record import encode_record  # noqa: E402
+from django_delayq.jobs.ids import new_job_id  # noqa: E402
+from django_delayq.jobs.record import encode_record  # noqa: E402
+from django_delayq.outbox import rows as outbox  # noqa: E402
 from tests.reliability.tasks import mark  # noqa: E402
 
 

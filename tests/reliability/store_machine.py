@@ -26,10 +26,10 @@ import redis
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from django_delayq.job import RESERVED
-from django_delayq.job_ids import new_job_id
-from django_delayq.job_state import parse_state
-from django_delayq.record import decode_record, encode_record
+from django_delayq.jobs.ids import new_job_id
+from django_delayq.jobs.job import RESERVED
+from django_delayq.jobs.record import decode_record, encode_record
+from django_delayq.jobs.state import parse_state
 from django_delayq.storage.ops import Op
 from django_delayq.storage.store import DONE_TTL, Store
 

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import run_state_machine_as_test
 
 from django_delayq import get_job, schedule
-from django_delayq.record import encode_record
+from django_delayq.jobs.record import encode_record
 from django_delayq.storage.store import Store
 from django_delayq.worker.dispatch import Worker
 from tests.reliability.harness import installed, runs, sizes, wait_until, worker_env

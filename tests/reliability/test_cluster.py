@@ -11,8 +11,8 @@ import redis
 from django.test import override_settings
 
 from django_delayq import cancel, get_job, schedule_many
-from django_delayq.job_ids import new_job_id
-from django_delayq.record import decode_record, encode_record
+from django_delayq.jobs.ids import new_job_id
+from django_delayq.jobs.record import decode_record, encode_record
 from django_delayq.storage import connection as dq_connection
 from django_delayq.storage.connection import get_store
 from tests.reliability.harness import runs, wait_until, worker_env

@@ -20,7 +20,7 @@ from django.core.management import CommandError, call_command
 from django.test import override_settings
 
 from django_delayq import cancel, get_job, schedule, schedule_many, task
-from django_delayq.registry import unregister
+from django_delayq.scheduling.registry import unregister
 from django_delayq.storage.store import Store
 from tests.reliability.edges import (
     leftovers,

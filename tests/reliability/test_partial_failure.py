@@ -14,8 +14,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from django_delayq import get_job, registry, schedule, schedule_many, task
-from django_delayq.registry import Task
+from django_delayq import get_job, schedule, schedule_many, task
+from django_delayq.scheduling import registry
+from django_delayq.scheduling.registry import Task
 from django_delayq.storage.store import Store
 from tests.reliability.faults import FaultProxy, carries_acks, delay
 from tests.reliability.harness import held_by, installed, runs, sizes, wait_until, worker_env

@@ -1,6 +1,6 @@
 """``manage.py delayq_queue pause|resume|status QUEUE...``: queue control from a shell.
 
-Thin: :mod:`django_delayq.control` does the work.
+Thin: :mod:`django_delayq.scheduling.pausing` does the work.
 """
 
 from __future__ import annotations
@@ -9,8 +9,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from django_delayq import control, health
 from django_delayq.exceptions import DelayQError
+from django_delayq.monitoring import health
+from django_delayq.scheduling import pausing as control
 from django_delayq.storage.connection import get_store
 from django_delayq.storage.queues import check_queue_name
 

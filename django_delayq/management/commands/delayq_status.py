@@ -1,6 +1,6 @@
 """``manage.py delayq_status``: print the health of the queues, exit 0 / 1 / 2.
 
-Thin: :func:`django_delayq.health.report` computes the report; this prints it.
+Thin: :func:`django_delayq.monitoring.health.report` computes the report; this prints it.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from django_delayq import health
 from django_delayq.exceptions import DelayQError
+from django_delayq.monitoring import health
 from django_delayq.recurring.status import as_dicts, as_lines, safe_report
 from django_delayq.storage.connection import get_store
 from django_delayq.storage.queues import queue_list

@@ -10,8 +10,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from django_delayq import health
 from django_delayq.exceptions import DelayQError
+from django_delayq.monitoring import health
 from django_delayq.storage.connection import get_store
 from django_delayq.storage.queues import queue_list
 from django_delayq.worker.upgrade import BATCH, QueueUpgrade, upgrade_queue

@@ -14,10 +14,10 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from django_delayq import health
 from django_delayq.checks import serving
 from django_delayq.conf import delayq_settings
 from django_delayq.exceptions import DelayQError
+from django_delayq.monitoring import health
 from django_delayq.storage.connection import get_store
 from django_delayq.storage.queues import check_queue_name
 from django_delayq.worker.dispatch import Worker

@@ -37,8 +37,8 @@ from django.db import (
 from django.utils import timezone
 
 from django_delayq.conf import delayq_settings
-from django_delayq.database_time import When, column_time, epoch, now_sql, sql_time
 from django_delayq.exceptions import ConfigurationError, DelayQError
+from django_delayq.outbox.database_time import When, column_time, epoch, now_sql, sql_time
 
 if TYPE_CHECKING:
     from django_delayq.models import OutboxJob

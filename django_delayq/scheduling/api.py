@@ -12,16 +12,25 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from django_delayq import outbox, placement, registry, signals
-from django_delayq.batch import Batch
-from django_delayq.calls import Call
-from django_delayq.calls import use_scheduler as use_call_scheduler
+from django_delayq import signals
 from django_delayq.conf import delayq_settings
 from django_delayq.exceptions import OutcomeUnknown
-from django_delayq.health import iter_known_queues
-from django_delayq.job import Job, decode_fields, job_from_raw, make_job
-from django_delayq.plan import Plan, Prepared, mixed_plan, resolve_task, transaction_alias
-from django_delayq.registry import Task, sender
+from django_delayq.jobs.job import Job, decode_fields, job_from_raw, make_job
+from django_delayq.monitoring.health import iter_known_queues
+from django_delayq.outbox import placement
+from django_delayq.outbox import rows as outbox
+from django_delayq.scheduling import registry
+from django_delayq.scheduling.calls import Call
+from django_delayq.scheduling.calls import use_scheduler as use_call_scheduler
+from django_delayq.scheduling.plan import (
+    Plan,
+    Prepared,
+    mixed_plan,
+    resolve_task,
+    transaction_alias,
+)
+from django_delayq.scheduling.registry import Task, sender
+from django_delayq.storage.bulk import Batch
 from django_delayq.storage.connection import get_store
 from django_delayq.storage.queues import check_queue_name
 

@@ -30,12 +30,12 @@ from typing import Any
 from django.db import DatabaseError, close_old_connections, connections, transaction
 from django.db.models import Q
 
-from django_delayq import outbox
-from django_delayq.batch import Batch, Entry
 from django_delayq.conf import delayq_settings
-from django_delayq.database_time import after, epoch, now_sql
 from django_delayq.exceptions import DelayQError
-from django_delayq.outbox import GRACE, ROW_FIELDS, Row, aliases
+from django_delayq.outbox import rows as outbox
+from django_delayq.outbox.database_time import after, epoch, now_sql
+from django_delayq.outbox.rows import GRACE, ROW_FIELDS, Row, aliases
+from django_delayq.storage.bulk import Batch, Entry
 from django_delayq.storage.store import Scheduled, Store
 from django_delayq.wording import counted
 

@@ -22,7 +22,7 @@ def check_outbox_databases() -> list:
     """E009: OUTBOX_DATABASES names databases that exist and may hold the table. E010: the
     alias the routers write the table to (where HORIZON rows go) is one of the outbox's
     databases. Neither touches a database."""
-    from django_delayq import outbox
+    from django_delayq.outbox import rows as outbox
 
     named = delayq_settings.OUTBOX_DATABASES
     if named is not None:
@@ -48,7 +48,7 @@ def check_outbox_databases() -> list:
 def _check_named_databases(named: Any) -> list:
     """E009 for a set OUTBOX_DATABASES: a non-empty list of aliases in DATABASES, each one
     the routers let the outbox table migrate to."""
-    from django_delayq import outbox
+    from django_delayq.outbox import rows as outbox
 
     if (
         not isinstance(named, (list, tuple))
@@ -92,7 +92,7 @@ def check_sqlite_locking() -> list:
     first write: one that read first and then writes while another process (the worker's
     relay, a web process) holds the lock fails at once with "database is locked", without
     waiting for the timeout. The outbox's keyed save and the relay read, then write."""
-    from django_delayq import outbox
+    from django_delayq.outbox import rows as outbox
 
     try:
         held = [a for a in outbox.aliases() if a in connections]
@@ -131,7 +131,7 @@ def check_outbox(app_configs: Any = None, databases: Any = None, **kwargs: Any) 
     """E011: the outbox table exists where rows are written; W003: every database that may
     hold rows supports transactions. A database that does not answer is not reported here
     (Django's own checks and the first query say so)."""
-    from django_delayq import outbox
+    from django_delayq.outbox import rows as outbox
 
     table = outbox._model()._meta.db_table
     try:  # where rows are written and workers relay from (write_alias() is one: E010)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django_delayq.conf import delayq_settings
-from django_delayq.registry import registered
+from django_delayq.scheduling.registry import registered
 from django_delayq.storage.queues import check_queue_name
 from django_delayq.storage.roster import LiveWorker
 from django_delayq.storage.store import Store

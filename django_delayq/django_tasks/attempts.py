@@ -23,9 +23,8 @@ from typing import Any, Protocol
 from asgiref.sync import sync_to_async
 
 from django_delayq import signals
-from django_delayq.arguments import dumps
 from django_delayq.conf import delayq_settings
-from django_delayq.django_tasks import (
+from django_delayq.django_tasks.compat import (
     Task,
     TaskContext,
     TaskResultStatus,
@@ -39,7 +38,8 @@ from django_delayq.django_tasks import (
     task_started,
     with_error,
 )
-from django_delayq.job import Job
+from django_delayq.jobs.arguments import dumps
+from django_delayq.jobs.job import Job
 from django_delayq.storage.connection import get_store
 from django_delayq.storage.store import Store
 from django_delayq.worker.execution import TRACEBACK_LIMIT

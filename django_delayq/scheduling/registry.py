@@ -15,14 +15,14 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, overload
 
-from django_delayq.calls import Call
-from django_delayq.control import check_concurrency, check_priority, parse_rate
 from django_delayq.exceptions import TaskNotFound
+from django_delayq.scheduling.calls import Call
+from django_delayq.scheduling.options import check_concurrency, check_priority, parse_rate
 from django_delayq.storage.queues import check_queue_name
 from django_delayq.wording import closest
 
 if TYPE_CHECKING:
-    from django_delayq.job import Job
+    from django_delayq.jobs.job import Job
 
 # schedule()'s own keyword arguments: a task parameter with one of these names cannot be
 # given by keyword to schedule(task, ...) (Task.call(...).schedule(...) can give it).
@@ -124,13 +124,15 @@ class Task:
     def schedule(self, /, *args: Any, **options: Any) -> Job:
         """Store a job for this task; see :func:`django_delayq.schedule`."""
         if _scheduler is None:  # pragma: no cover - django_delayq/__init__.py imports api.py
-            raise RuntimeError("django_delayq.api is not imported: import django_delayq")
+            raise RuntimeError("django_delayq.scheduling.api is not imported: import django_delayq")
         return _scheduler(self, *args, **options)
 
     async def aschedule(self, /, *args: Any, **options: Any) -> Job:
         """Store a job for this task from async code; see :func:`django_delayq.aschedule`."""
         if _async_scheduler is None:  # pragma: no cover - django_delayq/__init__.py imports it
-            raise RuntimeError("django_delayq.async_api is not imported: import django_delayq")
+            raise RuntimeError(
+                "django_delayq.scheduling.async_api is not imported: import django_delayq"
+            )
         return await _async_scheduler(self, *args, **options)
 
 

@@ -11,11 +11,10 @@ from dataclasses import replace
 
 from django.db import transaction
 
-from django_delayq import outbox, relaying, signals
+from django_delayq import signals
 from django_delayq.conf import delayq_settings
-from django_delayq.database_time import When
 from django_delayq.exceptions import DelayQError
-from django_delayq.job import (
+from django_delayq.jobs.job import (
     DEFERRED,
     IN_DATABASE,
     KEPT,
@@ -25,8 +24,11 @@ from django_delayq.job import (
     job_from_raw,
     make_job,
 )
-from django_delayq.plan import Plan, Prepared, relay_beyond_horizon
-from django_delayq.registry import sender
+from django_delayq.outbox import relay as relaying
+from django_delayq.outbox import rows as outbox
+from django_delayq.outbox.database_time import When
+from django_delayq.scheduling.plan import Plan, Prepared, relay_beyond_horizon
+from django_delayq.scheduling.registry import sender
 from django_delayq.storage.connection import get_store
 from django_delayq.storage.store import Store
 

@@ -27,7 +27,7 @@ the digits, as before; a new flag letter keeps the format at 3.
 A record of 0.1 (a JSON array, format 2, or object, format 1) is still decoded here;
 scripts treat it as having no unique key and the ``MAX_RETRIES`` setting.
 
-What changes as the job runs lives beside the record (:mod:`django_delayq.job_state`).
+What changes as the job runs lives beside the record (:mod:`django_delayq.jobs.state`).
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from django_delayq.arguments import comes_back_equal, dumps, refusal
 from django_delayq.exceptions import CorruptJob
+from django_delayq.jobs.arguments import comes_back_equal, dumps, refusal
 
 FLAG_TOMBSTONE = "i"
 FLAG_KWARGS = "k"

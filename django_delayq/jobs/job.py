@@ -1,10 +1,10 @@
 """The Job value object: a job as read from Redis (or the outbox), and how one is assembled.
 
-A job lives in Redis as a record (what the producer decided, :mod:`django_delayq.record`),
+A job lives in Redis as a record (what the producer decided, :mod:`django_delayq.jobs.record`),
 beside it its state and errors (what the scripts change as it runs,
-:mod:`django_delayq.job_state`), and a score in one of its queue's sorted sets (pending, running
+:mod:`django_delayq.jobs.state`), and a score in one of its queue's sorted sets (pending, running
 or dead: due time, lease end or time of death). ``created_at`` is not stored: job ids are
-ULIDs, whose first 48 bits are the creation time (:mod:`django_delayq.job_ids`).
+ULIDs, whose first 48 bits are the creation time (:mod:`django_delayq.jobs.ids`).
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from functools import cached_property
 from typing import Any
 
 from django_delayq.exceptions import CorruptJob
-from django_delayq.job_ids import id_timestamp
-from django_delayq.job_state import last_error_of, parse_errors, parse_state, worker_of
-from django_delayq.record import EMPTY, Fields, decode_record
+from django_delayq.jobs.ids import id_timestamp
+from django_delayq.jobs.record import EMPTY, Fields, decode_record
+from django_delayq.jobs.state import last_error_of, parse_errors, parse_state, worker_of
 
 PENDING = "pending"
 RUNNING = "running"

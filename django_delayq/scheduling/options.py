@@ -1,22 +1,15 @@
-"""Queue control: pause and resume a queue, and the priority of a job.
+"""The checks of a job's options that @task and schedule() share: priority, concurrency, rate.
 
-``pause(queue)`` stops every worker from claiming the queue's jobs within one claim round
-trip (the state lives in Redis, checked inside ``claim.lua``, and survives worker
-restarts); jobs can still be scheduled, running jobs finish and are acknowledged, workers
-keep heartbeating and extending their leases. ``resume(queue)`` lifts it and wakes the
-workers. A priority (``schedule(..., priority=N)``, ``@task(priority=N)``) is an int in
--100..100, Django's range: among due jobs, higher is claimed first (``storage/control.py``).
+A priority (``schedule(..., priority=N)``, ``@task(priority=N)``) is an int in -100..100,
+Django's range: among due jobs, higher is claimed first (``storage/control.py``). The
+concurrency and rate of a task hold across all workers of a queue, checked inside the claim.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from django_delayq.storage import control as storage
-from django_delayq.storage.connection import get_store
-from django_delayq.storage.queues import check_queue_name
-
-PRIORITY_MIN, PRIORITY_MAX = storage.PRIORITY_MIN, storage.PRIORITY_MAX
+from django_delayq.storage.control import PRIORITY_MAX, PRIORITY_MIN
 
 
 def check_priority(priority: Any, where: str = "priority=") -> int:
@@ -32,22 +25,6 @@ def check_priority(priority: Any, where: str = "priority=") -> int:
             f"got {priority!r}"
         )
     return priority
-
-
-def pause(queue: str) -> bool:
-    """Pause ``queue``: no worker claims its jobs until :func:`resume`. True if it was
-    running, False if it was paused already."""
-    return storage.pause(get_store(), check_queue_name(queue))
-
-
-def resume(queue: str) -> bool:
-    """Resume ``queue`` and wake its workers. True if it was paused."""
-    return storage.resume(get_store(), check_queue_name(queue))
-
-
-def is_paused(queue: str) -> bool:
-    """Whether ``queue`` is paused."""
-    return storage.paused_since(get_store(), check_queue_name(queue)) is not None
 
 
 _PERIODS = {"s": 1000, "m": 60_000, "h": 3_600_000}

@@ -6,7 +6,7 @@
 - ``errors``: each error of the job framed as ``"<length>\\n<JSON>"`` (``fail.lua`` appends
   them; :func:`frame_error` writes one the same way).
 
-The record itself (what the producer decided) is :mod:`django_delayq.record`.
+The record itself (what the producer decided) is :mod:`django_delayq.jobs.record`.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 the check that a job's arguments come back from JSON equal, and the error that names the
 first argument that would not (``refusal``).
 
-A job's arguments are stored as JSON (:mod:`django_delayq.record`), so a value that JSON
+A job's arguments are stored as JSON (:mod:`django_delayq.jobs.record`), so a value that JSON
 would return changed (a tuple, a datetime, a dict with int keys, NaN) is refused when the job
 is scheduled rather than reaching the task different from what the caller passed.
 """

@@ -12,7 +12,7 @@ A result is one JSON document per result id (``store.result_key``), format 1::
      "worker_ids": [...], "errors": [{"exception_class_path", "traceback"}, ...],
      "return_value": ... (once SUCCESSFUL)}
 
-It is replaced whole at every change (:mod:`django_delayq.task_attempts`), and turned into
+It is replaced whole at every change (:mod:`django_delayq.django_tasks.attempts`), and turned into
 the ``TaskResult`` Django's API returns by :func:`task_result`.
 """
 
@@ -27,9 +27,9 @@ from django.conf import settings
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from django_delayq.arguments import dumps
 from django_delayq.conf import delayq_settings
-from django_delayq.job_ids import id_timestamp
+from django_delayq.jobs.arguments import dumps
+from django_delayq.jobs.ids import id_timestamp
 
 try:  # Django 6.0+
     from django.tasks import task_backends

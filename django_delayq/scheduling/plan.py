@@ -23,15 +23,14 @@ from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, transaction
 from django.utils import timezone
 
-from django_delayq import outbox
-from django_delayq.batch import Entry
 from django_delayq.conf import delayq_settings
-from django_delayq.control import check_priority
-from django_delayq.database_time import When
-from django_delayq.job import DEFERRED, PENDING, Job, decode_fields, make_job
-from django_delayq.job_ids import new_job_id
-from django_delayq.record import FLAG_TOMBSTONE, FLAG_UNDECIDED, Fields, encode_record
-from django_delayq.registry import (
+from django_delayq.jobs.ids import new_job_id
+from django_delayq.jobs.job import DEFERRED, PENDING, Job, decode_fields, make_job
+from django_delayq.jobs.record import FLAG_TOMBSTONE, FLAG_UNDECIDED, Fields, encode_record
+from django_delayq.outbox import rows as outbox
+from django_delayq.outbox.database_time import When
+from django_delayq.scheduling.options import check_priority
+from django_delayq.scheduling.registry import (
     SCHEDULE_OPTIONS,
     Task,
     discovered,
@@ -40,6 +39,7 @@ from django_delayq.registry import (
     shadowing,
     unknown_task,
 )
+from django_delayq.storage.bulk import Entry
 from django_delayq.storage.queues import check_queue_name
 from django_delayq.storage.store import DONE_TTL, Scheduled
 from django_delayq.wording import closest

@@ -1,6 +1,6 @@
 """The Prometheus metrics endpoint (opt-in: include ``django_delayq.urls``).
 
-Per queue, read from Redis at each scrape (:func:`django_delayq.health.report`), so every
+Per queue, read from Redis at each scrape (:func:`django_delayq.monitoring.health.report`), so every
 web process answers the same:
 
 gauges   ``delayq_pending_jobs``, ``delayq_due_jobs``, ``delayq_running_jobs``,
@@ -32,9 +32,9 @@ from django.http import HttpRequest, HttpResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
 
-from django_delayq import health
 from django_delayq.conf import delayq_settings
 from django_delayq.exceptions import ConfigurationError, DelayQError
+from django_delayq.monitoring import health
 from django_delayq.recurring.status import ScheduleCollector, safe_report
 from django_delayq.storage.connection import get_store
 

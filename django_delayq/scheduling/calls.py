@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from django_delayq.job import Job
+    from django_delayq.jobs.job import Job
 
 # "schedule": api.schedule_call, "aschedule": async_api.aschedule_call (see use_scheduler).
 _schedulers: dict[str, Callable[[Call, dict[str, Any]], Any]] = {}
