@@ -8,7 +8,7 @@ Public API::
     from django_delayq import pause, resume, is_paused
     from django_delayq import current_job  # inside a task: the Job it runs
 
-Modules moved into folders in 0.6 (``django_delayq.api`` is ``django_delayq.scheduling.api``
+Modules moved into folders in 0.5 (``django_delayq.api`` is ``django_delayq.scheduling.api``
 ...): the old paths still import, the same module object, with a DeprecationWarning naming
 the new one (:data:`MOVED`); they go in 1.0.
 """
@@ -40,7 +40,7 @@ from django_delayq.worker.execution import current_job
 
 __version__ = "0.5.0"
 
-# Old module path (before 0.6) -> the module's new path.
+# Old module path (before 0.5) -> the module's new path.
 MOVED = {
     "django_delayq.api": "django_delayq.scheduling.api",
     "django_delayq.async_api": "django_delayq.scheduling.async_api",
@@ -82,7 +82,7 @@ class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def create_module(self, spec):
         new = MOVED[spec.name]
         warnings.warn(
-            f"{spec.name} moved to {new} in django-delayq 0.6: import from there "
+            f"{spec.name} moved to {new} in django-delayq 0.5: import from there "
             f"(the old path goes in 1.0)",
             DeprecationWarning,
             stacklevel=2,

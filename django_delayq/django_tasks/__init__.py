@@ -5,7 +5,7 @@ path) and the internal task that runs a Task; ``attempts.py`` runs one attempt a
 Task's result; ``compat.py`` imports django.tasks and holds the result's stored format;
 ``runner.py`` names the internal task without importing django.tasks.
 
-Before 0.6 ``django_delayq.django_tasks`` was the module now at ``compat.py``: its names
+Before 0.5 ``django_delayq.django_tasks`` was the module now at ``compat.py``: its names
 still resolve here, with a DeprecationWarning.
 """
 
@@ -23,7 +23,7 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module 'django_delayq.django_tasks' has no attribute {name!r}")
     warnings.warn(
         f"django_delayq.django_tasks.{name} moved to django_delayq.django_tasks.compat.{name} "
-        f"in django-delayq 0.6: import it from there (the old path goes in 1.0)",
+        f"in django-delayq 0.5: import it from there (the old path goes in 1.0)",
         DeprecationWarning,
         stacklevel=2,
     )

@@ -5,7 +5,7 @@
 into Redis (right after the commit, and from workers); ``database_time.py`` computes times on
 the database's clock; ``checks.py`` holds its system checks.
 
-Before 0.6 ``django_delayq.outbox`` was the module now at ``outbox/rows.py``: its names
+Before 0.5 ``django_delayq.outbox`` was the module now at ``outbox/rows.py``: its names
 still resolve here, with a DeprecationWarning.
 """
 
@@ -21,7 +21,7 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module 'django_delayq.outbox' has no attribute {name!r}")
     warnings.warn(
         f"django_delayq.outbox.{name} moved to django_delayq.outbox.rows.{name} in "
-        f"django-delayq 0.6: import it from there (the old path goes in 1.0)",
+        f"django-delayq 0.5: import it from there (the old path goes in 1.0)",
         DeprecationWarning,
         stacklevel=2,
     )
