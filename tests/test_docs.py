@@ -47,6 +47,29 @@ def test_docs_build_with_warnings_as_errors(tmp_path):
     assert (tmp_path / "html" / "reference" / "api.html").exists()
     # autodoc found the docstrings (an import failure is a warning, so -W catches it too).
     assert "Store a job that runs" in (tmp_path / "html" / "reference" / "api.html").read_text()
+    # The theme ships its files: no page loads a script, a style sheet, a font or an image
+    # from another site (a CDN), so the site works offline as it was built.
+    pages = list((tmp_path / "html").rglob("*.html"))
+    assert len(pages) > 20, pages
+    assert "furo" in (tmp_path / "html" / "index.html").read_text()
+    remote = [
+        f"{page.relative_to(tmp_path)}: {found}"
+        for page in pages
+        for found in REMOTE_FILE.findall(page.read_text())
+    ]
+    remote += [
+        f"{sheet.relative_to(tmp_path)}: {found}"
+        for sheet in (tmp_path / "html" / "_static").rglob("*.css")
+        for found in REMOTE_URL_IN_CSS.findall(sheet.read_text())
+    ]
+    assert not remote, remote
+
+
+# <script src=...>, <img src=...>, <link rel="stylesheet" href=...> naming another site.
+REMOTE_FILE = re.compile(
+    r"""<(?:script|img|link)\b[^>]*\b(?:src|href)=["'](?:https?:)?//[^"']*["'][^>]*>"""
+)
+REMOTE_URL_IN_CSS = re.compile(r"""url\(["']?(?:https?:)?//[^)]*\)""")
 
 
 DIRECTIVE = re.compile(r"^(?P<indent> *)\.\. code-block:: python\s*$")
