@@ -18,20 +18,27 @@ import itertools
 import re
 import subprocess
 import sys
+import time
 import types
 from pathlib import Path
 
 import docutils.core
 import pytest
+from django.core.management import get_commands
 
 import django_delayq
-from django_delayq import conf, task
+from django_delayq import conf, get_job, task
 from django_delayq.scheduling import registry
+from django_delayq.worker.dispatch import Worker
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 PAGES = sorted(p for p in DOCS.rglob("*.rst") if "_build" not in p.parts)
 README = ROOT / "README.rst"
+# The quickstart's blocks are a project's files (hello/tasks.py) and a shell session that
+# imports them: test_quickstart_runs runs them so, and a worker runs the job they schedule.
+QUICKSTART = DOCS / "quickstart.rst"
+SNIPPET_PAGES = [p for p in PAGES if p != QUICKSTART]
 
 
 def test_docs_build_with_warnings_as_errors(tmp_path):
@@ -109,6 +116,7 @@ def test_python_blocks_are_found():
     found = {path.name: len(python_blocks(path)) for path in [*PAGES, README]}
     assert found["api.rst"] >= 1
     assert found["README.rst"] >= 2
+    assert found["quickstart.rst"] >= 4
     assert sum(found.values()) >= 10, found
 
 
@@ -162,7 +170,7 @@ def shop(monkeypatch):
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize("path", [*PAGES, README], ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize("path", [*SNIPPET_PAGES, README], ids=lambda p: str(p.relative_to(ROOT)))
 def test_python_blocks_run(path, real_store, shop):
     namespace = {"__name__": "docs_snippets", **shop}
     for line, code in python_blocks(path):
@@ -170,10 +178,81 @@ def test_python_blocks_run(path, real_store, shop):
         # Blank lines first, so a traceback gives the line number in the page.
         padded = "\n" * (line - 1) + code
         exec(compile(padded, str(path.relative_to(ROOT)), "exec"), namespace)
-        delayq = namespace.pop("DELAYQ", None)
-        if delayq is not None:
-            unknown = set(delayq) - set(conf.DEFAULTS)
-            assert not unknown, f"{where}: DELAYQ has settings that do not exist: {unknown}"
+        _check_delayq(namespace, where)
+
+
+def _check_delayq(namespace: dict, where: str) -> None:
+    delayq = namespace.pop("DELAYQ", None)
+    if delayq is not None:
+        unknown = set(delayq) - set(conf.DEFAULTS)
+        assert not unknown, f"{where}: DELAYQ has settings that do not exist: {unknown}"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_quickstart_runs(real_store, admin_client, monkeypatch, capsys):
+    """The quickstart as a reader follows it: its ``# hello/tasks.py`` block is the module
+    ``hello.tasks``, its other blocks run in one namespace (the shell session); the job they
+    schedule is listed in the admin while it waits, a worker runs it once its delay has
+    passed (a burst worker whose clock is 61 s ahead), and the dashboard counts it done."""
+    before = set(registry.registered())
+    hello = types.ModuleType("hello")
+    hello.__path__ = []
+    monkeypatch.setitem(sys.modules, "hello", hello)
+    shell = {"__name__": "quickstart_shell"}
+    try:
+        for line, code in python_blocks(QUICKSTART):
+            compiled = compile("\n" * (line - 1) + code, "docs/quickstart.rst", "exec")
+            if code.splitlines()[0] == "# hello/tasks.py":
+                module = types.ModuleType("hello.tasks")
+                monkeypatch.setitem(sys.modules, "hello.tasks", module)
+                hello.tasks = module
+                exec(compiled, module.__dict__)
+            else:
+                exec(compiled, shell)
+                _check_delayq(shell, f"docs/quickstart.rst:{line}")
+        job = shell["job"]
+        assert job.task == "hello.tasks.say_hello" and job.args == ["Ada"]
+        assert capsys.readouterr().out.split() == [job.id, "pending"]  # the shell's print
+        assert len(job.id) == 26
+
+        dashboard = admin_client.get("/admin/django_delayq/job/")
+        assert dashboard.status_code == 200
+        waiting = admin_client.get("/admin/django_delayq/job/pending/?queue=default")
+        body = waiting.content.decode()
+        assert "say_hello" in body and "&quot;Ada&quot;" in body and job.id in body
+        assert re.search(r"in \d+\s+seconds", body), "due time of a job due in under a minute"
+
+        def a_minute_later() -> float:
+            return time.time() + 61
+
+        worker = Worker(["default"], burst=True, clock=a_minute_later)
+        assert worker.run() == 0
+        assert "Hello, Ada!" in capsys.readouterr().out.splitlines()
+        assert get_job(job.id) is None  # done: acknowledged and gone from Redis
+        # The dashboard as it reads a minute later, when the worker counted the job done.
+        monkeypatch.setattr(real_store, "server_time", a_minute_later)
+        dashboard = admin_client.get("/admin/django_delayq/job/").content.decode()
+        assert 'data-label="Done / failed, 5 min">1 / <span>0</span>' in dashboard, dashboard
+    finally:
+        for name in set(registry.registered()) - before:
+            registry.unregister(name)
+
+
+COMMAND = re.compile(r"(?:manage\.py|django-admin) ([a-z_]+)")
+
+
+def test_documented_commands_exist():
+    """Every ``manage.py <command>`` and ``django-admin <command>`` the pages and the README
+    name is a command of Django or django-delayq (the quickstart's and tutorial's steps)."""
+    named = {
+        (path.relative_to(ROOT), found)
+        for path in [*PAGES, README]
+        for found in COMMAND.findall(path.read_text())
+    }
+    assert ("docs/quickstart.rst", "delayq_worker") in {(str(p), c) for p, c in named}
+    known = set(get_commands())
+    unknown = sorted(f"{path}: {command}" for path, command in named if command not in known)
+    assert not unknown, f"commands the docs name that do not exist: {unknown}"
 
 
 # -- system checks ----------------------------------------------------------------------
