@@ -30,6 +30,7 @@ import django_delayq
 from django_delayq import conf, get_job, task
 from django_delayq.scheduling import registry
 from django_delayq.worker.dispatch import Worker
+from tests.test_layout import _graph as _layout_graph
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -298,3 +299,58 @@ def test_readme_is_the_front_door():
     assert "./runtests" in text
     # It is the package's long description too: valid reST, no warning.
     docutils.core.publish_doctree(text, settings_overrides={"halt_level": 2})
+
+
+# -- docs/architecture.rst: what each folder may import ----------------------------------
+
+ARCHITECTURE = DOCS / "architecture.rst"
+FOLDER_HEADING = re.compile(r"^``(?P<folder>\w+)/[\w/]*``\n-+\n", re.MULTILINE)
+MAY_IMPORT = re.compile(r"^May import: (?P<names>.*?)\.(?:\s|$)", re.MULTILINE | re.DOTALL)
+
+
+def _may_import() -> dict[str, set[str]]:
+    """Folder -> the names its "May import:" line lists (folders, modules, dotted paths)."""
+    text = ARCHITECTURE.read_text()
+    headings = list(FOLDER_HEADING.finditer(text))
+    rules = {}
+    for heading, following in zip(headings, [*headings[1:], None], strict=True):
+        section = text[heading.end() : following.start() if following else len(text)]
+        found = MAY_IMPORT.search(section)
+        assert found, f"architecture.rst: ``{heading['folder']}/`` has no 'May import:' line"
+        rules[heading["folder"]] = set(re.findall(r"``([\w.]+)``", found["names"]))
+    return rules
+
+
+def test_architecture_import_rules_hold():
+    """Every folder of the package has its paragraph in docs/architecture.rst, and no module
+    imports anything of the package outside its own folder that the paragraph does not
+    allow (``jobs`` allows jobs/ and what is in it; ``recurring.ids`` that one module)."""
+    rules = _may_import()
+    package = ROOT / "django_delayq"
+    folders = {
+        p.name for p in package.iterdir() if (p / "__init__.py").exists() and p.name != "migrations"
+    }
+    assert set(rules) == folders, "folders without a paragraph, or paragraphs without a folder"
+    assert rules["storage"] <= {"conf", "exceptions", "jobs"}, rules["storage"]
+    broken = []
+    for module, targets in _layout_graph().items():
+        folder = module.split(".")[1] if "." in module else None
+        if folder not in rules:
+            continue  # a module at the top
+        for target in targets:
+            name = target.removeprefix("django_delayq.")
+            if name.split(".")[0] == folder:
+                continue
+            if not any(
+                name == allowed or name.startswith(f"{allowed}.") for allowed in rules[folder]
+            ):
+                broken.append(f"{module} imports {target}")
+    assert not broken, f"imports docs/architecture.rst does not allow: {broken}"
+
+
+def test_architecture_rules_are_read():
+    """The rule reader sees the lines (a check that reads nothing allows everything)."""
+    rules = _may_import()
+    assert rules["conf"] == {"exceptions"}
+    assert "scheduling" not in rules["storage"] and "worker" not in rules["storage"]
+    assert {"storage", "jobs"} <= rules["scheduling"] and "storage" in rules["admin"]
