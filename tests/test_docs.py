@@ -24,6 +24,7 @@ from pathlib import Path
 
 import docutils.core
 import pytest
+from django.apps import apps as django_apps
 from django.core.management import get_commands
 
 import django_delayq
@@ -354,3 +355,31 @@ def test_architecture_rules_are_read():
     assert rules["conf"] == {"exceptions"}
     assert "scheduling" not in rules["storage"] and "worker" not in rules["storage"]
     assert {"storage", "jobs"} <= rules["scheduling"] and "storage" in rules["admin"]
+
+
+# -- first-hour facts the pages state ------------------------------------------------------
+
+
+def test_the_tables_migrate_creates_are_the_ones_the_docs_count():
+    """The tutorial and the quickstart say how many tables ``migrate`` creates; the
+    tutorial names them."""
+    models = django_apps.get_app_config("django_delayq").get_models()
+    tables = sorted(m._meta.db_table for m in models if m._meta.managed)
+    assert len(tables) == 3, tables
+    tutorial = (DOCS / "tutorial.rst").read_text()
+    assert "migrations create three tables" in tutorial
+    assert all(f"``{table}``" in tutorial for table in tables), tables
+    assert "That makes three tables" in QUICKSTART.read_text()
+
+
+def test_the_admin_how_to_lists_every_permission():
+    """docs/howto/admin.rst's table names every permission the admin checks (``view_job``,
+    ``pause_queue``...), and the Recurring schedules page's model permissions."""
+    job = django_apps.get_model("django_delayq", "Job")._meta
+    codenames = [f"{action}_job" for action in job.default_permissions]
+    codenames += [codename for codename, _ in job.permissions]
+    assert "pause_queue" in codenames
+    page = (DOCS / "howto" / "admin.rst").read_text()
+    missing = [c for c in codenames if f"``django_delayq.{c}``" not in page]
+    assert not missing, f"permissions missing from docs/howto/admin.rst: {missing}"
+    assert "Recurring schedules" in page and "``view_schedule``" in page
