@@ -390,3 +390,36 @@ def test_the_admin_how_to_lists_every_permission():
     missing = [c for c in codenames if f"``django_delayq.{c}``" not in page]
     assert not missing, f"permissions missing from docs/howto/admin.rst: {missing}"
     assert "Recurring schedules" in page and "``view_schedule``" in page
+
+
+def test_the_module_maps_name_modules_that_exist():
+    """The files docs/architecture.rst names in each folder's paragraph are in that folder,
+    and every file of contributing.rst's package map is in the package: a module renamed
+    or moved fails here until the maps follow."""
+    package = ROOT / "django_delayq"
+    text = ARCHITECTURE.read_text()
+    headings = list(FOLDER_HEADING.finditer(text))
+    missing = []
+    for heading, following in zip(headings, [*headings[1:], None], strict=True):
+        section = text[heading.end() : following.start() if following else len(text)]
+        folder = package / heading.group(0).split("``")[1]
+        for name in re.findall(r"``([\w/]+\.py)``", section):
+            if not name.startswith("tests/") and not (
+                (folder / name).is_file() or (package / name).is_file()
+            ):
+                missing.append(f"architecture.rst, {folder.name}/: {name}")
+    flow = text[: headings[0].start()]
+    for name in re.findall(r"\b([a-z_]+/[\w/]*\w\.py)\b", flow):
+        if not name.startswith("tests/") and not (package / name).is_file():
+            missing.append(f"architecture.rst, the flow: {name}")
+    contributing = (DOCS / "contributing.rst").read_text()
+    layout = contributing[contributing.index("    django_delayq/\n") :]
+    layout = layout[: layout.index("\n\n")]
+    files = {path.name for path in package.rglob("*.py")}
+    assert len(re.findall(r"\b\w+\.py\b", layout)) > 60
+    missing += [
+        f"contributing.rst: {name}"
+        for name in re.findall(r"\b(\w+\.py)\b", layout)
+        if name not in files
+    ]
+    assert not missing, f"the maps name files that do not exist: {missing}"
