@@ -15,23 +15,33 @@
 from __future__ import annotations
 
 import itertools
+import logging
 import re
 import subprocess
 import sys
+import time
 import types
 from pathlib import Path
 
 import docutils.core
 import pytest
+from django.apps import apps as django_apps
+from django.core.management import get_commands
 
 import django_delayq
-from django_delayq import conf, task
+from django_delayq import conf, get_job, task
 from django_delayq.scheduling import registry
+from django_delayq.worker.dispatch import Worker
+from tests.test_layout import _graph as _layout_graph
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 PAGES = sorted(p for p in DOCS.rglob("*.rst") if "_build" not in p.parts)
 README = ROOT / "README.rst"
+# The quickstart's blocks are a project's files (hello/tasks.py) and a shell session that
+# imports them: test_quickstart_runs runs them so, and a worker runs the job they schedule.
+QUICKSTART = DOCS / "quickstart.rst"
+SNIPPET_PAGES = [p for p in PAGES if p != QUICKSTART]
 
 
 def test_docs_build_with_warnings_as_errors(tmp_path):
@@ -47,6 +57,29 @@ def test_docs_build_with_warnings_as_errors(tmp_path):
     assert (tmp_path / "html" / "reference" / "api.html").exists()
     # autodoc found the docstrings (an import failure is a warning, so -W catches it too).
     assert "Store a job that runs" in (tmp_path / "html" / "reference" / "api.html").read_text()
+    # The theme ships its files: no page loads a script, a style sheet, a font or an image
+    # from another site (a CDN), so the site works offline as it was built.
+    pages = list((tmp_path / "html").rglob("*.html"))
+    assert len(pages) > 20, pages
+    assert "furo" in (tmp_path / "html" / "index.html").read_text()
+    remote = [
+        f"{page.relative_to(tmp_path)}: {found}"
+        for page in pages
+        for found in REMOTE_FILE.findall(page.read_text())
+    ]
+    remote += [
+        f"{sheet.relative_to(tmp_path)}: {found}"
+        for sheet in (tmp_path / "html" / "_static").rglob("*.css")
+        for found in REMOTE_URL_IN_CSS.findall(sheet.read_text())
+    ]
+    assert not remote, remote
+
+
+# <script src=...>, <img src=...>, <link rel="stylesheet" href=...> naming another site.
+REMOTE_FILE = re.compile(
+    r"""<(?:script|img|link)\b[^>]*\b(?:src|href)=["'](?:https?:)?//[^"']*["'][^>]*>"""
+)
+REMOTE_URL_IN_CSS = re.compile(r"""url\(["']?(?:https?:)?//[^)]*\)""")
 
 
 DIRECTIVE = re.compile(r"^(?P<indent> *)\.\. code-block:: python\s*$")
@@ -86,6 +119,7 @@ def test_python_blocks_are_found():
     found = {path.name: len(python_blocks(path)) for path in [*PAGES, README]}
     assert found["api.rst"] >= 1
     assert found["README.rst"] >= 2
+    assert found["quickstart.rst"] >= 4
     assert sum(found.values()) >= 10, found
 
 
@@ -139,7 +173,7 @@ def shop(monkeypatch):
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize("path", [*PAGES, README], ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize("path", [*SNIPPET_PAGES, README], ids=lambda p: str(p.relative_to(ROOT)))
 def test_python_blocks_run(path, real_store, shop):
     namespace = {"__name__": "docs_snippets", **shop}
     for line, code in python_blocks(path):
@@ -147,10 +181,87 @@ def test_python_blocks_run(path, real_store, shop):
         # Blank lines first, so a traceback gives the line number in the page.
         padded = "\n" * (line - 1) + code
         exec(compile(padded, str(path.relative_to(ROOT)), "exec"), namespace)
-        delayq = namespace.pop("DELAYQ", None)
-        if delayq is not None:
-            unknown = set(delayq) - set(conf.DEFAULTS)
-            assert not unknown, f"{where}: DELAYQ has settings that do not exist: {unknown}"
+        _check_delayq(namespace, where)
+
+
+def _check_delayq(namespace: dict, where: str) -> None:
+    delayq = namespace.pop("DELAYQ", None)
+    if delayq is not None:
+        unknown = set(delayq) - set(conf.DEFAULTS)
+        assert not unknown, f"{where}: DELAYQ has settings that do not exist: {unknown}"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_quickstart_runs(real_store, admin_client, monkeypatch, capsys, caplog):
+    """The quickstart as a reader follows it: its ``# hello/tasks.py`` block is the module
+    ``hello.tasks``, its other blocks run in one namespace (the shell session); the job they
+    schedule is listed in the admin while it waits, a worker runs it once its delay has
+    passed (a burst worker whose clock is 61 s ahead), and the dashboard counts it done."""
+    before = set(registry.registered())
+    hello = types.ModuleType("hello")
+    hello.__path__ = []
+    monkeypatch.setitem(sys.modules, "hello", hello)
+    shell = {"__name__": "quickstart_shell"}
+    try:
+        for line, code in python_blocks(QUICKSTART):
+            compiled = compile("\n" * (line - 1) + code, "docs/quickstart.rst", "exec")
+            if code.splitlines()[0] == "# hello/tasks.py":
+                module = types.ModuleType("hello.tasks")
+                monkeypatch.setitem(sys.modules, "hello.tasks", module)
+                hello.tasks = module
+                exec(compiled, module.__dict__)
+            else:
+                exec(compiled, shell)
+                _check_delayq(shell, f"docs/quickstart.rst:{line}")
+        job = shell["job"]
+        assert job.task == "hello.tasks.say_hello" and job.args == ["Ada"]
+        assert capsys.readouterr().out.split() == [job.id, "pending"]  # the shell's print
+        assert len(job.id) == 26
+
+        dashboard = admin_client.get("/admin/django_delayq/job/")
+        assert dashboard.status_code == 200
+        waiting = admin_client.get("/admin/django_delayq/job/pending/?queue=default")
+        body = waiting.content.decode()
+        assert "say_hello" in body and "&quot;Ada&quot;" in body and job.id in body
+        assert re.search(r"in \d+\s+seconds", body), "due time of a job due in under a minute"
+
+        def a_minute_later() -> float:
+            return time.time() + 61
+
+        worker = Worker(["default"], burst=True, clock=a_minute_later)
+        with caplog.at_level(logging.INFO, logger="django_delayq.worker"):
+            assert worker.run() == 0
+        assert "Hello, Ada!" in capsys.readouterr().out.splitlines()
+        # The log line the page quotes: "job <the job's id> hello.tasks.say_hello succeeded
+        # in 0.1 ms (attempt 1)".
+        logged = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+        succeeded = rf"job {job.id} hello\.tasks\.say_hello succeeded in [\d.]+ ms \(attempt 1\)"
+        assert any(re.fullmatch(succeeded, message) for message in logged), logged
+        assert get_job(job.id) is None  # done: acknowledged and gone from Redis
+        # The dashboard as it reads a minute later, when the worker counted the job done.
+        monkeypatch.setattr(real_store, "server_time", a_minute_later)
+        dashboard = admin_client.get("/admin/django_delayq/job/").content.decode()
+        assert 'data-label="Done / failed, 5 min">1 / <span>0</span>' in dashboard, dashboard
+    finally:
+        for name in set(registry.registered()) - before:
+            registry.unregister(name)
+
+
+COMMAND = re.compile(r"(?:manage\.py|django-admin) ([a-z_]+)")
+
+
+def test_documented_commands_exist():
+    """Every ``manage.py <command>`` and ``django-admin <command>`` the pages and the README
+    name is a command of Django or django-delayq (the quickstart's and tutorial's steps)."""
+    named = {
+        (path.relative_to(ROOT), found)
+        for path in [*PAGES, README]
+        for found in COMMAND.findall(path.read_text())
+    }
+    assert ("docs/quickstart.rst", "delayq_worker") in {(str(p), c) for p, c in named}
+    known = set(get_commands())
+    unknown = sorted(f"{path}: {command}" for path, command in named if command not in known)
+    assert not unknown, f"commands the docs name that do not exist: {unknown}"
 
 
 # -- system checks ----------------------------------------------------------------------
@@ -196,3 +307,119 @@ def test_readme_is_the_front_door():
     assert "./runtests" in text
     # It is the package's long description too: valid reST, no warning.
     docutils.core.publish_doctree(text, settings_overrides={"halt_level": 2})
+
+
+# -- docs/architecture.rst: what each folder may import ----------------------------------
+
+ARCHITECTURE = DOCS / "architecture.rst"
+FOLDER_HEADING = re.compile(r"^``(?P<folder>\w+)/[\w/]*``\n-+\n", re.MULTILINE)
+MAY_IMPORT = re.compile(r"^May import: (?P<names>.*?)\.(?:\s|$)", re.MULTILINE | re.DOTALL)
+
+
+def _may_import() -> dict[str, set[str]]:
+    """Folder -> the names its "May import:" line lists (folders, modules, dotted paths)."""
+    text = ARCHITECTURE.read_text()
+    headings = list(FOLDER_HEADING.finditer(text))
+    rules = {}
+    for heading, following in zip(headings, [*headings[1:], None], strict=True):
+        section = text[heading.end() : following.start() if following else len(text)]
+        found = MAY_IMPORT.search(section)
+        assert found, f"architecture.rst: ``{heading['folder']}/`` has no 'May import:' line"
+        rules[heading["folder"]] = set(re.findall(r"``([\w.]+)``", found["names"]))
+    return rules
+
+
+def test_architecture_import_rules_hold():
+    """Every folder of the package has its paragraph in docs/architecture.rst, and no module
+    imports anything of the package outside its own folder that the paragraph does not
+    allow (``jobs`` allows jobs/ and what is in it; ``recurring.ids`` that one module)."""
+    rules = _may_import()
+    package = ROOT / "django_delayq"
+    folders = {
+        p.name for p in package.iterdir() if (p / "__init__.py").exists() and p.name != "migrations"
+    }
+    assert set(rules) == folders, "folders without a paragraph, or paragraphs without a folder"
+    assert rules["storage"] <= {"conf", "exceptions", "jobs"}, rules["storage"]
+    broken = []
+    for module, targets in _layout_graph().items():
+        folder = module.split(".")[1] if "." in module else None
+        if folder not in rules:
+            continue  # a module at the top
+        for target in targets:
+            name = target.removeprefix("django_delayq.")
+            if name.split(".")[0] == folder:
+                continue
+            if not any(
+                name == allowed or name.startswith(f"{allowed}.") for allowed in rules[folder]
+            ):
+                broken.append(f"{module} imports {target}")
+    assert not broken, f"imports docs/architecture.rst does not allow: {broken}"
+
+
+def test_architecture_rules_are_read():
+    """The rule reader sees the lines (a check that reads nothing allows everything)."""
+    rules = _may_import()
+    assert rules["conf"] == {"exceptions"}
+    assert "scheduling" not in rules["storage"] and "worker" not in rules["storage"]
+    assert {"storage", "jobs"} <= rules["scheduling"] and "storage" in rules["admin"]
+
+
+# -- first-hour facts the pages state ------------------------------------------------------
+
+
+def test_the_tables_migrate_creates_are_the_ones_the_docs_count():
+    """The tutorial and the quickstart say how many tables ``migrate`` creates; the
+    tutorial names them."""
+    models = django_apps.get_app_config("django_delayq").get_models()
+    tables = sorted(m._meta.db_table for m in models if m._meta.managed)
+    assert len(tables) == 3, tables
+    tutorial = (DOCS / "tutorial.rst").read_text()
+    assert "migrations create three tables" in tutorial
+    assert all(f"``{table}``" in tutorial for table in tables), tables
+    assert "migrations make three tables" in " ".join(QUICKSTART.read_text().split())
+
+
+def test_the_admin_how_to_lists_every_permission():
+    """docs/howto/admin.rst's table names every permission the admin checks (``view_job``,
+    ``pause_queue``...), and the Recurring schedules page's model permissions."""
+    job = django_apps.get_model("django_delayq", "Job")._meta
+    codenames = [f"{action}_job" for action in job.default_permissions]
+    codenames += [codename for codename, _ in job.permissions]
+    assert "pause_queue" in codenames
+    page = (DOCS / "howto" / "admin.rst").read_text()
+    missing = [c for c in codenames if f"``django_delayq.{c}``" not in page]
+    assert not missing, f"permissions missing from docs/howto/admin.rst: {missing}"
+    assert "Recurring schedules" in page and "``view_schedule``" in page
+
+
+def test_the_module_maps_name_modules_that_exist():
+    """The files docs/architecture.rst names in each folder's paragraph are in that folder,
+    and every file of contributing.rst's package map is in the package: a module renamed
+    or moved fails here until the maps follow."""
+    package = ROOT / "django_delayq"
+    text = ARCHITECTURE.read_text()
+    headings = list(FOLDER_HEADING.finditer(text))
+    missing = []
+    for heading, following in zip(headings, [*headings[1:], None], strict=True):
+        section = text[heading.end() : following.start() if following else len(text)]
+        folder = package / heading.group(0).split("``")[1]
+        for name in re.findall(r"``([\w/]+\.py)``", section):
+            if not name.startswith("tests/") and not (
+                (folder / name).is_file() or (package / name).is_file()
+            ):
+                missing.append(f"architecture.rst, {folder.name}/: {name}")
+    flow = text[: headings[0].start()]
+    for name in re.findall(r"\b([a-z_]+/[\w/]*\w\.py)\b", flow):
+        if not name.startswith("tests/") and not (package / name).is_file():
+            missing.append(f"architecture.rst, the flow: {name}")
+    contributing = (DOCS / "contributing.rst").read_text()
+    layout = contributing[contributing.index("    django_delayq/\n") :]
+    layout = layout[: layout.index("\n\n")]
+    files = {path.name for path in package.rglob("*.py")}
+    assert len(re.findall(r"\b\w+\.py\b", layout)) > 60
+    missing += [
+        f"contributing.rst: {name}"
+        for name in re.findall(r"\b(\w+\.py)\b", layout)
+        if name not in files
+    ]
+    assert not missing, f"the maps name files that do not exist: {missing}"
