@@ -1,6 +1,6 @@
 """System checks. Ids are stable; docs/reference/checks.rst lists them. The outbox's
-(E009-E011, W003, W005) are in ``outbox_checks.py``, the ``TASKS`` ones (E101, E102, W101) in
-``backends.py``.
+(E009-E011, W003, W005) are in ``outbox/checks.py``, the ``TASKS`` ones (E101, E102, W101) in
+``django_tasks/backend.py``.
 
 delayq.E001  the Redis connection cannot be built from CACHE (missing alias, or not Redis)
 delayq.E002  REDIS_URL is not a redis://, rediss:// or unix:// URL

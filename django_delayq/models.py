@@ -2,7 +2,7 @@
 content type and django-delayq's permissions (jobs in Redis are read through store.py).
 ``OutboxJob`` is a real table, the outbox: jobs scheduled with ``on_commit`` inside a
 transaction, and jobs due beyond ``DELAYQ["HORIZON"]``, wait there until they are relayed to
-Redis. Only ``outbox.py`` reads or writes it."""
+Redis. Only ``outbox/rows.py`` reads or writes it."""
 
 from __future__ import annotations
 
@@ -41,9 +41,9 @@ class Job(models.Model):
 
 
 class OutboxJob(models.Model):
-    """A pending job that waits in the database (see outbox.py).
+    """A pending job that waits in the database (see outbox/rows.py).
 
-    ``record`` holds the job record exactly as Redis will hold it (record.py's format, with
+    ``record`` holds the job record exactly as Redis will hold it (jobs/record.py's format, with
     the tombstone flag 'i', so a relay sent twice never runs the job twice). ``relay_at``
     is when a worker moves the row into Redis: shortly after it was written for an
     on_commit job (the committing process normally relays it at once), ``due_at - HORIZON``

@@ -9,7 +9,7 @@ it was cancelled while pending (:func:`finish_outside_run`: FAILED), a stopping 
 handed it back or its lease was lost with attempts left (:func:`ready_again`: READY). The
 backend's job-signal receivers call these.
 
-The backend is passed in, not imported: ``backends.py`` defines it and imports this module.
+The backend is passed in, not imported: ``backend.py`` defines it and imports this module.
 """
 
 from __future__ import annotations

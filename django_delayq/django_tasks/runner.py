@@ -8,7 +8,7 @@ Django 5.2 without the backport.
 
 from __future__ import annotations
 
-# The task that runs a Django Task (backends.py): its jobs are shown as the Task they run.
+# The task that runs a Django Task (backend.py): its jobs are shown as the Task they run.
 DJANGO_TASK_RUNNER = "django_delayq.backends.run_django_task"
 
 

@@ -32,7 +32,7 @@ KEPT = "kept"
 DEFERRED = "deferred"  # on_commit=True inside a transaction: stored when it commits
 
 # Where a pending job waits (Job.waits_in): in Redis, or as a row of the database outbox
-# (outbox.py: on_commit jobs until relayed, jobs due beyond DELAYQ["HORIZON"]).
+# (outbox/rows.py: on_commit jobs until relayed, jobs due beyond DELAYQ["HORIZON"]).
 IN_REDIS = "redis"
 IN_DATABASE = "database"
 
@@ -113,7 +113,7 @@ def _no_schedules(job_id: str) -> str | None:
 
 
 # The schedule an occurrence's id belongs to: django_delayq.recurring.names sets it when
-# the app is ready (job.py imports nothing of recurring/, which imports the models).
+# the app is ready (jobs/job.py imports nothing of recurring/, which imports the models).
 schedule_lookup: Callable[[str], str | None] = _no_schedules
 
 

@@ -1,8 +1,8 @@
 """The outbox: jobs that wait in the project's database and commit with its transaction.
 
 ``rows.py`` is the only module that reads or writes the table (``models.OutboxJob``);
-``placement.py`` is the outbox side of schedule() and cancel(); ``relay.py`` moves due rows
-into Redis (right after the commit, and from workers); ``database_time.py`` computes times on
+``outbox/placement.py`` is the outbox side of schedule() and cancel(); ``relay.py`` moves due rows
+into Redis (right after the commit, and from workers); ``outbox/database_time.py`` computes times on
 the database's clock; ``checks.py`` holds its system checks.
 
 Before 0.5 ``django_delayq.outbox`` was the module now at ``outbox/rows.py``: its names

@@ -1,4 +1,4 @@
-"""Times on a database's clock, for the outbox's rows (outbox.py, relaying.py).
+"""Times on a database's clock, for the outbox's rows (outbox/rows.py, outbox/relay.py).
 
 A row's due and relay times are computed in SQL from the database's now, never from this
 process's clock, so a producer whose clock is off never makes a job early (outbox promise

@@ -1,6 +1,6 @@
 """The outbox: jobs that wait in the project's database (``models.OutboxJob``). The only
 module that reads or writes that table, the way store.py is the only one that talks to
-Redis; it deals in :class:`Row`. Moving rows into Redis is relaying.py's.
+Redis; it deals in :class:`Row`. Moving rows into Redis is outbox/relay.py's.
 
 Two kinds of rows:
 
@@ -14,7 +14,7 @@ Two kinds of rows:
   horizon, long before it is due, so it runs as on time as a job held in Redis.
 
 How a relay moves rows into Redis, exactly once, and how several relay at once: see
-relaying.py.
+outbox/relay.py.
 """
 
 from __future__ import annotations

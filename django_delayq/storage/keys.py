@@ -24,7 +24,7 @@ KEY_KINDS = (
     "done",
     "claims",
     "meta",  # layout 1 (0.1) only: upgrade.lua converts and deletes it (see upgrade.py)
-    "relayed",  # outbox rows stored by a relay whose DELETE has not committed (outbox.py)
+    "relayed",  # outbox rows stored by a relay whose DELETE has not committed (outbox/rows.py)
     "ranked",  # pending jobs with a priority other than 0 (storage/control.py)
     "control",  # queue control: paused, rate and concurrency limits (storage/control.py)
 )

@@ -21,7 +21,7 @@
 --                          not started yet (prefetched). A runner marks the start with a plain
 --                          ZADD XX GT of the started score (store.mark_op).
 --   D dead     sorted set  job id -> died_at
---   J jobs     hash        job id -> record: header "\n" body (job.py); scripts read only the
+--   J jobs     hash        job id -> record: header "\n" body (jobs/job.py); scripts read only the
 --                          header: <max_retries><flags>[=<key length>:<key>]
 --   S state    hash        job id -> "<n>|<token>" while an attempt holds a lease (the job is in
 --                          running), "<n>|~<token>" once it is settled (failed or handed back:

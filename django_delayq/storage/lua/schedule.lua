@@ -1,7 +1,7 @@
 -- schedule.lua: store a new job as pending, honouring its unique key.
 -- KEYS: pending jobs state keys wake done errors relayed ranked
 -- ARGV[1] job id (string, ULID)
--- ARGV[2] job record (bytes: header "\n" body, see job.py)
+-- ARGV[2] job record (bytes: header "\n" body, see jobs/job.py)
 -- ARGV[3] 'delay' (ARGV[4] is milliseconds from Redis's now) or 'at' (ARGV[4] is an epoch in
 --         milliseconds; a time in the past means now)
 -- ARGV[4] integer (milliseconds)
@@ -10,7 +10,7 @@
 -- ARGV[7] now (epoch milliseconds) or '' for Redis TIME
 -- ARGV[8] '1' when this call is sent again because the reply to an earlier one was lost,
 --         else ''
--- ARGV[9] '1' for the relay of an outbox row (outbox.py; ARGV[8] is '1' too), else '' or
+-- ARGV[9] '1' for the relay of an outbox row (outbox/rows.py; ARGV[8] is '1' too), else '' or
 --         absent. (a) Run once (outbox promise I6): an id marked in `relayed` is never stored again:
 --         the reply is {'created', id, due_at, ''} while its job waits, runs or lies dead,
 --         {'done', id, '', ''} once it is gone; whatever the outcome, the id is marked

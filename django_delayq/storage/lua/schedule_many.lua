@@ -3,7 +3,7 @@
 -- KEYS: pending jobs wake done relayed ranked
 -- ARGV[1] now (epoch milliseconds) or '' for Redis TIME
 -- ARGV[2] '1' when this call is sent again because the reply to an earlier one was lost;
---         'relay' for the relay of outbox rows (outbox.py): as '1', and run once (outbox promise
+--         'relay' for the relay of outbox rows (outbox/rows.py): as '1', and run once (outbox promise
 --         I6): a job whose id is marked in `relayed` is never stored again (listed, as one
 --         an earlier send created), and every job of the batch is marked (ZADD relayed now)
 -- ARGV[3..] quadruples: job id (string, ULID), job record (bytes), 'delay' or 'at', integer

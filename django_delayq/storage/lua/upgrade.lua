@@ -3,7 +3,7 @@
 -- KEYS: pending running dead jobs state errors meta
 -- ARGV[1] limit (integer >= 1): at most this many layout-1 set entries looked at per call
 -- ARGV[2..] optional triples: job id, the layout-1 record a previous call returned for it,
---           the same job re-encoded as format 3 by Python (job.py), or '' to keep the old
+--           the same job re-encoded as format 3 by Python (jobs/job.py), or '' to keep the old
 --           record as it is (Python cannot decode it: the worker dead-letters it as corrupt).
 --           A record is replaced only while the job still holds that exact old record.
 -- Returns {left, pending, running, dead, records, meta, {id1, record1, id2, ...}}:
