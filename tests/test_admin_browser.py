@@ -426,7 +426,7 @@ def test_workers_tab_in_a_browser(real_store, live_server, settings, tmp_path):
         while not (started() and worker.processed == 25) and time.monotonic() < deadline:
             time.sleep(0.02)
         assert started() and worker.processed == 25, worker.holding()
-        worker.presence.beat()  # beats come every 5 s by default: write one now
+        worker.parts.presence.beat()  # beats come every 5 s by default: write one now
         base = live_server.url
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)

@@ -65,7 +65,7 @@ def test_workers_tab_shows_a_running_worker_and_links_its_jobs(store, admin_clie
         (row,) = response.context["rows"]
         assert row.worker.instance == worker.instance and row.worker.name == "web-7"
         assert f'data-worker="{worker.instance}"' in body
-        assert f"{worker.presence.host}, pid {worker.presence.pid}" in body
+        assert f"{worker.parts.presence.host}, pid {worker.parts.presence.pid}" in body
         assert f'<a href="{url("pending")}?queue=emails">emails</a>' in body
         assert "1 of 2" in body and f"django-delayq {django_delayq.__version__}" in body
         (running,) = row.running

@@ -68,7 +68,7 @@ def test_hundreds_of_async_attempts_are_in_flight_at_once(store, name):
     with Recorder(signals.job_succeeded) as rec:
         worker = run_burst(concurrency=2, async_concurrency=300)
     assert t.IN_FLIGHT[name][1] == 300
-    assert worker.loop.in_flight_max == 300
+    assert worker.parts.loop.in_flight_max == 300
     assert len(rec.of(signals.job_succeeded)) == 300 and worker.processed == 300
     assert {r["result"] for r in rec.of(signals.job_succeeded)} == {300}
     assert left_in(store) == (0, 0)
@@ -78,7 +78,7 @@ def test_without_a_loop_async_tasks_still_run_on_the_runner_threads(store, name)
     schedule_many(t.async_together, [(name, 3, 0.5)] * 3)
     worker = run_burst(concurrency=2)
     assert t.IN_FLIGHT[name][1] <= 2 and worker.processed == 3
-    assert worker.loop.in_flight_max == 0
+    assert worker.parts.loop.in_flight_max == 0
 
 
 def test_sync_and_async_jobs_in_one_queue_all_run_once(store, name):
@@ -100,7 +100,7 @@ def test_async_jobs_queued_behind_a_busy_thread_are_not_starved(store, name):
     worker, thread, codes = started_worker(concurrency=1, async_concurrency=20)
     wait_for(lambda: t.CALLS.count(("async_together", name)) == 20)
     assert t.IN_FLIGHT[name][1] == 20
-    assert worker.holdings.busy() == 1  # the sync job still holds the thread
+    assert worker.parts.holdings.busy() == 1  # the sync job still holds the thread
     t.gate(name).set()
     wait_for(lambda: left_in(store) == (0, 0))
     worker.request_stop()
@@ -162,8 +162,8 @@ def test_an_async_task_on_the_loop_is_cancelled_at_its_timeout(store):
     assert all(type(f["exception"]) is TimeoutError for f in failed)
     assert "ran past its timeout of 0.2 s; it was cancelled" in str(failed[0]["exception"])
     assert get_job(job.id).status == "dead"
-    assert worker.loop.in_flight_max == 1
-    assert worker.runners.replaced == 0 and worker.runners.hung == 0
+    assert worker.parts.loop.in_flight_max == 1
+    assert worker.parts.runners.replaced == 0 and worker.parts.runners.hung == 0
 
 
 def test_a_finished_attempt_is_not_counted_in_flight_when_its_slot_is_filled(store):
@@ -182,7 +182,7 @@ def test_a_finished_attempt_is_not_counted_in_flight_when_its_slot_is_filled(sto
         worker = run_burst(async_concurrency=1)
     assert worker.processed == 20
     assert seen_done == []
-    assert worker.loop.in_flight_max == 1
+    assert worker.parts.loop.in_flight_max == 1
 
 
 def test_an_async_task_that_blocks_the_loop_is_failed_by_the_watchdog(store, name):
@@ -193,9 +193,9 @@ def test_an_async_task_that_blocks_the_loop_is_failed_by_the_watchdog(store, nam
     assert type(failed["exception"]) is TimeoutError and not failed["will_retry"]
     assert "blocked the worker's event loop" in str(failed["exception"])
     assert get_job(job.id).status == "dead"
-    assert worker.runners.replaced == 0  # no runner thread stands in for the loop
+    assert worker.parts.runners.replaced == 0  # no runner thread stands in for the loop
     t.gate(name).set()
-    wait_for(lambda: worker.runners.hung == 0)
+    wait_for(lambda: worker.parts.runners.hung == 0)
 
 
 def test_close_old_connections_runs_in_the_thread_of_the_attempts_sync_calls(store):
@@ -264,7 +264,7 @@ def test_the_leases_of_long_async_attempts_are_extended(store, name):
     # replace the test's store).
     with mock.patch.object(delayq_settings, "VISIBILITY_TIMEOUT", 0.6):
         worker, thread, codes = started_worker(async_concurrency=30)
-    assert worker.lease == 0.6 and worker.heartbeat.lease == 0.6
+    assert worker.lease == 0.6 and worker.parts.heartbeat.lease == 0.6
     running = store.key("default", "running")
     wait_for(lambda: store.client.zcard(running) == 20)
     first = dict(store.client.zrange(running, 0, -1, withscores=True))
@@ -276,7 +276,7 @@ def test_the_leases_of_long_async_attempts_are_extended(store, name):
     wait_for(lambda: left_in(store) == (0, 0))
     worker.request_stop()
     thread.join(30)
-    assert codes == [0] and worker.heartbeat.beats >= 3
+    assert codes == [0] and worker.parts.heartbeat.beats >= 3
     assert t.CALLS.count(("async_waits_for_gate", name)) == 20  # none recovered and rerun
     assert all(get_job(j.id) is None for j in jobs)
 
@@ -364,6 +364,6 @@ def test_the_command_passes_async_concurrency_to_the_worker(fake_store, monkeypa
 def test_the_roster_counts_the_loops_slots_in_the_workers_concurrency(store):
     """The Workers tab shows "busy N of M": M counts the threads and the loop's slots."""
     worker = Worker(["default"], concurrency=2, async_concurrency=50, name="aio-roster")
-    worker.presence.beat()
+    worker.parts.presence.beat()
     (listed,) = store.live_workers(store.server_time())
     assert listed.name == "aio-roster" and listed.concurrency == 52

@@ -221,7 +221,7 @@ def test_an_async_task_runs_on_the_workers_event_loop(store):
     assert result.attempts == 2 and result.worker_ids == [worker.name] * 2
     assert [e.exception_class_path for e in result.errors] == ["builtins.RuntimeError"]
     assert "async attempt 1 fails" in result.errors[0].traceback
-    assert worker.loop.in_flight_max == 1 and worker.processed == 1 and worker.failed == 1
+    assert worker.parts.loop.in_flight_max == 1 and worker.processed == 1 and worker.failed == 1
     assert seen == ["started", "started", "finished"]
 
 
@@ -431,7 +431,7 @@ def test_a_worker_that_died_on_the_last_attempt_fails_the_result(store, received
     # A worker claims it, starts it and dies (no heartbeat, no ack).
     claim = store.claim("default", 1, lease=1, token="crashed#1", instance="crashed")
     store.call(store.mark_op("default", result.id, claim.now + 1))
-    assert Worker(["default"], clock=later(5)).recovery.run_pass() == 1
+    assert Worker(["default"], clock=later(5)).parts.recovery.run_pass() == 1
     result.refresh()
     assert result.status == TaskResultStatus.FAILED and result.finished_at is not None
     [error] = result.errors

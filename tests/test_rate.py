@@ -152,13 +152,13 @@ def test_the_worker_writes_limits_before_its_first_claim_and_again_after_a_failu
 
     monkeypatch.setattr(control, "publish_rates", refused_once)
     key = store.key(Q, "control")
-    worker.exchange.run()
+    worker.parts.exchange.run()
     assert store.client.hget(key, f"rate:{name}") is None
     assert "limits could not be written" in caplog.text
-    worker.exchange.run()
+    worker.parts.exchange.run()
     assert store.client.hget(key, f"rate:{name}") == b"5/1000"
     assert store.client.hget(key, f"conc:{name}") == b"2"
-    worker.exchange.run()
+    worker.parts.exchange.run()
     assert len(calls) == 2  # written once: not again at every claim
 
 

@@ -52,11 +52,11 @@ def test_an_attempt_past_its_timeout_fails_and_a_new_runner_retries_it(store, ga
         (ok,) = rec.of(signals.job_succeeded)
         assert ok["job"].attempts == 2 and ok["result"] == 2
         assert get_job(job.id) is None
-        assert worker.runners.replaced == 1 and worker.runners.hung == 1
+        assert worker.parts.runners.replaced == 1 and worker.parts.runners.hung == 1
         assert (worker.processed, worker.failed) == (1, 1)
         with caplog.at_level(logging.WARNING, "django_delayq.worker"):
             t.gate(gate_name).set()
-            wait_for(lambda: worker.runners.hung == 0)
+            wait_for(lambda: worker.parts.runners.hung == 0)
         assert len(rec.of(signals.job_succeeded)) == 1  # the late return sent nothing
         assert (worker.processed, worker.failed) == (1, 1)
         assert "its result is discarded" in caplog.text
@@ -76,7 +76,7 @@ def test_timeouts_are_retried_then_dead_lettered(store, gate_name, caplog):
     assert stored.status == "dead" and stored.attempts == 2
     assert [e["type"] for e in stored.errors] == ["builtins.TimeoutError"] * 2
     assert "ran past its timeout of 0.2 s" in stored.errors[-1]["message"]
-    assert worker.runners.replaced == 2
+    assert worker.parts.runners.replaced == 2
     assert "run delayq_worker with --processes" in caplog.text
 
 
@@ -87,7 +87,7 @@ def test_a_task_within_its_timeout_is_unaffected(store):
     assert sorted(x for _, x in t.CALLS) == list(range(5))
     assert rec.of(signals.job_failed) == [] and len(rec.of(signals.job_succeeded)) == 5
     assert all(get_job(j.id) is None for j in jobs)
-    assert worker.runners.replaced == 0 and worker.runners.hung == 0
+    assert worker.parts.runners.replaced == 0 and worker.parts.runners.hung == 0
 
 
 def test_concurrency_is_kept_while_threads_hang(store, gate_name):
@@ -99,7 +99,7 @@ def test_concurrency_is_kept_while_threads_hang(store, gate_name):
         quick = [t.within_timeout.schedule(i) for i in range(10)]
         worker = run_burst(concurrency=2)
     try:
-        assert worker.runners.replaced == 2 and worker.runners.hung == 2
+        assert worker.parts.runners.replaced == 2 and worker.parts.runners.hung == 2
         assert len(rec.of(signals.job_failed)) == 2
         assert sorted(c for c in t.CALLS if c[0] == "hangs_first") == [
             ("hangs_first", 1),
@@ -113,7 +113,7 @@ def test_concurrency_is_kept_while_threads_hang(store, gate_name):
     finally:
         for i in range(2):
             t.gate(f"{gate_name}-{i}").set()
-    wait_for(lambda: worker.runners.hung == 0)
+    wait_for(lambda: worker.parts.runners.hung == 0)
 
 
 def test_a_supervised_child_with_every_runner_hung_asks_to_be_recycled(store):
@@ -121,7 +121,7 @@ def test_a_supervised_child_with_every_runner_hung_asks_to_be_recycled(store):
     read, write = os.pipe()
     try:
         child = Supervised(worker, supervisor=1, orders=read)
-        worker.runners.on_hung(2)
+        worker.parts.runners.on_hung(2)
         assert worker.stopping and child.recycled is not None
         assert "2 runner threads left in tasks past their timeout" in child.recycled
         assert child.exit_code(0) == 75
@@ -141,7 +141,7 @@ def test_a_recycling_child_delivers_the_timeout_and_leaves_the_retry_to_the_next
     read, write = os.pipe()
     try:
         child = Supervised(worker, supervisor=1, orders=read)
-        asks = worker.runners.on_hung
+        asks = worker.parts.runners.on_hung
 
         def slow_to_ask(threads: int) -> None:
             # Widen the window: wait up to 1 s for the retry to start here before asking.
@@ -150,14 +150,14 @@ def test_a_recycling_child_delivers_the_timeout_and_leaves_the_retry_to_the_next
                 time.sleep(0.01)
             asks(threads)
 
-        worker.runners.on_hung = slow_to_ask
-        fails = worker.runners.executor.timed_out
+        worker.parts.runners.on_hung = slow_to_ask
+        fails = worker.parts.runners.executor.timed_out
 
         def slow_to_fail(attempt):
             time.sleep(0.5)  # the stop, asked already, must wait for this failure
             return fails(attempt)
 
-        worker.runners.executor.timed_out = slow_to_fail
+        worker.parts.runners.executor.timed_out = slow_to_fail
         assert child.exit_code(worker.run()) == 75
         assert t.CALLS == [("hangs_first", 1)]
         left = get_job(job.id)
@@ -202,7 +202,7 @@ def test_an_async_task_is_cancelled_at_its_timeout(store):
     assert "tests.testapp.tasks.async_hangs ran past its timeout of 0.2 s" in message
     assert "cancelled" in message
     assert get_job(job.id).status == "dead"
-    assert worker.runners.replaced == 0 and worker.runners.hung == 0
+    assert worker.parts.runners.replaced == 0 and worker.parts.runners.hung == 0
 
 
 def test_an_async_task_that_blocks_its_loop_is_abandoned_like_a_sync_one(store, gate_name):
@@ -213,9 +213,9 @@ def test_an_async_task_that_blocks_its_loop_is_abandoned_like_a_sync_one(store, 
     assert type(failed["exception"]) is TimeoutError and not failed["will_retry"]
     assert "its thread was left to finish" in str(failed["exception"])
     assert get_job(job.id).status == "dead"
-    assert worker.runners.replaced == 1
+    assert worker.parts.runners.replaced == 1
     t.gate(gate_name).set()
-    wait_for(lambda: worker.runners.hung == 0)
+    wait_for(lambda: worker.parts.runners.hung == 0)
 
 
 def test_the_store_refuses_the_timed_out_attempts_lease_token(store, gate_name):
@@ -224,13 +224,13 @@ def test_the_store_refuses_the_timed_out_attempts_lease_token(store, gate_name):
     nothing in Redis."""
     worker = Worker(["default"], concurrency=1, burst=True)
     timed_out = []
-    fail_it = worker.executor.timed_out
+    fail_it = worker.parts.executor.timed_out
 
     def spy(attempt):
         timed_out.append(attempt)
         return fail_it(attempt)
 
-    worker.executor.timed_out = spy
+    worker.parts.executor.timed_out = spy
     job = t.always_hangs.schedule(gate_name)
     assert worker.run() == 0
     first, second = timed_out

@@ -262,7 +262,7 @@ def test_an_in_progress_job_of_a_dead_worker_is_recovered_with_its_attempt_count
     upgrade_queue(store, Q)
     worker = Worker([Q], burst=True)
     with Recorder(signals.job_failed, signals.job_dead) as rec:
-        assert worker.recovery.run_pass() == 2
+        assert worker.parts.recovery.run_pass() == 2
     recovered = get_job(ids["running"])
     assert recovered.status == "pending" and recovered.attempts == 1
     assert "LeaseLost" in recovered.last_error and OLD_WORKER in recovered.last_error
@@ -283,8 +283,8 @@ def test_a_lease_that_had_not_expired_is_recovered_when_it_expires(store):
         "01OLDBUSY0000000000000000A", "running", now + 600, short(REMEMBER, 8), running_meta(1, now)
     )
     upgrade_queue(store, Q)
-    assert Worker([Q], burst=True).recovery.run_pass() == 0
-    assert Worker([Q], burst=True, clock=lambda: time.time() + 601).recovery.run_pass() == 1
+    assert Worker([Q], burst=True).parts.recovery.run_pass() == 0
+    assert Worker([Q], burst=True, clock=lambda: time.time() + 601).parts.recovery.run_pass() == 1
     assert get_job(job_id).status == "pending"
 
 
@@ -294,7 +294,7 @@ def test_dead_jobs_are_listed_kept_and_can_be_requeued(store):
     assert store.page_ids(Q, "dead", 0, 10) == [ids["dead"]]
     # fail and recover trim dead jobs older than DEAD_MAX_AGE: one of 0.1 read as dead since
     # 1970 would be deleted by the first recovery pass. Converted, it stays.
-    Worker([Q], burst=True).recovery.run_pass()
+    Worker([Q], burst=True).parts.recovery.run_pass()
     assert get_job(ids["dead"]).status == "dead"
     assert store.requeue(Q, [ids["dead"]]) == [1]
     assert store.id_for_key(Q, "report:7") == ids["dead"]  # the key, from the header

@@ -165,7 +165,7 @@ def test_recover_lost_lease(store):
         store.call(store.mark_op("default", started.id, lease_until))
     worker = Worker(["default"], burst=True, clock=lambda: time.time() + 1)
     with Recorder(signals.job_failed, signals.job_dead) as rec:
-        assert worker.recovery.run_pass() == 3
+        assert worker.parts.recovery.run_pass() == 3
     recovered = get_job(job.id)
     assert recovered.status == "pending" and "ghost" in recovered.last_error
     refunded = get_job(never_started.id)  # not charged: max_retries=0 and still pending
@@ -197,7 +197,7 @@ def test_heartbeat_extends_running_leases(store):
     key = store.key("default", "running")
     ((job_id, before),) = store.client.zrange(key, 0, -1, withscores=True)
     time.sleep(0.05)
-    worker.heartbeat.beat()
+    worker.parts.heartbeat.beat()
     after = store.client.zscore(key, job_id)
     release.set()
     runner.join(10)
@@ -262,10 +262,10 @@ def test_forced_stop_delivers_finished_results_and_hands_back_only_the_others(fa
     claim = fake_store.claim("default", 2, lease=30, token="w~1#1", instance="w~1")
     worker = Worker(["default"])
     attempts = [Attempt("default", c.id, "w~1#1", c.record, 1) for c in claim.jobs]
-    worker.holdings.add(attempts)  # held, as after the claim
+    worker.parts.holdings.add(attempts)  # held, as after the claim
     for attempt in attempts:
         attempt.state = FINISHED if attempt.id == finished.id else STARTED
-    worker.holdings.return_results(
+    worker.parts.holdings.return_results(
         [Outcome(attempts[0] if attempts[0].id == finished.id else attempts[1], ok=True)]
     )
     with mock.patch.object(fake_store, "release", wraps=fake_store.release) as release:
@@ -334,18 +334,18 @@ def test_short_jobs_are_prefetched_and_each_runs_once(store):
         t.remember.schedule(i)
     worker = run_burst()
     assert sorted(args[0] for args, _ in t.CALLS) == list(range(80))
-    assert worker.prefetch.size > 0  # claimed more than one job per round trip
+    assert worker.parts.prefetch.size > 0  # claimed more than one job per round trip
     assert store.client.zcard(store.key("default", "running")) == 0
 
 
 def test_no_prefetch_for_jobs_slower_than_the_prefetch_wait(store):
     worker = Worker(["default"])
-    worker.prefetch.job_time = 0.5
-    assert worker.prefetch.wanted() == 0
-    worker.prefetch.job_time = 0.0001
-    assert worker.prefetch.wanted() == PREFETCH_MAX
-    worker.prefetch.job_time = PREFETCH_WAIT / 4  # four such jobs fit in the wait
-    assert worker.prefetch.wanted() == 4
+    worker.parts.prefetch.job_time = 0.5
+    assert worker.parts.prefetch.wanted() == 0
+    worker.parts.prefetch.job_time = 0.0001
+    assert worker.parts.prefetch.wanted() == PREFETCH_MAX
+    worker.parts.prefetch.job_time = PREFETCH_WAIT / 4  # four such jobs fit in the wait
+    assert worker.parts.prefetch.wanted() == 4
 
 
 def _blocked_worker_with_waiting_jobs(store):
@@ -360,7 +360,9 @@ def _blocked_worker_with_waiting_jobs(store):
     blocker.schedule()
     waiting = [t.remember.schedule(i) for i in range(3)]
     worker = Worker(["default"])
-    worker.prefetch.job_time = 0.0001  # as if jobs had been fast: prefetch from the first claim
+    worker.parts.prefetch.job_time = (
+        0.0001  # as if jobs had been fast: prefetch from the first claim
+    )
     runner = threading.Thread(target=worker.run)
     runner.start()
     assert started.wait(10)

@@ -82,7 +82,7 @@ def test_the_roster_names_a_worker_by_its_given_name(store):
     from django_delayq.storage.roster import decode_description
 
     worker = Worker(["default"], name="~x y")
-    worker.presence.beat()
+    worker.parts.presence.beat()
     (live,) = store.live_workers(store.server_time())
     assert live.name == "~x y" and live.instance == worker.instance
     assert live.instance.startswith("%7Ex%20y~")

@@ -144,18 +144,18 @@ def test_a_running_worker_is_on_the_roster_with_its_running_jobs(store):
             # a claimed job shows with its task once its runner has read the record
             if listed and listed[0].running and listed[0].running[0].task:
                 return listed[0]
-            worker.presence.beat()  # the loop beats every 5 s: do not wait for it
+            worker.parts.presence.beat()  # the loop beats every 5 s: do not wait for it
             return None
 
         listed = wait_until(running)
         assert listed.instance == worker.instance and listed.name == "roster-test"
         assert listed.queues == (Q, "emails") and listed.concurrency == 2
-        assert listed.pid == worker.presence.pid and listed.host == worker.presence.host
+        assert listed.pid == worker.parts.presence.pid and listed.host == worker.parts.presence.host
         (entry,) = listed.running
         assert (entry.queue, entry.id, entry.task) == (Q, job.id, t.wait_for_gate.name)
         t.gate(gate).set()
         wait_until(lambda: worker.processed == 1)
-        worker.presence.beat()
+        worker.parts.presence.beat()
         (listed,) = store.live_workers(store.server_time())
         assert listed.running == () and listed.done == 1 and listed.failed == 0
         worker.request_stop()
@@ -171,13 +171,13 @@ def test_a_burst_worker_registers_and_leaves(store):
     seen = []
     t.remember.schedule(1)
     worker = Worker([Q], burst=True, name="burst-test")
-    original = worker.executor.run
+    original = worker.parts.executor.run
 
     def run(attempt):  # the presence thread's first beat may land after the claim
         seen.extend(wait_until(lambda: store.live_workers(store.server_time())))
         return original(attempt)
 
-    worker.executor.run = run
+    worker.parts.executor.run = run
     assert worker.run() == 0
     assert [(w.name, w.burst) for w in seen] == [("burst-test", True)]
     assert store.live_workers(store.server_time()) == []

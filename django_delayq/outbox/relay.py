@@ -31,7 +31,6 @@ from django.db import DatabaseError, close_old_connections, connections, transac
 from django.db.models import Q
 
 from django_delayq.conf import delayq_settings
-from django_delayq.exceptions import DelayQError
 from django_delayq.outbox import rows as outbox
 from django_delayq.outbox.database_time import after, epoch, now_sql
 from django_delayq.outbox.rows import GRACE, ROW_FIELDS, Row, aliases
@@ -243,14 +242,19 @@ def run_now(store: Store, queue: str, ids: Sequence[str], now: float | None = No
 
 class Relay:
     """A worker's relay: a bounded pass over every outbox alias each ``RELAY_EVERY``
-    seconds, on a thread of its own (heartbeats have theirs)."""
+    seconds, on a thread of its own (heartbeats have theirs). A duty: the worker's duty
+    loop (worker/duties.py) runs it, every RELAY_EVERY seconds after a failure too."""
+
+    name = "relay"
+    what = "outbox relay"
+    log = logger
+    first = 0.0
 
     def __init__(self, store: Store, stopped: threading.Event) -> None:
         self.store = store
         self.stopped = stopped
         self.turns = 0
         self.relayed = 0
-        self._failing = False
         self._no_table: dict[str, float] = {}  # alias -> when to look for the table again
         self._sweep_at = time.monotonic() + SWEEP_EVERY  # the relayed marks' next sweep
 
@@ -305,20 +309,9 @@ class Relay:
         except Exception as exc:
             logger.warning("--burst: outbox relay failed (%s); rows wait for the next", exc)
 
-    def loop(self) -> None:
-        pause = 0.0
-        while not self.stopped.wait(pause):
-            pause = RELAY_EVERY
-            try:
-                self.turn()
-                if self._failing:
-                    logger.warning("outbox relay: working again")
-                self._failing = False
-            except (DelayQError, DatabaseError) as exc:
-                if not self._failing:
-                    logger.warning(
-                        "outbox relay failing (%s); retrying every %.0f s", exc, RELAY_EVERY
-                    )
-                self._failing = True
-            except Exception:  # never let the thread die: the rows would wait for ever
-                logger.exception("outbox relay: unexpected error")
+    def step(self) -> float:
+        self.turn()
+        return RELAY_EVERY
+
+    def retry_in(self, exc: Exception, backoff: float) -> float:
+        return RELAY_EVERY

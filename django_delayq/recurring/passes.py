@@ -39,7 +39,7 @@ logger = logging.getLogger("django_delayq.recurring")
 FULL_SHARE = 0.002  # the periodic full pass takes at most this share of one core
 # A full pass takes at most about a tenth of the time between passes.
 PASS_SHARE = 0.1
-DATABASE_RETRY = 30.0  # seconds between looks while the database cannot be read
+DATABASE_RETRY = 30.0  # seconds added to the wait for the next look when the database failed
 
 
 def fingerprint() -> tuple:
@@ -55,7 +55,12 @@ def fingerprint() -> tuple:
 
 
 class PassLoop:
-    """The thread that runs the passes; ``run_once`` is one look (tests drive it)."""
+    """A worker's duty that runs the passes; ``run_once`` is one look (tests drive it)."""
+
+    name = "schedules"
+    what = "recurring schedules"
+    log = logger
+    first = 0.0
 
     def __init__(self, reconciler: Reconciler, full_share: float = FULL_SHARE) -> None:
         self.reconciler = reconciler
@@ -63,7 +68,6 @@ class PassLoop:
         self.seen: tuple | None = None  # the fingerprint the last full pass started from
         self.last_full = -1e9
         self.cost = 0.0  # CPU seconds of the last full pass
-        self.failing = False  # the last look could not read the database
         self.passes = 0
 
     def due(self) -> tuple[bool, tuple]:
@@ -90,37 +94,27 @@ class PassLoop:
         self.passes += 1
         return True
 
-    def loop(self) -> None:
-        """Look after look until stopped; an error is logged and the next look tries again."""
-        stopped, interval = self.reconciler.stopped, self.reconciler.interval
-        while not stopped.is_set():
+    def step(self) -> float:
+        """One look (a duty's step: the worker's duty loop, worker/duties.py, runs it until
+        the worker stops); the seconds until the next look."""
+        close_old_connections()
+        began = time.monotonic()
+        try:
+            ran = self.run_once()
+        finally:
             close_old_connections()
-            began = time.monotonic()
-            ran = False
-            try:
-                ran = self.run_once()
-                self.failing = False
-            except DatabaseError as exc:  # no table yet (migrate), or the database is down
-                if not self.failing:
-                    logger.warning(
-                        "recurring schedules: the database cannot be read (migrate "
-                        "django_delayq 0004?); trying again every %g s: %s",
-                        DATABASE_RETRY,
-                        exc,
-                    )
-                self.failing = True
-                stopped.wait(DATABASE_RETRY)
-            except Exception:
-                logger.exception("recurring schedules: the reconcile pass failed")
-            finally:
-                close_old_connections()
-            took = time.monotonic() - began
-            stopped.wait(max(interval, took / PASS_SHARE - took) if ran else interval)
+        took = time.monotonic() - began
+        interval = self.reconciler.interval
+        return max(interval, took / PASS_SHARE - took) if ran else interval
+
+    def retry_in(self, exc: Exception, backoff: float) -> float:
+        """After a failed look: the next in RECONCILE_INTERVAL, and DATABASE_RETRY more
+        when the database could not be read (no table yet: migrate; or it is down)."""
+        interval = self.reconciler.interval
+        return DATABASE_RETRY + interval if isinstance(exc, DatabaseError) else interval
 
 
-def start(
-    store: Store, stopped: threading.Event, clock: Callable[[], float] | None
-) -> threading.Thread:
-    """The worker's hook: the passes on a thread of their own (worker/dispatch.py)."""
-    loop = PassLoop(Reconciler(store, stopped, clock))
-    return threading.Thread(target=loop.loop, name="delayq-schedules", daemon=True)
+def duty(store: Store, stopped: threading.Event, clock: Callable[[], float] | None) -> PassLoop:
+    """The worker's hook: the duty that runs the passes (worker/dispatch.py gives it a
+    thread of its own)."""
+    return PassLoop(Reconciler(store, stopped, clock))

@@ -41,14 +41,15 @@ from django_delayq.conf.queues import queue_limits
 from django_delayq.exceptions import DelayQError
 from django_delayq.jobs.state import encode_instance_name
 from django_delayq.recurring.claims import write_outcomes as recurring_outcomes
-from django_delayq.recurring.passes import start as recurring_thread
+from django_delayq.recurring.passes import duty as recurring_duty
 from django_delayq.storage.connection import get_store
 from django_delayq.storage.queues import check_queue_name
 from django_delayq.storage.store import Store
 from django_delayq.wording import counted
-from django_delayq.worker import parts
+from django_delayq.worker.duties import Backoff, Duty, duty_thread
 from django_delayq.worker.execution import Attempt
-from django_delayq.worker.maintenance import Backoff, release, wakers_for
+from django_delayq.worker.maintenance import Waker, release, wakers_for
+from django_delayq.worker.parts import make_parts
 from django_delayq.worker.prefetch import PREFETCH_STALL
 from django_delayq.worker.upgrade import refuse_old_layout
 
@@ -101,8 +102,19 @@ class Worker:
         self._forced = False
         self._reachable = False  # the last round trip got through
         self.loops = 0  # turns of the dispatcher's loop (a spinning loop shows here)
-        parts.make_dispatch_parts(self)
-        parts.make_background_duties(self, relay)
+        self.parts = make_parts(
+            self,
+            async_concurrency=async_concurrency,
+            default_max_retries=self.default_max_retries,
+            dead_options=self.dead_options,
+            queue_limits=self.queue_limits,
+            now=self._now,
+            wake=self._wake,
+            stopped=self._stopped,
+            stopping=lambda: self._stopping,
+            relay=relay,
+        )
+        self.wakers: list[Waker] = []  # made by run()
 
     def _read_settings(self, shutdown_timeout: float | None) -> None:
         self.shutdown_timeout = float(
@@ -134,7 +146,7 @@ class Worker:
                 force = True
             self._stopping = True
             self._forced = self._forced or force
-        self.holdings.wake_waker()
+        self.parts.holdings.wake_waker()
         self._wake.set()
 
     def _now(self) -> float | None:
@@ -142,22 +154,22 @@ class Worker:
 
     def holding(self) -> list[Attempt]:
         """The attempts this worker holds a lease for."""
-        return self.holdings.holding()
+        return self.parts.holdings.holding()
 
     @property
     def processed(self) -> int:
         """Attempts that succeeded since the worker was made."""
-        return self.holdings.processed
+        return self.parts.holdings.processed
 
     @property
     def failed(self) -> int:
         """Attempts that failed since the worker was made."""
-        return self.holdings.failed
+        return self.parts.holdings.failed
 
     @property
     def exchanges(self) -> int:
         """Round trips of the dispatcher (tests count them)."""
-        return self.exchange.count
+        return self.parts.exchange.count
 
     # -- main loop ------------------------------------------------------------
 
@@ -178,8 +190,8 @@ class Worker:
             f", async concurrency {self.async_concurrency}" if self.async_concurrency else "",
             ", burst" if self.burst else "",
         )
-        if self.relay is not None and self.burst:
-            self.relay.burst()
+        if self.parts.relay is not None and self.burst:
+            self.parts.relay.burst()
         for thread in self._threads():
             thread.daemon = True
             thread.start()
@@ -198,20 +210,18 @@ class Worker:
 
     def _threads(self) -> list[threading.Thread]:
         """The threads besides the dispatcher, not started (see the module docstring)."""
-        threads = self.runners.threads()
+        parts = self.parts
+        threads = parts.runners.threads()
         if self.async_concurrency:
-            threads.append(self.loop.thread())
-        threads.append(threading.Thread(target=self.heartbeat.loop, name="delayq-heartbeat"))
-        threads.append(self.presence.new_thread())
-        if self.relay is not None and not self.burst:
-            threads.append(threading.Thread(target=self.relay.loop, name="delayq-relay"))
+            threads.append(parts.loop.thread())
+        threads.append(duty_thread(parts.heartbeat, self._stopped))
+        threads.append(parts.presence.new_thread())
         if not self.burst:
-            every = min(max(self.lease / 2, 0.25), 30.0)
-            threads.append(
-                threading.Thread(target=self.recovery.loop, args=(every,), name="delayq-recovery")
-            )
-            threads.append(recurring_thread(self.store, self._stopped, self.clock))
-            for waker in wakers_for(self.store, self.queues, self.max_sleep, self.runners):
+            duties: list[Duty] = [] if parts.relay is None else [parts.relay]
+            duties.append(parts.recovery)
+            duties.append(recurring_duty(self.store, self._stopped, self.clock))
+            threads += [duty_thread(duty, self._stopped) for duty in duties]
+            for waker in wakers_for(self.store, self.queues, self.max_sleep, parts.runners):
                 self.wakers.append(waker)
                 threads.append(threading.Thread(target=waker.loop, name="delayq-waker"))
         return threads
@@ -219,9 +229,9 @@ class Worker:
     def _close(self) -> None:
         """The dispatcher is done: stop the threads, leave the roster and the worker set."""
         self._stopped.set()
-        self.holdings.wake_all()
-        self.marker.close()
-        self.presence.close()  # off the roster
+        self.parts.holdings.wake_all()
+        self.parts.marker.close()
+        self.parts.presence.close()  # off the roster
         if self._reachable:  # else recovery drops them in time
             with contextlib.suppress(DelayQError):
                 self.store.forget_worker(self.queues, self.instance, budget=0.5)
@@ -236,9 +246,9 @@ class Worker:
             self._wake.clear()
             try:
                 if not recovered_at_start:  # --burst: leave no expired lease behind
-                    self.recovery.burst_pass()
+                    self.parts.recovery.burst_pass()
                     recovered_at_start = True
-                self.exchange.run()
+                self.parts.exchange.run()
                 outage.ok()
                 outage_since = None
                 pause = None
@@ -270,7 +280,7 @@ class Worker:
         their results are delivered, a forced stop's code when forced or at ``stop_at``;
         else None after a short wait."""
         self._hand_back_waiting("waiting")
-        if self.holdings.emptied():
+        if self.parts.holdings.emptied():
             return 0
         if self._forced or time.monotonic() >= stop_at:
             return self._stop_now()
@@ -279,15 +289,15 @@ class Worker:
 
     def _nothing_left(self) -> bool:
         """--burst: nothing held, nothing due now, no due job left behind by the last claim."""
-        deadline = self.exchange.deadline
+        deadline = self.parts.exchange.deadline
         due_soon = deadline is not None and deadline <= time.monotonic()
-        return self.holdings.idle() and not self.exchange.more_due and not due_soon
+        return self.parts.holdings.idle() and not self.parts.exchange.more_due and not due_soon
 
     def _burst_end(self, outage: Backoff) -> int | None:
         """--burst, nothing left to run: recover expired leases; 0 once none was left, 1 when
         Redis refused (expired leases may be left: the exit code says so), None to go on."""
         try:
-            moved = self.recovery.burst_pass()
+            moved = self.parts.recovery.burst_pass()
         except DelayQError as exc:  # unreachable: back off like any round trip
             self._wake.wait(outage.failed(exc))
             return None
@@ -297,7 +307,7 @@ class Worker:
 
     def _sleep(self) -> None:
         """Hand waiting jobs back if their pool stalled; sleep until there is work to do."""
-        threads, loop = self.prefetch.stalled()
+        threads, loop = self.parts.prefetch.stalled()
         if threads or loop:
             self._hand_back_waiting("waiting (stalled)", threads, loop)
         timeout = self._sleep_time()
@@ -305,38 +315,38 @@ class Worker:
             self._wake.wait(timeout)
 
     def _sleep_time(self) -> float:
-        load = self.holdings.load()
-        capacity = self.concurrency + self.prefetch.size - load.busy
-        if load.results and (load.failures or self.prefetch.refill_due(load)):
+        load = self.parts.holdings.load()
+        capacity = self.concurrency + self.parts.prefetch.size - load.busy
+        if load.results and (load.failures or self.parts.prefetch.refill_due(load)):
             return 0.0
         room = capacity > 0 or load.async_busy < self.async_concurrency
-        if self.exchange.more_due and room and self.prefetch.claim_now(load):
+        if self.parts.exchange.more_due and room and self.parts.prefetch.claim_now(load):
             return 0.0
         limit = self.max_sleep
         if load.waiting:
             limit = min(limit, PREFETCH_STALL)
-        deadline = self.exchange.deadline
-        if deadline is None or not self.prefetch.room(load):
+        deadline = self.parts.exchange.deadline
+        if deadline is None or not self.parts.prefetch.room(load):
             return limit
         return max(0.0, min(deadline - time.monotonic(), limit))
 
     def _hand_back_waiting(self, what: str, threads: bool = True, loop: bool = True) -> None:
         """Hand claimed jobs no runner has started back to pending (no attempt counted)."""
-        waiting = self.holdings.take_waiting(threads, loop)
+        waiting = self.parts.holdings.take_waiting(threads, loop)
         if waiting:
             if threads:
-                self.prefetch.size = 0
+                self.parts.prefetch.size = 0
             self._release(waiting, what)
 
     def _release(self, attempts: list[Attempt], what: str, budget: float = 1.0) -> bool:
-        return release(self.store, self.executor, attempts, what, self._now(), budget)
+        return release(self.store, self.parts.executor, attempts, what, self._now(), budget)
 
     def _stop_now(self) -> int:
         """A forced stop: deliver the results of finished jobs, hand the others back (attempt
         not counted), exit 1."""
-        abandoned = self.holdings.take_unfinished()
+        abandoned = self.parts.holdings.take_unfinished()
         deadline = time.monotonic() + FORCED_FLUSH
-        if left := self.exchange.flush(deadline):
+        if left := self.parts.exchange.flush(deadline):
             logger.error(
                 "forced stop: the results of %d finished jobs could not be delivered; they will "
                 "run again once their lease expires",

@@ -1,7 +1,8 @@
 """A worker's background duties, each on a thread of its own so one never waits for another:
-heartbeats (extend the leases of the attempts it holds), recovery (move jobs whose lease
-expired, because their worker died, back to pending or to the dead-letter set), and waking
-(wait for a schedule() that makes a job due sooner than the dispatcher's sleep).
+heartbeats (extend the leases of the attempts it holds) and recovery (move jobs whose lease
+expired, because their worker died, back to pending or to the dead-letter set), both run by
+duties.py's loop; and waking (wait for a schedule() that makes a job due sooner than the
+dispatcher's sleep).
 
 Recovery is bounded: at most ``RECOVER_PER_PASS`` jobs per queue per pass, in calls of
 ``store.RECOVER_LIMIT``, each reply carrying what the signals need, so a backlog of expired
@@ -13,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
-import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -28,6 +28,7 @@ from django_delayq.jobs.state import worker_of
 from django_delayq.scheduling.registry import sender
 from django_delayq.storage.store import RECOVER_LIMIT, Recovered, Store
 from django_delayq.wording import counted
+from django_delayq.worker.duties import Backoff
 from django_delayq.worker.execution import FINISHED
 
 if TYPE_CHECKING:
@@ -36,31 +37,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger("django_delayq.worker")
 
 RECOVER_PER_PASS = 1_000
-
-
-class Backoff:
-    """Exponential backoff with jitter for a thread that lost Redis; logs once per outage."""
-
-    def __init__(self, what: str) -> None:
-        self.what = what
-        self.delay = 0.0
-
-    def failed(self, exc: Exception) -> float:
-        if self.delay == 0.0:
-            logger.warning(
-                "%s: Redis unreachable or failing (%s); retrying with backoff", self.what, exc
-            )
-        self.delay = min(max(self.delay * 2, 0.1), 5.0)
-        return self.delay * random.uniform(0.5, 1.0)
-
-    def ok(self) -> None:
-        if self.delay:
-            logger.warning("%s: Redis is back", self.what)
-        self.delay = 0.0
-
-    @property
-    def failing(self) -> bool:
-        return self.delay > 0.0
 
 
 def by_queue(attempts: Iterable[Attempt]) -> dict[str, list[tuple[str, str]]]:
@@ -108,36 +84,30 @@ def release(
 
 
 class Heartbeat:
-    """Extends the leases of every attempt a worker holds, every ``lease / 3`` seconds."""
+    """Extends the leases of every attempt a worker holds, every ``lease / 3`` seconds
+    (a duty: duties.py runs it)."""
+
+    name = what = "heartbeat"
+    log = logger
 
     def __init__(
         self,
         store: Store,
         lease: float,
         holding: Callable[[], list[Attempt]],
-        stopped: threading.Event,
         now: Callable[[], float | None],
     ) -> None:
-        self.store, self.lease, self.holding, self.stopped, self.now = (
-            store,
-            lease,
-            holding,
-            stopped,
-            now,
-        )
+        self.store, self.lease, self.holding, self.now = store, lease, holding, now
+        self.interval = max(lease / 3, 0.05)
+        self.first = self.interval  # the leases were just taken
         self.beats = 0
 
-    def loop(self) -> None:
-        interval = max(self.lease / 3, 0.05)
-        outage = Backoff("heartbeat")
-        pause = interval
-        while not self.stopped.wait(pause):
-            try:
-                self.beat()
-                outage.ok()
-                pause = interval
-            except DelayQError as exc:
-                pause = min(outage.failed(exc), interval)
+    def step(self) -> float:
+        self.beat()
+        return self.interval
+
+    def retry_in(self, exc: Exception, backoff: float) -> float:
+        return min(backoff, self.interval)
 
     def beat(self) -> None:
         self.beats += 1
@@ -158,7 +128,12 @@ class Heartbeat:
 
 class Recovery:
     """Finds expired leases in the worker's queues and settles them, sending the signals a
-    failed attempt sends (``job_failed`` with ``LeaseLost``; ``job_dead``)."""
+    failed attempt sends (``job_failed`` with ``LeaseLost``; ``job_dead``). A duty
+    (duties.py runs it) every ``every`` seconds; it checks ``stopped`` between batches."""
+
+    name = what = "recovery"
+    log = logger
+    first = 0.0
 
     def __init__(
         self,
@@ -169,23 +144,20 @@ class Recovery:
         default_max_retries: int,
         stopped: threading.Event,
         now: Callable[[], float | None],
+        every: float,
     ) -> None:
         self.store, self.queues, self.instance = store, queues, instance
         self.options, self.default_max_retries = options, default_max_retries
-        self.stopped, self.now = stopped, now
+        self.stopped, self.now, self.every = stopped, now, every
         self._tokens = itertools.count(1)
         self.passes = 0
 
-    def loop(self, every: float) -> None:
-        outage = Backoff("recovery")
-        pause = 0.0
-        while not self.stopped.wait(pause):
-            try:
-                self.run_pass()
-                outage.ok()
-                pause = every
-            except DelayQError as exc:
-                pause = outage.failed(exc)
+    def step(self) -> float:
+        self.run_pass()
+        return self.every
+
+    def retry_in(self, exc: Exception, backoff: float) -> float:
+        return backoff
 
     def run_pass(self, limit: int = RECOVER_PER_PASS) -> int:
         """Recover up to ``limit`` jobs per queue; returns how many were moved."""

@@ -1,14 +1,20 @@
-"""The parts of a :class:`~django_delayq.worker.dispatch.Worker`, made when it is: what
-claims, starts, runs and reports attempts, and its background duties (dispatch.py's module
-docstring says which thread does what)."""
+"""The parts of a :class:`~django_delayq.worker.dispatch.Worker`, made by :func:`make_parts`
+when it is: what claims, starts, runs and reports attempts, and its background duties
+(dispatch.py's module docstring says which thread does what). Each part gets what it uses
+as arguments; none reads the Worker's own state (the roster entry reads its public
+counters through :class:`~django_delayq.worker.presence.Described`)."""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from django_delayq.conf import delayq_settings
 from django_delayq.outbox.relay import Relay
-from django_delayq.worker import aio, maintenance
+from django_delayq.storage.marks import StartMarks
+from django_delayq.worker import aio
 from django_delayq.worker.aio import Loop
 from django_delayq.worker.delivery import Results
 from django_delayq.worker.exchange import Exchange
@@ -16,64 +22,98 @@ from django_delayq.worker.execution import Executor
 from django_delayq.worker.holdings import Holdings
 from django_delayq.worker.maintenance import Heartbeat, Recovery
 from django_delayq.worker.prefetch import Prefetch
-from django_delayq.worker.presence import Presence
+from django_delayq.worker.presence import Described, Presence
 from django_delayq.worker.runners import Runners
 from django_delayq.worker.starts import Starts
 
 
-def make_dispatch_parts(worker: Any) -> None:
-    """What claims, starts, runs and reports attempts."""
-    worker.executor = Executor(
+@dataclass(frozen=True)
+class Parts:
+    """A worker's parts; the events they share are the worker's (``wake`` wakes its
+    dispatcher, ``stopped`` ends the threads, ``stopping()`` says a stop was requested)."""
+
+    executor: Executor  # runs one attempt (execution.py)
+    holdings: Holdings  # the attempts held and the results not delivered yet
+    prefetch: Prefetch  # how many jobs to claim
+    marker: StartMarks  # the start marks' own connection
+    starts: Starts  # marks an attempt started just before it runs
+    results: Results  # the results on their way to Redis (delivery.py)
+    runners: Runners  # the runner threads and their watchdog
+    loop: Loop  # the event loop of async tasks (aio.py)
+    exchange: Exchange  # the dispatcher's round trips
+    heartbeat: Heartbeat  # duties (duties.py runs them): the leases' extension,
+    recovery: Recovery  # the expired leases' recovery,
+    presence: Presence  # the roster entry,
+    relay: Relay | None  # and the outbox relay (``relay=True``)
+
+
+def make_parts(
+    worker: Described,
+    *,
+    async_concurrency: int,
+    default_max_retries: int,
+    dead_options: dict[str, Any],
+    queue_limits: dict[str, int | None],
+    now: Callable[[], float | None],
+    wake: threading.Event,
+    stopped: threading.Event,
+    stopping: Callable[[], bool],
+    relay: bool,
+) -> Parts:
+    """The parts of ``worker``: what it is (store, name, instance, queues, concurrency,
+    lease) is read from it, its counters at each roster beat."""
+    store, queues, lease = worker.store, worker.queues, worker.lease
+    executor = Executor(
         worker.name,
-        default_max_retries=worker.default_max_retries,
+        default_max_retries=default_max_retries,
         retry_backoff=float(delayq_settings.RETRY_BACKOFF),
         retry_backoff_max=float(delayq_settings.RETRY_BACKOFF_MAX),
     )
-    worker.holdings = Holdings(worker.concurrency, worker.async_concurrency, aio.classify)
-    worker.prefetch = Prefetch(worker.holdings, aio.loop_share)
-    worker.marker = worker.store.marker()
-    worker.starts = Starts(worker.store, worker.marker, worker.lease, worker.default_max_retries)
-    worker.results = Results(
-        worker.store,
-        worker.executor,
-        worker.holdings,
-        worker.dead_options,
-        worker.default_max_retries,
-        worker._now,
-    )
-    shared = (worker.holdings, worker.prefetch, worker.starts, worker.executor)
-    events = {"wake": worker._wake, "stopped": worker._stopped}
-    worker.runners = Runners(*shared, **events, stopping=lambda: worker._stopping)
-    worker.loop = Loop(*shared, **events, stopping=lambda: worker._stopping)
-    worker.exchange = Exchange(
-        worker.store,
-        worker.queues,
+    holdings = Holdings(worker.concurrency, async_concurrency, aio.classify)
+    prefetch = Prefetch(holdings, aio.loop_share)
+    marker = store.marker()
+    starts = Starts(store, marker, lease, default_max_retries)
+    results = Results(store, executor, holdings, dead_options, default_max_retries, now)
+    shared = (holdings, prefetch, starts, executor)
+    events: dict[str, Any] = {"wake": wake, "stopped": stopped, "stopping": stopping}
+    exchange = Exchange(
+        store,
+        queues,
         instance=worker.instance,
-        lease=worker.lease,
-        holdings=worker.holdings,
-        results=worker.results,
-        prefetch=worker.prefetch,
-        starts=worker.starts,
-        stopping=lambda: worker._stopping,
-        now=worker._now,
-        queue_limits=worker.queue_limits,
+        lease=lease,
+        holdings=holdings,
+        results=results,
+        prefetch=prefetch,
+        starts=starts,
+        stopping=stopping,
+        now=now,
+        queue_limits=queue_limits,
+    )
+    return Parts(
+        executor=executor,
+        holdings=holdings,
+        prefetch=prefetch,
+        marker=marker,
+        starts=starts,
+        results=results,
+        runners=Runners(*shared, **events),
+        loop=Loop(*shared, **events),
+        exchange=exchange,
+        heartbeat=Heartbeat(store, lease, holdings.holding, now),
+        recovery=_recovery(worker, dead_options, default_max_retries, stopped, now),
+        presence=Presence(worker, stopped),
+        relay=Relay(store, stopped) if relay else None,
     )
 
 
-def make_background_duties(worker: Any, relay: bool) -> None:
-    """Heartbeats, recovery, the roster entry, the relay; wakers are made by run()."""
-    worker.heartbeat = Heartbeat(
-        worker.store, worker.lease, worker.holdings.holding, worker._stopped, worker._now
-    )
-    worker.recovery = Recovery(
-        worker.store,
-        worker.queues,
-        worker.instance,
-        worker.dead_options,
-        worker.default_max_retries,
-        worker._stopped,
-        worker._now,
-    )
-    worker.presence = Presence(worker, worker._stopped)  # on the roster of live workers
-    worker.relay = Relay(worker.store, worker._stopped) if relay else None
-    worker.wakers: list[maintenance.Waker] = []
+def _recovery(
+    worker: Described,
+    dead_options: dict[str, Any],
+    default_max_retries: int,
+    stopped: threading.Event,
+    now: Callable[[], float | None],
+) -> Recovery:
+    """Recovery, every half lease (0.25 s to 30 s): an expired lease waits at most that."""
+    every = min(max(worker.lease / 2, 0.25), 30.0)
+    args = (dead_options, default_max_retries, stopped, now)
+    return Recovery(worker.store, list(worker.queues), worker.instance, *args, every=every)

@@ -24,8 +24,8 @@ from typing import Protocol
 from django_delayq.exceptions import DelayQError
 from django_delayq.storage.roster import encode_description
 from django_delayq.storage.store import Store
+from django_delayq.worker.duties import duty_thread
 from django_delayq.worker.execution import STARTED, Attempt
-from django_delayq.worker.maintenance import Backoff
 
 logger = logging.getLogger("django_delayq.worker")
 
@@ -66,7 +66,12 @@ class Described(Protocol):
 
 
 class Presence:
-    """Keeps ``worker`` on the roster while it runs (see the module docstring)."""
+    """Keeps ``worker`` on the roster while it runs (see the module docstring); a duty
+    (duties.py runs it)."""
+
+    name = what = "presence"
+    log = logger
+    first = 0.0  # on the roster at once
 
     def __init__(self, worker: Described, stopped: threading.Event) -> None:
         self.worker = worker
@@ -82,8 +87,8 @@ class Presence:
         self.supervisor: int | None = None  # pid of the supervisor (--processes), if any
 
     def new_thread(self) -> threading.Thread:
-        """The thread that runs :meth:`loop` (not started), one per Worker.run()."""
-        self.thread = threading.Thread(target=self.loop, name="delayq-presence", daemon=True)
+        """The thread that runs the beats (not started), one per Worker.run()."""
+        self.thread = duty_thread(self, self.stopped)
         return self.thread
 
     def describe(self) -> bytes:
@@ -126,16 +131,12 @@ class Presence:
                 raise result
         self.ok = True
 
-    def loop(self) -> None:
-        outage = Backoff("presence")
-        pause = 0.0
-        while not self.stopped.wait(pause):
-            try:
-                self.beat()
-                outage.ok()
-                pause = self.every
-            except DelayQError as exc:
-                pause = min(outage.failed(exc), self.every)
+    def step(self) -> float:
+        self.beat()
+        return self.every
+
+    def retry_in(self, exc: Exception, backoff: float) -> float:
+        return min(backoff, self.every)
 
     def close(self) -> None:
         """At stop (``stopped`` is set): wait for a beat under way, so that none lands after

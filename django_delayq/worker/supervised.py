@@ -69,8 +69,8 @@ class Supervised:
         self._stop_lock = threading.Lock()
         self._asked = False  # a graceful stop was asked (by a signal, an order, a limit)
         self._signals = 0  # SIGTERM / SIGINT sent to this process itself
-        worker.presence.supervisor = supervisor  # shown in the Workers tab
-        worker.runners.on_hung = self._hung  # threads left in tasks past their timeout
+        worker.parts.presence.supervisor = supervisor  # shown in the Workers tab
+        worker.parts.runners.on_hung = self._hung  # threads left in tasks past their timeout
 
     def start(self) -> None:
         threading.Thread(target=self._read_orders, name="delayq-orders", daemon=True).start()

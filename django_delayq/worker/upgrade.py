@@ -24,7 +24,7 @@ from django_delayq.jobs.record import decode_record, encode_record
 from django_delayq.scheduling.registry import find_task
 from django_delayq.storage.old_layout import OldData
 from django_delayq.storage.store import Store
-from django_delayq.worker.maintenance import Backoff
+from django_delayq.worker.duties import Backoff
 
 logger = logging.getLogger("django_delayq.upgrade")
 

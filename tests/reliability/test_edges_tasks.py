@@ -116,7 +116,9 @@ def test_task_handed_back_to_pending_reads_ready(
             # no worker runs the job again before the test looks.
             recovering = Worker([Q])
             wait_until(
-                lambda: recovering.recovery.run_pass(), 30, "the expired lease to be recovered"
+                lambda: recovering.parts.recovery.run_pass(),
+                30,
+                "the expired lease to be recovered",
             )
         holding = sets_holding(store.client, prefix, result.id)
         status = status_of(result.id)
