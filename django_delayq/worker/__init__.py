@@ -1,7 +1,9 @@
 """The worker: ``python manage.py delayq_worker`` builds a
 :class:`~django_delayq.worker.dispatch.Worker` and runs it.
 
-- ``dispatch``: the Worker: start, the dispatch loop, shutdown.
+- ``dispatch``: the Worker: start, the dispatch loop, shutdown; ``parts``: what it is made
+  of (one frozen ``Parts``); ``duties``: the one loop, backoff and failure log of its
+  background duties (heartbeat, recovery, presence, the outbox relay, the recurring passes).
 - ``exchange``: its round trips (deliver results, claim due jobs); ``prefetch``: how many to
   claim; ``holdings``: what it holds (leases, results not yet delivered), one owner, one lock.
 - ``runners`` and ``execution``: the runner threads and one attempt of a job; ``starts``: the

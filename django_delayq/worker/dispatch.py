@@ -13,9 +13,12 @@ Threads of one Worker:
   ``async def`` tasks at once (the claim's limit accounts for both pools: prefetch.py);
 - a waker thread (not in burst mode), blocked in BLPOP on the queues' wake lists while a runner
   is idle, so a ``schedule()`` of a job due sooner than anything pending starts it at once;
-- heartbeat, recovery (maintenance.py) and presence (presence.py) threads;
-- with ``relay=True`` (the command's default) a relay thread (relaying.py): due outbox rows
-  into Redis, one bounded pass per second.
+- the background duties, each on a thread of its own run by duties.py's loop: heartbeat,
+  recovery (maintenance.py), presence (presence.py), the recurring passes
+  (recurring/passes.py) and, with ``relay=True`` (the command's default), the outbox relay
+  (outbox/relay.py): due outbox rows into Redis, one bounded pass per second.
+
+The parts these threads use are made once, by parts.py, and held as ``Worker.parts``.
 
 The threads share the attempts held and the results not delivered yet only through
 :class:`~django_delayq.worker.holdings.Holdings`. When every runner has been busy for
