@@ -111,11 +111,11 @@ class Worker:
             default_max_retries=self.default_max_retries,
             dead_options=self.dead_options,
             queue_limits=self.queue_limits,
+            relay=relay,
+            stopping=lambda: self._stopping,
             now=self._now,
             wake=self._wake,
             stopped=self._stopped,
-            stopping=lambda: self._stopping,
-            relay=relay,
         )
         self.wakers: list[Waker] = []  # made by run()
 

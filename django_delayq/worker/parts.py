@@ -35,11 +35,11 @@ class Parts:
     executor: Executor  # runs one attempt (execution.py)
     holdings: Holdings  # the attempts held and the results not delivered yet
     prefetch: Prefetch  # how many jobs to claim
+    runners: Runners  # the runner threads and their watchdog
+    loop: Loop  # the event loop of async tasks (aio.py)
     marker: StartMarks  # the start marks' own connection
     starts: Starts  # marks an attempt started just before it runs
     results: Results  # the results on their way to Redis (delivery.py)
-    runners: Runners  # the runner threads and their watchdog
-    loop: Loop  # the event loop of async tasks (aio.py)
     exchange: Exchange  # the dispatcher's round trips
     heartbeat: Heartbeat  # duties (duties.py runs them): the leases' extension,
     recovery: Recovery  # the expired leases' recovery,
@@ -93,11 +93,11 @@ def make_parts(
         executor=executor,
         holdings=holdings,
         prefetch=prefetch,
+        runners=Runners(*shared, **events),
+        loop=Loop(*shared, **events),
         marker=marker,
         starts=starts,
         results=results,
-        runners=Runners(*shared, **events),
-        loop=Loop(*shared, **events),
         exchange=exchange,
         heartbeat=Heartbeat(store, lease, holdings.holding, now),
         recovery=_recovery(worker, dead_options, default_max_retries, stopped, now),
