@@ -117,7 +117,8 @@ def test_a_stop_ends_the_loop_during_a_pause_and_before_a_first_step():
     duty.first = 0.0  # a step at once, then a pause of 7 s cut short by the stop
     thread = duty_thread(duty, stopped := threading.Event())
     thread.start()
-    while duty.steps == 0:
+    deadline = time.monotonic() + 10
+    while duty.steps == 0 and time.monotonic() < deadline:
         time.sleep(0.01)
     stopped.set()
     thread.join(10)
