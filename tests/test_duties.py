@@ -101,7 +101,8 @@ def test_an_outage_is_logged_without_a_traceback_and_redis_coming_back_is_said(c
     assert logged[-1] == (logging.WARNING, "heartbeat: Redis is back (after 8 failed tries)", False)
     database = Backoff("relay")
     database.failed(OperationalError("no such table"))
-    assert "the database unreachable or failing (no such table)" in records(caplog)[-1][1]
+    line = records(caplog)[-1][1]
+    assert "the database unreachable or failing (no such table; has migrate run?)" in line
 
 
 def test_a_stop_ends_the_loop_during_a_pause_and_before_a_first_step():
@@ -168,7 +169,7 @@ def test_the_relay_turns_every_second_failing_or_not_and_logs_under_outbox(fake_
         assert loop.turn() == relaying.RELAY_EVERY
     messages = [m for _, m, _ in records(caplog, "django_delayq.outbox")]
     assert messages[0].startswith(
-        "outbox relay: the database unreachable or failing (database down)"
+        "outbox relay: the database unreachable or failing (database down; has migrate run?)"
     )
     assert messages[-1] == "outbox relay: working again (after 2 failed tries)"
 

@@ -56,7 +56,9 @@ class Backoff:
         if isinstance(exc, DelayQError):
             reason = f"Redis unreachable or failing ({exc})"
         elif isinstance(exc, DatabaseError):
-            reason = f"the database unreachable or failing ({exc})"
+            # a missing table is the common first-hour cause: the outbox's (migration 0002)
+            # or the schedules' (0004)
+            reason = f"the database unreachable or failing ({exc}; has migrate run?)"
         else:
             reason = f"failed ({type(exc).__name__}: {exc})"
         level = logging.DEBUG if type(exc) is self._last else logging.WARNING
