@@ -18,10 +18,11 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.utils.html import format_html
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from django_delayq.models import Schedule, ScheduleState
 from django_delayq.admin import settings_schedules as shown
+from django_delayq.models import Schedule, ScheduleState
 from django_delayq.recurring import definitions
 
 
@@ -44,11 +45,23 @@ class ScheduleForm(forms.ModelForm):
     # Schedule.clean() refuses a bad row (definitions.check_row); ModelForm calls it.
 
 
+def invalid(reason: str) -> str:
+    return gettext("invalid: %(reason)s") % {"reason": reason}
+
+
 @admin.register(Schedule)
 class ScheduleAdmin(admin.ModelAdmin):
     form = ScheduleForm
     change_list_template = "django_delayq/admin/schedule_change_list.html"
-    list_display = ["name", "task_name", "timing", "enabled", "next_run", "last_run", "last_outcome"]
+    list_display = [
+        "name",
+        "task_name",
+        "timing",
+        "enabled",
+        "next_run",
+        "last_run",
+        "last_outcome",
+    ]
     list_filter = ["enabled", "missed"]
     search_fields = ["name", "task"]
     actions = ["enable", "disable", "run_now"]
@@ -96,7 +109,7 @@ class ScheduleAdmin(admin.ModelAdmin):
         """The change page's line: the error workers report for this row (the admin
         escapes it, as every text of a display function)."""
         found = self._check(obj)
-        return f"invalid: {found}" if isinstance(found, str) else "-"
+        return invalid(found) if isinstance(found, str) else "-"
 
     @admin.display(description=_("task"), ordering="task")
     def task_name(self, obj: Schedule) -> str:
@@ -108,13 +121,13 @@ class ScheduleAdmin(admin.ModelAdmin):
     def timing(self, obj: Schedule) -> str:
         if obj.cron:
             return f"{obj.cron} ({obj.tz or definitions.default_zone()})"
-        return f"every {obj.every} s"
+        return gettext("every %(seconds)s s") % {"seconds": obj.every}
 
     @admin.display(description=_("next run"))
     def next_run(self, obj: Schedule) -> datetime | str | None:
         definition = self._check(obj)
         if isinstance(definition, str):
-            return f"invalid: {definition}"
+            return invalid(definition)
         if not obj.enabled:
             return "-"
         return shown.when(shown.next_run_ms(definition, self._state(obj), shown.now_ms()))
