@@ -211,3 +211,21 @@ def test_a_note_when_workers_follow_other_settings(store, admin_client):
         assert 'id="dq-settings-version"' in page
         assert "The workers follow another version of DELAYQ" in page
         assert set(schedule_set_times(store)) == {ours, "another-deploy"}
+
+
+def test_the_page_goes_on_without_the_note_when_redis_cannot_say(
+    store, admin_client, monkeypatch, caplog
+):
+    from django_delayq.exceptions import ConnectionError as DelayQConnectionError
+    from django_delayq.recurring import deploys
+
+    def down(*args, **kwargs):
+        raise DelayQConnectionError("Redis is down")
+
+    monkeypatch.setattr(deploys, "current_version", down)
+    with more_settings(store, SCHEDULES={"nightly-sweep": SETTINGS["nightly-sweep"]}):
+        page = admin_client.get(reverse("admin:django_delayq_schedule_changelist"))
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert 'data-schedule="nightly-sweep"' in html and 'id="dq-settings-version"' not in html
+    assert "cannot read the workers' settings versions: Redis is down" in caplog.text

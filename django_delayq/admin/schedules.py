@@ -75,16 +75,15 @@ class ScheduleAdmin(admin.ModelAdmin):
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
-        """The rows' list (Django's, which checks the view permission first), and under
-        it the settings' schedules (only ever shown here, so with the same permission)."""
-        names = list(definitions.from_settings()[0])
-        clashing = set(Schedule.objects.filter(name__in=names).values_list("name", flat=True))
-        states = {s.name: s for s in ScheduleState.objects.filter(name__in=names)}
-        context = {
-            "settings_schedules": shown.settings_rows(states, clashing),
-            "settings_version_differs": shown.workers_version_differs(),
-            **(extra_context or {}),
-        }
+        """The rows' list (Django's), and under it the settings' schedules: read only for
+        a user Django lets see the list (it refuses the others after this)."""
+        context = dict(extra_context or {})
+        if self.has_view_or_change_permission(request):
+            names = list(definitions.from_settings()[0])
+            clashing = Schedule.objects.filter(name__in=names).values_list("name", flat=True)
+            states = {s.name: s for s in ScheduleState.objects.filter(name__in=names)}
+            context.setdefault("settings_schedules", shown.settings_rows(states, set(clashing)))
+            context.setdefault("settings_version_differs", shown.workers_version_differs())
         return super().changelist_view(request, context)
 
     def get_readonly_fields(self, request: HttpRequest, obj: Schedule | None = None) -> list:
