@@ -489,3 +489,83 @@ def test_workers_tab_in_a_browser(real_store, live_server, settings, tmp_path):
         worker.request_stop(force=True)
         for name in names:
             unregister(name)
+
+
+CELLS_RIGHT = """(selector) => [...document.querySelectorAll(selector)]
+    .map(cell => cell.getBoundingClientRect().right)"""
+LONG_SCHEDULE_TASK = "shop.billing.reconciliation.subsystems.ledger_tasks.sweep_unpaid_orders"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_recurring_schedules_page_fits_and_shows_the_settings_schedules(
+    real_store, live_server, settings, tmp_path
+):
+    """At 1280 x 800 with the sidebar open, last run and last outcome of the database's rows
+    and of the settings' schedules are inside the window (they were cut off at the right,
+    and the settings' schedules were not listed at all)."""
+    from django_delayq.models import Schedule, ScheduleState
+    from tests.conftest import more_settings
+
+    sync_playwright = _browser_or_skip()
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    User.objects.create_superuser("root", "root@example.com", "s3cret-pass")
+    sweep = task(name=LONG_SCHEDULE_TASK)(lambda **kwargs: None)
+    spec = {"task": sweep.name, "cron": "0 3 * * *", "tz": "America/Argentina/Buenos_Aires"}
+    schedules = {
+        "nightly-unpaid-sweep": {**spec, "kwargs": {"older_than_hours": 24, "note": "x" * 90}},
+        "every-minute-ledger-reconciliation-for-all-regions": {"task": sweep.name, "every": 60},
+    }
+    for i in range(3):
+        Schedule.objects.create(
+            name=f"database-schedule-with-a-long-name-{i}", task=sweep.name, cron="*/5 * * * *",
+            tz="America/Argentina/Buenos_Aires", kwargs={"region": f"eu-{i}"},
+        )  # fmt: skip
+    for name in [*schedules, "database-schedule-with-a-long-name-0"]:
+        ScheduleState.objects.create(
+            name=name, name_hash=1, digest="x", since_ms=0, last_fire_ms=1_700_000_000_000,
+            last_outcome="succeeded",
+        )  # fmt: skip
+    try:
+        with more_settings(real_store, SCHEDULES=schedules), sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+            try:
+                page = browser.new_page(viewport={"width": 1280, "height": 800})
+                page.set_default_timeout(10_000)
+                then = "/admin/django_delayq/schedule/"
+                _login(page, live_server.url, "root", "s3cret-pass", then)
+                page.wait_for_selector("#result_list")
+                page.locator("#nav-sidebar").wait_for(state="visible")
+                page.screenshot(path=str(tmp_path / "schedules-1280.png"), full_page=True)
+                row = page.locator('#dq-settings-table tr[data-schedule="nightly-unpaid-sweep"]')
+                assert row.is_visible()
+                assert "from settings (read-only)" in row.inner_text()
+                assert row.locator("a").count() == 0  # nothing to edit or delete
+                assert row.locator(".dq-outcome").inner_text() == "succeeded"
+                task_shown = row.locator(".dq-task")
+                assert task_shown.get_attribute("title") == LONG_SCHEDULE_TASK
+                assert task_shown.inner_text() == "…ledger_tasks.sweep_unpaid_orders"
+                for cell in (".dq-last-run", ".dq-outcome"):
+                    box = row.locator(cell).bounding_box()
+                    assert box is not None and box["width"] > 0
+                    assert box["x"] + box["width"] <= 1280, (cell, box)
+                for selector in (
+                    "#result_list td.field-last_run",
+                    "#result_list td.field-last_outcome",
+                    "#dq-settings-table td.dq-last-run",
+                    "#dq-settings-table td.dq-outcome",
+                ):
+                    rights = page.evaluate(CELLS_RIGHT, selector)
+                    assert rights and max(rights) <= 1280, (selector, rights)
+                first = page.locator("#result_list tbody tr").first
+                assert first.locator("td.field-last_outcome").inner_text() == "succeeded"
+                # Nothing scrolls sideways: not the page, not the list's box.
+                widths = page.evaluate(
+                    """() => ({page: document.documentElement.scrollWidth,
+                       results: [...document.querySelectorAll('.results, #dq-settings-schedules')]
+                         .map(b => b.scrollWidth - b.clientWidth)})"""
+                )
+                assert widths["page"] <= 1280 and max(widths["results"]) <= 1, widths
+            finally:
+                browser.close()
+    finally:
+        unregister(sweep.name)

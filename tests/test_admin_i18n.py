@@ -378,3 +378,38 @@ def test_pseudo_catalogue_round_trips(tmp_path):
     assert catalogue.gettext("Hello") == "⟦Hello⟧"
     assert catalogue.ngettext("%(n)s job", "%(n)s jobs", 2) == "⟦%(n)s jobs⟧"
     assert catalogue.pgettext("c", "none") == "⟦none⟧"
+
+
+def test_the_settings_schedules_are_translated(store, admin_client, pseudo):
+    """The Recurring schedules page's own table (Django's list above it is Django's):
+    headings, notes, labels and the interval's words."""
+    from django.urls import reverse
+
+    from django_delayq.models import ScheduleState
+    from django_delayq.recurring import definitions, deploys
+    from tests.conftest import more_settings
+    from tests.reliability import tasks as rtasks
+
+    schedules = {
+        "nightly": {"task": rtasks.occurrence.name, "cron": "0 3 * * *", "tz": "Europe/Berlin"},
+        "paused": {"task": rtasks.occurrence.name, "every": 90, "enabled": False},
+        "broken": {"task": rtasks.occurrence.name, "cron": "0 25 * * *"},
+    }
+    ScheduleState.objects.create(
+        name="nightly", name_hash=1, digest="x", since_ms=0, last_fire_ms=1_700_000_000_000,
+        last_outcome="succeeded",
+    )  # fmt: skip
+    with more_settings(store, SCHEDULES=schedules):
+        deploys.is_current(store, "another-deploy", int(time.time() * 1000))
+        html = admin_client.get(reverse("admin:django_delayq_schedule_changelist")).content
+        errors = [str(e) for e in definitions.from_settings()[1]]
+    html = html.decode()
+    start = html.index('<section id="dq-settings-schedules"')
+    section = html[start : html.index("</section>", start) + len("</section>")]
+    assert 'id="dq-settings-version"' in section and "data-label" in section
+    months = "Jan. Feb. March April May June July Aug. Sept. Oct. Nov. Dec. a.m. p.m."
+    data = [*schedules, rtasks.occurrence.name, "Europe/Berlin", "UTC", "default", "skip",
+            "once", "succeeded", *errors, *months.split(), "noon", "midnight"]  # fmt: skip
+    wrapped = f'<div id="content">{section}</div>'
+    assert untranslated(wrapped, data) == []
+    assert OPEN in section

@@ -3,6 +3,7 @@ errors for a bad cron expression, zone or task, and the enable / disable / run n
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -10,6 +11,7 @@ from django.urls import reverse
 
 from django_delayq import get_job, task
 from django_delayq.models import Schedule, ScheduleState
+from tests.conftest import more_settings
 from tests.reliability import tasks as rtasks  # noqa: F401  (registers .occurrence)
 
 pytestmark = pytest.mark.django_db
@@ -95,3 +97,135 @@ def test_run_now_gives_the_schedules_kwargs_to_the_task_not_to_schedule(
     job = get_job(job_id.decode())
     assert job.kwargs == kwargs and job.args == [] and job.queue == on and job.priority == 0
     assert before - 1 <= due / 1000 <= time.time() + 1  # due now, on Redis's clock
+
+
+# -- the schedules of DELAYQ["SCHEDULES"], read-only under the rows --------------------
+
+SCRIPT = "<script>alert(1)</script>"
+SETTINGS = {
+    "nightly-sweep": {
+        "task": TASK, "cron": "0 3 * * *", "tz": "Europe/Berlin", "missed": "skip",
+        "queue": "emails", "kwargs": {"tag": SCRIPT},
+    },
+    "paused-sweep": {"task": TASK, "every": 90, "enabled": False},
+    SCRIPT: {"task": TASK, "every": 60},  # a name validation refuses: listed with the reason
+    "unknown-task": {"task": f"shop.{SCRIPT}.sweep", "every": 60},  # valid, not registered
+}  # fmt: skip
+
+
+def _section(page: str) -> str:
+    """The settings' table, and nothing of Django's list above it."""
+    start = page.index('<section id="dq-settings-schedules"')
+    return page[start : page.index("</section>", start)]
+
+
+def _settings_row(section: str, name: str) -> str:
+    start = section.index(f'<tr data-schedule="{name}">')
+    return section[start : section.index("</tr>", start)]
+
+
+def test_settings_schedules_are_listed_read_only_and_escaped(store, admin_client):
+    """They were not listed at all: a newcomer thought the demo's nightly sweep had not
+    loaded."""
+    ScheduleState.objects.create(
+        name="nightly-sweep", name_hash=1, digest="x", since_ms=0,
+        last_fire_ms=1_700_000_000_000, last_outcome="failed",
+    )  # fmt: skip
+    with more_settings(store, SCHEDULES=SETTINGS):
+        page = admin_client.get(reverse("admin:django_delayq_schedule_changelist"))
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert SCRIPT not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    section = _section(html)
+    assert "From settings: DELAYQ['SCHEDULES'] (read-only)" in section
+    assert "<a " not in section and "<input" not in section and "<form" not in section
+    nightly = _settings_row(section, "nightly-sweep")
+    for shown in ("from settings (read-only)", "0 3 * * *", "Europe/Berlin", "skip", "emails",
+                  "Nov. 14, 2023", "failed", 'title="tests.reliability.tasks.occurrence"',
+                  "tag=&quot;&lt;script&gt;alert(1)&lt;/script&gt;&quot;"):  # fmt: skip
+        assert shown in nightly, shown
+    next_run = re.search(r'class="dq-next-run">([^<]+)<', nightly).group(1)
+    assert re.fullmatch(r"\w+\.? \d+, 20\d\d, \d+ a\.m\.", next_run)  # 03:00 Berlin in UTC
+    paused = _settings_row(section, "paused-sweep")
+    assert "every 90 s" in paused and "disabled" in paused
+    refused = _settings_row(section, "&lt;script&gt;alert(1)&lt;/script&gt;")
+    assert "Workers leave it out: schedule name" in refused
+    unknown = _settings_row(section, "unknown-task")
+    assert "is not registered" in unknown and "shop.&lt;script&gt;" in unknown
+    # Nothing of the settings is a row of Django's list (no edit or delete link for them).
+    assert not Schedule.objects.exists() and "0 recurring schedules" in html
+
+
+def test_a_row_named_like_a_settings_schedule_is_marked_ignored(store, admin_client):
+    """definitions.load(): the settings' schedule wins, the row is an error. The recorded
+    state of the name is the settings schedule's: the row showed its last run as its own."""
+    Schedule.objects.create(name="nightly-sweep", task=TASK, every=3600)
+    ScheduleState.objects.create(
+        name="nightly-sweep", name_hash=1, digest="x", since_ms=0,
+        last_fire_ms=1_700_000_000_000, last_outcome="succeeded",
+    )  # fmt: skip
+    with more_settings(store, SCHEDULES={"nightly-sweep": SETTINGS["nightly-sweep"]}):
+        html = admin_client.get(reverse("admin:django_delayq_schedule_changelist")).content
+    html = html.decode()
+    start = html.index('id="result_list"')
+    listed = html[start : html.index("</table>", start)]
+    assert "the settings&#x27; one is used" in listed
+    assert '<td class="field-last_outcome">-</td>' in listed and "succeeded" not in listed
+    settings_row = _settings_row(_section(html), "nightly-sweep")
+    assert "A database row has this name too: workers ignore the row" in settings_row
+    assert "succeeded" in settings_row
+
+
+def test_settings_schedules_need_the_view_permission(store, client):
+    from django.contrib.auth.models import Permission, User
+
+    user = User.objects.create_user("viewer", password="pw", is_staff=True)
+    client.force_login(user)
+    changelist = reverse("admin:django_delayq_schedule_changelist")
+    with more_settings(store, SCHEDULES=SETTINGS):
+        refused = client.get(changelist)
+        assert refused.status_code == 403 and b"nightly-sweep" not in refused.content
+        user.user_permissions.add(Permission.objects.get(codename="view_schedule"))
+        user = User.objects.get(pk=user.pk)  # permissions are cached on the instance
+        client.force_login(user)
+        page = client.get(changelist)
+    assert page.status_code == 200
+    assert 'data-schedule="nightly-sweep"' in _section(page.content.decode())
+
+
+def test_a_note_when_workers_follow_other_settings(store, admin_client):
+    """deploys: the version a worker ran last is current; the admin only reads it."""
+    from django_delayq.recurring import definitions, deploys
+    from django_delayq.storage.recurring import schedule_set_times
+
+    changelist = reverse("admin:django_delayq_schedule_changelist")
+    now = int(time.time() * 1000)
+    with more_settings(store, SCHEDULES={"nightly-sweep": SETTINGS["nightly-sweep"]}):
+        assert b'id="dq-settings-version"' not in admin_client.get(changelist).content
+        assert schedule_set_times(store) == {}  # reading recorded nothing
+        ours = deploys.settings_version(definitions.from_settings()[0])
+        deploys.is_current(store, ours, now - 5000)  # a worker of this code
+        assert b'id="dq-settings-version"' not in admin_client.get(changelist).content
+        deploys.is_current(store, "another-deploy", now)  # a worker of newer settings
+        page = admin_client.get(changelist).content.decode()
+        assert 'id="dq-settings-version"' in page
+        assert "The workers follow another version of DELAYQ" in page
+        assert set(schedule_set_times(store)) == {ours, "another-deploy"}
+
+
+def test_the_page_goes_on_without_the_note_when_redis_cannot_say(
+    store, admin_client, monkeypatch, caplog
+):
+    from django_delayq.exceptions import ConnectionError as DelayQConnectionError
+    from django_delayq.recurring import deploys
+
+    def down(*args, **kwargs):
+        raise DelayQConnectionError("Redis is down")
+
+    monkeypatch.setattr(deploys, "current_version", down)
+    with more_settings(store, SCHEDULES={"nightly-sweep": SETTINGS["nightly-sweep"]}):
+        page = admin_client.get(reverse("admin:django_delayq_schedule_changelist"))
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert 'data-schedule="nightly-sweep"' in html and 'id="dq-settings-version"' not in html
+    assert "cannot read the workers' settings versions: Redis is down" in caplog.text

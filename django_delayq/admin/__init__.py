@@ -8,6 +8,8 @@
 - ``actions``: what the actions do.
 - ``workers``: the Workers tab.
 - ``texts``: the texts the pages show.
+- ``schedules``: the Recurring schedules page (the Schedule model's admin);
+  ``settings_schedules``: its read-only table of ``DELAYQ["SCHEDULES"]``.
 """
 
 from django_delayq.admin.dashboard import JobAdmin

@@ -1,21 +1,29 @@
 """The Schedules page of the admin: recurring schedules stored in the database
 (django_delayq.models.Schedule), with their next run, last run and last outcome, enable and
 disable, run now, and a form that refuses a bad cron expression, zone or task name with the
-error beside the field. Running workers pick up a change within RECONCILE_INTERVAL."""
+error beside the field. Running workers pick up a change within RECONCILE_INTERVAL.
+
+Below the rows, the schedules of ``DELAYQ["SCHEDULES"]``, read-only (settings_schedules).
+A row whose name the settings use is ignored by workers: its next run says why, and its
+last run and outcome stay empty (the recorded state of that name is the settings
+schedule's)."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
+from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
+from django.utils.html import format_html
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
+from django_delayq.admin import settings_schedules as shown
 from django_delayq.models import Schedule, ScheduleState
 from django_delayq.recurring import definitions
-from django_delayq.recurring.times import fire_after
 
 
 class ScheduleForm(forms.ModelForm):
@@ -37,14 +45,23 @@ class ScheduleForm(forms.ModelForm):
     # Schedule.clean() refuses a bad row (definitions.check_row); ModelForm calls it.
 
 
-def _when(ms: int | None) -> datetime | None:
-    return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC)
+def invalid(reason: str) -> str:
+    return gettext("invalid: %(reason)s") % {"reason": reason}
 
 
 @admin.register(Schedule)
 class ScheduleAdmin(admin.ModelAdmin):
     form = ScheduleForm
-    list_display = ["name", "task", "timing", "enabled", "next_run", "last_run", "last_outcome"]
+    change_list_template = "django_delayq/admin/schedule_change_list.html"
+    list_display = [
+        "name",
+        "task_name",
+        "timing",
+        "enabled",
+        "next_run",
+        "last_run",
+        "last_outcome",
+    ]
     list_filter = ["enabled", "missed"]
     search_fields = ["name", "task"]
     actions = ["enable", "disable", "run_now"]
@@ -55,10 +72,28 @@ class ScheduleAdmin(admin.ModelAdmin):
         self._settings_names = set(definitions.from_settings()[0])
         return queryset
 
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        """The rows' list (Django's), and under it the settings' schedules: read only for
+        a user Django lets see the list (it refuses the others after this)."""
+        context = dict(extra_context or {})
+        if self.has_view_or_change_permission(request):
+            names = list(definitions.from_settings()[0])
+            clashing = Schedule.objects.filter(name__in=names).values_list("name", flat=True)
+            states = {s.name: s for s in ScheduleState.objects.filter(name__in=names)}
+            context.setdefault("settings_schedules", shown.settings_rows(states, set(clashing)))
+            context.setdefault("settings_version_differs", shown.workers_version_differs())
+        return super().changelist_view(request, context)
+
     def get_readonly_fields(self, request: HttpRequest, obj: Schedule | None = None) -> list:
         return ["problem"] if obj is not None else []
 
     def _state(self, obj: Schedule) -> ScheduleState | None:
+        """The row's recorded state; none for a row whose name the settings use (the
+        state of that name is the settings schedule's, which workers run instead)."""
+        if obj.name in getattr(self, "_settings_names", ()):
+            return None
         return getattr(self, "_states", {}).get(obj.name)
 
     def _check(self, obj: Schedule) -> definitions.Definition | str:
@@ -73,30 +108,33 @@ class ScheduleAdmin(admin.ModelAdmin):
         """The change page's line: the error workers report for this row (the admin
         escapes it, as every text of a display function)."""
         found = self._check(obj)
-        return f"invalid: {found}" if isinstance(found, str) else "-"
+        return invalid(found) if isinstance(found, str) else "-"
+
+    @admin.display(description=_("task"), ordering="task")
+    def task_name(self, obj: Schedule) -> str:
+        """The dotted name, its middle cut when long (whole in the title), so that the
+        list fits the window."""
+        return format_html('<span title="{}">{}</span>', obj.task, shown.short_task(obj.task))
 
     @admin.display(description=_("timing"))
     def timing(self, obj: Schedule) -> str:
         if obj.cron:
             return f"{obj.cron} ({obj.tz or definitions.default_zone()})"
-        return f"every {obj.every} s"
+        return gettext("every %(seconds)s s") % {"seconds": obj.every}
 
     @admin.display(description=_("next run"))
     def next_run(self, obj: Schedule) -> datetime | str | None:
         definition = self._check(obj)
         if isinstance(definition, str):
-            return f"invalid: {definition}"
+            return invalid(definition)
         if not obj.enabled:
             return "-"
-        state = self._state(obj)
-        now = int(datetime.now(UTC).timestamp() * 1000)
-        floor = max(now, state.since_ms, state.last_fire_ms or 0) if state else now
-        return _when(fire_after(definition, floor))
+        return shown.when(shown.next_run_ms(definition, self._state(obj), shown.now_ms()))
 
     @admin.display(description=_("last run"))
     def last_run(self, obj: Schedule) -> datetime | None:
         state = self._state(obj)
-        return _when(state.last_fire_ms) if state else None
+        return shown.when(state.last_fire_ms) if state else None
 
     @admin.display(description=_("last outcome"))
     def last_outcome(self, obj: Schedule) -> str:

@@ -84,6 +84,11 @@ def relative(epoch: float | None, now: float, *, future: Promise, past: Promise)
 def preview(job: Job, limit: int = PREVIEW_CHARS) -> str:
     """The call's arguments on one line: 42, "x", reason="unpaid" (cut at ``limit``)."""
     _, args, kwargs = shown_call(job.task, job.args, job.kwargs)
+    return arguments_text(args, kwargs, limit)
+
+
+def arguments_text(args: Sequence[Any], kwargs: dict[str, Any], limit: int = PREVIEW_CHARS) -> str:
+    """Arguments on one line as a call shows them (a job's, a recurring schedule's)."""
     parts = [_dumps(a) for a in args]
     parts += [f"{name}={_dumps(value)}" for name, value in kwargs.items()]
     text = ", ".join(parts)

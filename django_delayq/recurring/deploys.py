@@ -20,7 +20,11 @@ import logging
 
 from django_delayq.exceptions import DelayQError
 from django_delayq.recurring.definitions import Definition
-from django_delayq.storage.recurring import forget_schedule_sets, schedule_sets
+from django_delayq.storage.recurring import (
+    forget_schedule_sets,
+    schedule_set_times,
+    schedule_sets,
+)
 from django_delayq.storage.store import Store
 
 logger = logging.getLogger("django_delayq.recurring")
@@ -44,11 +48,22 @@ def is_current(store: Store, version: str, now_ms: int) -> bool:
     except DelayQError as exc:
         logger.warning("recurring schedules: cannot compare settings versions: %s", exc)
         return True
-    alive = [(first, name) for name, (first, seen) in sets.items() if seen >= now_ms - ALIVE_MS]
     stale = [name for name, (_, seen) in sets.items() if seen < now_ms - FORGET_MS]
     if stale:
         forget_schedule_sets(store, stale)
-    newest = max(alive, default=(0, version))[1]
+    newest = _newest(sets, now_ms) or version
     if newest != version:
         logger.debug("recurring schedules: settings version %s is current, not ours", newest)
     return newest == version
+
+
+def current_version(store: Store, now_ms: int) -> str | None:
+    """The version workers follow now, recording nothing (the admin asks it); None when no
+    worker ran any in the last ALIVE_MS. Raises DelayQError when Redis cannot say."""
+    return _newest(schedule_set_times(store), now_ms)
+
+
+def _newest(sets: dict[str, tuple[int, int]], now_ms: int) -> str | None:
+    """The version first seen last among those a worker ran in the last ALIVE_MS."""
+    alive = [(first, name) for name, (first, seen) in sets.items() if seen >= now_ms - ALIVE_MS]
+    return max(alive)[1] if alive else None

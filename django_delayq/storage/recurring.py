@@ -115,10 +115,30 @@ def schedule_sets(store: Store, digest: str, now_ms: int) -> dict[str, tuple[int
         ],
         2.0,
     )
+    return _set_times(replies[2:], replies)
+
+
+def schedule_set_times(store: Store) -> dict[str, tuple[int, int]]:
+    """Every version's (first seen, last seen), as :func:`schedule_sets` returns them,
+    recording nothing (the admin reads them; only a worker's pass records its version)."""
+    first, seen = store.schedule_sets_key("first"), store.schedule_sets_key("seen")
+    replies = store.run(
+        [
+            store.command(b"HGETALL", first, route=first),
+            store.command(b"HGETALL", seen, route=seen),
+        ],
+        2.0,
+    )
+    return _set_times(replies, replies)
+
+
+def _set_times(pair: Sequence[Any], replies: Sequence[Any]) -> dict[str, tuple[int, int]]:
+    """(first seen, last seen) by version from the two hashes' HGETALL replies; raises the
+    first error among ``replies``."""
     for reply in replies:
         if isinstance(reply, Exception):
             raise reply
-    firsts, seens = replies[2], replies[3]
+    firsts, seens = pair
     out: dict[str, tuple[int, int]] = {}
     for name, value in firsts.items():
         last = seens.get(name)
