@@ -229,3 +229,27 @@ def test_the_page_goes_on_without_the_note_when_redis_cannot_say(
     html = page.content.decode()
     assert 'data-schedule="nightly-sweep"' in html and 'id="dq-settings-version"' not in html
     assert "cannot read the workers' settings versions: Redis is down" in caplog.text
+
+
+def test_the_list_reads_the_states_of_its_page_only_and_keeps_them_on_the_rows(store, admin_client):
+    """The recorded states are read for the rows of the page shown (not the whole table,
+    which may hold 100,000 schedules) and kept on that request's row objects: the admin
+    object is shared by every request, so state kept there leaked between requests."""
+    from django.contrib import admin
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    for n in range(3):
+        Schedule.objects.create(name=f"s{n}", task=TASK, every=60)
+        ScheduleState.objects.create(
+            name=f"s{n}", name_hash=n, digest="x", since_ms=0, last_outcome=f"outcome-{n}"
+        )
+    ScheduleState.objects.create(name="gone", name_hash=9, digest="x", since_ms=0)
+    with CaptureQueriesContext(connection) as queries:
+        page = admin_client.get(reverse("admin:django_delayq_schedule_changelist"))
+    assert page.status_code == 200
+    assert all(f"outcome-{n}" in page.content.decode() for n in range(3))
+    reads = [q["sql"] for q in queries if 'FROM "django_delayq_schedule_state"' in q["sql"]]
+    assert reads and all(" IN (" in sql for sql in reads), reads
+    model_admin = admin.site._registry[Schedule]
+    assert not {"_states", "_settings_names"} & set(vars(model_admin))

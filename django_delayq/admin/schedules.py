@@ -66,11 +66,17 @@ class ScheduleAdmin(admin.ModelAdmin):
     search_fields = ["name", "task"]
     actions = ["enable", "disable", "run_now"]
 
-    def get_queryset(self, request: HttpRequest) -> QuerySet:
-        queryset = super().get_queryset(request)
-        self._states = {s.name: s for s in ScheduleState.objects.all()}
-        self._settings_names = set(definitions.from_settings()[0])
-        return queryset
+    def get_changelist_instance(self, request: HttpRequest) -> Any:
+        """The list, each row of its page given its recorded state (one query for the page:
+        kept on the row objects, which are this request's own, never on this admin, which
+        every request shares)."""
+        changelist = super().get_changelist_instance(request)
+        rows = list(changelist.result_list)
+        found = ScheduleState.objects.filter(name__in=[row.name for row in rows])
+        states = {state.name: state for state in found}
+        for row in rows:
+            row.recorded_state = states.get(row.name)
+        return changelist
 
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
@@ -92,14 +98,16 @@ class ScheduleAdmin(admin.ModelAdmin):
     def _state(self, obj: Schedule) -> ScheduleState | None:
         """The row's recorded state; none for a row whose name the settings use (the
         state of that name is the settings schedule's, which workers run instead)."""
-        if obj.name in getattr(self, "_settings_names", ()):
+        if obj.name in definitions.from_settings()[0]:  # parsed once per settings
             return None
-        return getattr(self, "_states", {}).get(obj.name)
+        if not hasattr(obj, "recorded_state"):  # not from the list's page
+            obj.recorded_state = ScheduleState.objects.filter(name=obj.name).first()
+        return obj.recorded_state
 
     def _check(self, obj: Schedule) -> definitions.Definition | str:
         """The row's Definition, or why workers leave it out or cannot run its task."""
         try:
-            return definitions.check_row(obj, getattr(self, "_settings_names", None))
+            return definitions.check_row(obj)
         except definitions.ScheduleError as exc:
             return str(exc)
 
