@@ -10,7 +10,7 @@ from typing import Any
 
 from benchmarks.peers.recorder import record as push_record
 from django_delayq import task
-from django_delayq.recurring.times import parse_occurrence_id
+from django_delayq.recurring.ids import parse_occurrence_id
 from django_delayq.worker.execution import current_job  # the public name may not exist yet
 
 _stamps: Any = None

@@ -17,8 +17,8 @@ from django_delayq import current_job, get_job, task
 from django_delayq.jobs.ids import new_job_id
 from django_delayq.models import ScheduleState
 from django_delayq.recurring import hooks
+from django_delayq.recurring.ids import name_hash, occurrence_id, parse_occurrence_id
 from django_delayq.recurring.reconcile import Reconciler, version_of
-from django_delayq.recurring.times import name_hash, occurrence_id, parse_occurrence_id
 from django_delayq.worker.dispatch import Worker
 from tests.conftest import more_settings
 

@@ -15,9 +15,10 @@ from django_delayq import task
 from django_delayq.models import Schedule, ScheduleState
 from django_delayq.recurring import hooks
 from django_delayq.recurring.definitions import ScheduleError, parse
+from django_delayq.recurring.fire_times import fire_after, fires_between
+from django_delayq.recurring.ids import parse_occurrence_id
 from django_delayq.recurring.reconcile import LATE_GRACE_MS, Reconciler
 from django_delayq.recurring.status import report
-from django_delayq.recurring.times import fire_after, fires_between, parse_occurrence_id
 from django_delayq.worker.dispatch import Worker
 from tests.conftest import more_settings
 from tests.reliability import tasks as rtasks  # noqa: F401  (registers .occurrence)
@@ -265,8 +266,8 @@ def _claim(sim, occurrences: list[tuple[str, int]]) -> tuple[list, list[str]]:
     from django.test.utils import CaptureQueriesContext
 
     from django_delayq.recurring import claims
+    from django_delayq.recurring.ids import occurrence_id
     from django_delayq.recurring.reconcile import version_of
-    from django_delayq.recurring.times import occurrence_id
 
     attempts = []
     for name, fire in occurrences:
@@ -307,8 +308,8 @@ def test_a_claim_of_many_occurrences_costs_two_statements(sim_at):
     shown = [statement.split()[0] for statement in _rows(sql)]
     assert shown == ["SELECT"], sql
     assert "django_delayq_schedule " not in sql[0]  # the states only
+    from django_delayq.recurring.ids import occurrence_id
     from django_delayq.recurring.reconcile import version_of
-    from django_delayq.recurring.times import occurrence_id
 
     for state in ScheduleState.objects.filter(name__in=names):
         assert state.last_fire_ms == base + 20_000 and state.last_outcome == "running"
@@ -330,8 +331,8 @@ def test_an_occurrence_of_a_replaced_definition_does_not_run_after_the_change(si
     from types import SimpleNamespace
 
     from django_delayq.recurring import claims
+    from django_delayq.recurring.ids import occurrence_id
     from django_delayq.recurring.reconcile import version_of
-    from django_delayq.recurring.times import occurrence_id
 
     old_version = version_of(ScheduleState.objects.get(name="db"))
     owed = SimpleNamespace(id=occurrence_id("db", old_version, base), skip=None, number=1)
@@ -471,8 +472,8 @@ def test_a_retry_or_a_redelivery_of_an_occurrence_runs_however_late(sim_at):
     from types import SimpleNamespace
 
     from django_delayq.recurring import claims
+    from django_delayq.recurring.ids import occurrence_id
     from django_delayq.recurring.reconcile import version_of
-    from django_delayq.recurring.times import occurrence_id
 
     start = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
     sim = sim_at(start, m={"every": 60, "missed": "skip"})
@@ -604,8 +605,8 @@ def test_a_successor_of_the_old_definition_stored_after_a_change_is_refused(sim_
     """A start hook that read the state before a change may still send the successor of
     the old definition: the change's cancel left a tombstone under that id (flag 'i'), so
     occur.lua refuses it for DONE_TTL, longer than its call can stay fresh (STALE)."""
+    from django_delayq.recurring.ids import occurrence_id
     from django_delayq.recurring.reconcile import encoded, version_of
-    from django_delayq.recurring.times import occurrence_id
     from django_delayq.storage.recurring import occur
 
     start = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 import pytest
 
 from django_delayq.recurring.definitions import parse
-from django_delayq.recurring.times import _CronSim, fire_after, fires_between
+from django_delayq.recurring.fire_times import _CronSim, fire_after, fires_between
 
 LORD_HOWE = "Australia/Lord_Howe"
 

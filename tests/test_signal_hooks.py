@@ -62,7 +62,7 @@ def test_an_ordinary_job_id_is_turned_away_by_the_recurring_predicate():
     """What every job pays: an ordinary job's id fails the three-character look (a random
     ULID passes it once in 32,768, then fails the full parse); an occurrence's passes."""
     from django_delayq.recurring import hooks
-    from django_delayq.recurring.times import occurrence_id
+    from django_delayq.recurring.ids import occurrence_id
 
     for job_id in ("01M8FPHPZ2S2ZF4AWW4XMZ04R2", "01M88FQK3ZEB0BEGH7671JAD21", "short"):
         assert not hooks._maybe_occurrence(SimpleNamespace(id=job_id))

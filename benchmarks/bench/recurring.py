@@ -123,8 +123,8 @@ def child(n: int, seconds: float) -> dict[str, Any]:
     django.setup()
     from django_delayq import signals
     from django_delayq.models import Schedule
+    from django_delayq.recurring.ids import parse_occurrence_id
     from django_delayq.recurring.reconcile import Reconciler
-    from django_delayq.recurring.times import parse_occurrence_id
     from django_delayq.storage.connection import get_store
     from django_delayq.worker.dispatch import Worker
 

@@ -103,7 +103,7 @@ class Window:
 
 
 def per_minute(runs: list[tuple[int, float, str]], fire_ms: int) -> dict[str, Any]:
-    from django_delayq.recurring.times import parse_occurrence_id
+    from django_delayq.recurring.ids import parse_occurrence_id
 
     first: dict[int, float] = {}
     twice: set[int] = set()

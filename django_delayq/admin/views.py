@@ -107,7 +107,7 @@ def pretty(value: Any) -> str:
 
 
 @dataclass
-class Row:
+class JobRow:
     """One job as a list or detail page shows it."""
 
     job: Job
@@ -144,7 +144,7 @@ def find_in_outbox(job_id: str, queue: str | None = None) -> OutboxRaw | None:
     return None if row is None else outbox_raw(row)
 
 
-def make_row(raw: RawJob, now: float) -> Row:
+def make_row(raw: RawJob, now: float) -> JobRow:
     job = job_from_raw(raw, delayq_settings.MAX_RETRIES)
     if isinstance(raw, OutboxRaw):
         job = replace(job, waits_in=IN_DATABASE)
@@ -168,7 +168,7 @@ def make_row(raw: RawJob, now: float) -> Row:
         when = relative(raw.score, now, future=_("in %(time)s"), past=_("%(time)s ago"))
     record = raw.record
     shown = shown_call(job.task, job.args, job.kwargs)[0]
-    return Row(
+    return JobRow(
         job=job,
         gone=record is None,
         corrupt=record is not None and job.task == "",
@@ -290,7 +290,7 @@ def _task_of(raw: RawJob) -> str:
 
 def fetch_rows(
     store: Store, queue: str, ids: Sequence[str], now: float
-) -> list[tuple[str, Row | None]]:
+) -> list[tuple[str, JobRow | None]]:
     """(id, row) per id, the row None for a job gone (store.fetch: one round trip each)."""
     return [
         (job_id, make_row(raw, now) if (raw := store.fetch(queue, job_id)) else None)

@@ -2,7 +2,7 @@
 job with a deterministic id, so any number of workers may create it and one job exists.
 
 - definitions.py  parse and validate schedules (``DELAYQ["SCHEDULES"]`` and the Schedule model)
-- times.py        fire times (cron in the schedule's zone with cronsim, intervals since the
+- fire_times.py   fire times (cron in the schedule's zone with cronsim, intervals since the
                   epoch); ids.py: occurrence ids; names.py: the schedule of an id
 - reconcile.py    the full pass: keep the next occurrence of each schedule in Redis, record
                   new and changed definitions, create missed occurrences by policy

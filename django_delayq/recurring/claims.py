@@ -35,16 +35,16 @@ from django.db import DatabaseError, close_old_connections
 from django.utils import timezone
 
 from django_delayq.recurring import definitions, known
-from django_delayq.recurring.occurrences import encoded, recorded_definition
-from django_delayq.recurring.policy import Verdict, verdict
-from django_delayq.recurring.recorder import Recorder
-from django_delayq.recurring.times import (
+from django_delayq.recurring.fire_times import next_fire
+from django_delayq.recurring.ids import (
     may_be_occurrence,
-    next_fire,
     occurrence_id,
     parse_occurrence_id,
     version_hash,
 )
+from django_delayq.recurring.occurrences import encoded, recorded_definition
+from django_delayq.recurring.policy import Verdict, verdict
+from django_delayq.recurring.recorder import Recorder
 
 logger = logging.getLogger("django_delayq.recurring")
 

@@ -349,14 +349,14 @@ def task_error(name: str) -> str | None:
     return str(unknown_task(name))
 
 
-class Row(Protocol):
+class ScheduleRow(Protocol):
     """A Schedule row, or anything with its fields (row_spec() reads them)."""
 
     name: str
     task: str
 
 
-def check_row(row: Row, settings_names: Collection[str] | None = None) -> Definition:
+def check_row(row: ScheduleRow, settings_names: Collection[str] | None = None) -> Definition:
     """``row`` as a Definition, or the ScheduleError that refuses it: not valid (parse), a
     task this process does not register, or a name ``DELAYQ["SCHEDULES"]`` uses. The one
     check of a row: Schedule.clean() (so the admin's form and full_clean()) and the list."""

@@ -12,7 +12,7 @@ from typing import Any
 
 from django_delayq.recurring import known
 from django_delayq.recurring.claims import buffer_outcome
-from django_delayq.recurring.times import may_be_occurrence
+from django_delayq.recurring.ids import may_be_occurrence
 
 
 def forget_known() -> None:

@@ -1,7 +1,7 @@
 """The name of the schedule an occurrence belongs to (:attr:`django_delayq.Job.schedule`).
 
 An occurrence's id carries a 40-bit hash of its schedule's name and its version
-(times.py), not the name: the name is what this process's last reconcile pass saw under
+(ids.py), not the name: the name is what this process's last reconcile pass saw under
 that hash (known.py), else the ``ScheduleState`` row with that hash (one indexed query).
 """
 

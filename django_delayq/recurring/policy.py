@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from django_delayq.recurring.definitions import Definition
-from django_delayq.recurring.times import fire_after, fires_between
+from django_delayq.recurring.fire_times import fire_after, fires_between
 
 LATE_GRACE_MS = 30_000  # a fire time this recent that never started is late, not missed
 MISSED_ALL = 100  # most missed occurrences "all" runs

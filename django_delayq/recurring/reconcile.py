@@ -28,6 +28,8 @@ from django_delayq.exceptions import DelayQError
 from django_delayq.recurring import definitions, deploys, known
 from django_delayq.recurring.claims import DELETED, write_outcomes
 from django_delayq.recurring.definitions import Definition
+from django_delayq.recurring.fire_times import fire_after, fires_between, next_fire
+from django_delayq.recurring.ids import name_hash, occurrence_id, version_hash
 from django_delayq.recurring.occurrences import (  # noqa: F401
     encoded,
     queue_of,
@@ -35,14 +37,6 @@ from django_delayq.recurring.occurrences import (  # noqa: F401
     recorded_definition,
 )
 from django_delayq.recurring.policy import LATE_GRACE_MS, MISSED_ALL
-from django_delayq.recurring.times import (
-    fire_after,
-    fires_between,
-    name_hash,
-    next_fire,
-    occurrence_id,
-    version_hash,
-)
 from django_delayq.storage.connection import get_store
 from django_delayq.storage.recurring import mark_reconciled, occur, pending_due, server_time_ms
 from django_delayq.storage.store import Store

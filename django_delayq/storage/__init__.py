@@ -5,9 +5,10 @@
   the live workers; ``old_layout`` the 0.1 layout, read by the upgrade.
 - ``keys``: every key name; ``queues``: what a valid queue name is.
 - ``calls``, ``ops``, ``transport``: building ops and the one way to send them (routing,
-  pipelining, NOSCRIPT reload); ``errors`` reads Redis's errors, ``retries`` says what may
-  be sent again; ``replies`` parses the scripts' answers; ``times`` converts seconds and
-  milliseconds; ``marks`` the runners' start marks.
+  pipelining, NOSCRIPT reload); ``async_transport`` the same on ``redis.asyncio``;
+  ``errors`` reads Redis's errors, ``resends`` says what is sent again after an error or a
+  lost reply; ``replies`` parses the scripts' answers; ``milliseconds`` converts seconds to
+  the scripts' milliseconds and back; ``marks`` the runners' start marks.
 - ``control``: queue control (pause state, prioritised pending jobs, rate and concurrency
   limits).
 - ``scripts`` and ``lua/``: the Lua scripts, one state transition per file.

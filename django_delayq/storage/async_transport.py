@@ -1,7 +1,7 @@
 """The asyncio twin of :class:`~.transport.Transport`, for aschedule() / acancel() /
 aget_job(): it sends the same :class:`~.ops.Op` objects the Store builds (their bytes, reply
 parsers and policies) on a ``redis.asyncio`` client, under the same retry policy
-(:mod:`.retries`: what may be re-sent, the budget, the pauses, ``NOSCRIPT`` answered by
+(:mod:`.resends`: what may be re-sent, the budget, the pauses, ``NOSCRIPT`` answered by
 loading the script, errors read by :mod:`.errors`).
 
 One Redis only (a URL or a cache alias on one server): no cluster routing and no Sentinel
@@ -21,13 +21,13 @@ import redis
 from django_delayq.exceptions import DelayQError
 from django_delayq.storage.errors import BROKEN
 from django_delayq.storage.ops import Op, pack
-from django_delayq.storage.retries import (
+from django_delayq.storage.resends import (
     LOST,
     NOSCRIPT,
     READ_ERRORS,
     RECONNECT,
     Failure,
-    Retries,
+    Resends,
     reply_failure,
 )
 
@@ -59,14 +59,14 @@ class AsyncTransport:
         if not ops:
             return results
         async with self._turns:
-            retries = Retries(ops, budget)
+            resends = Resends(ops, budget)
             todo = list(range(len(ops)))
             while True:
-                failures = await self._pipeline(ops, todo, retries.resent, results)
-                todo = retries.triage(failures, results)
-                if not todo or retries.give_up(todo, failures, results):
+                failures = await self._pipeline(ops, todo, resends.resent, results)
+                todo = resends.triage(failures, results)
+                if not todo or resends.give_up(todo, failures, results):
                     return results
-                pause = retries.next_pause(todo, failures)
+                pause = resends.next_pause(todo, failures)
                 if pause:
                     await asyncio.sleep(pause)
 

@@ -19,8 +19,8 @@ import redis
 
 from django_delayq.storage.errors import BROKEN
 from django_delayq.storage.keys import KeyNames
+from django_delayq.storage.milliseconds import ms
 from django_delayq.storage.ops import pack
-from django_delayq.storage.times import ms
 from django_delayq.storage.transport import Transport
 
 logger = logging.getLogger("django_delayq.transport")

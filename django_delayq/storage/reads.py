@@ -17,10 +17,10 @@ from typing import Any
 from django_delayq.exceptions import JobNotFound
 from django_delayq.storage import control
 from django_delayq.storage.calls import Calls
+from django_delayq.storage.milliseconds import ms, seconds
 from django_delayq.storage.ops import Op
 from django_delayq.storage.queues import check_queue_name
 from django_delayq.storage.replies import pairs as _pairs
-from django_delayq.storage.times import ms, seconds
 
 STATUS_KINDS = ("pending", "running", "dead")
 TOTALS = ("done", "failed", "retried", "dead", "recovered", "limited")

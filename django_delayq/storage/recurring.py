@@ -8,11 +8,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from django_delayq.storage.milliseconds import now_arg as _now_arg
 from django_delayq.storage.ops import Op, Policy
 from django_delayq.storage.replies import text
 from django_delayq.storage.scripts import lib_constant
 from django_delayq.storage.store import DONE_TTL, Store
-from django_delayq.storage.times import now_arg as _now_arg
 
 # Milliseconds after its decision an occur.lua call is refused (lua/occur.lua): below the
 # tombstone's life, so an occurrence that finished after the decision is still seen.

@@ -19,6 +19,7 @@ from typing import Any
 from django_delayq.exceptions import ConnectionError as DelayQConnectionError
 from django_delayq.storage.calls import API_BUDGET, WORKER_BUDGET
 from django_delayq.storage.marks import StartMarks
+from django_delayq.storage.milliseconds import ms, now_arg
 from django_delayq.storage.old_layout import OldLayout
 from django_delayq.storage.ops import Op, Policy
 from django_delayq.storage.reads import Reads
@@ -38,7 +39,6 @@ from django_delayq.storage.replies import (  # the reply types are part of the s
 )
 from django_delayq.storage.roster import Roster
 from django_delayq.storage.scripts import lib_constant
-from django_delayq.storage.times import ms, now_arg
 
 RECOVER_LIMIT = 100
 PURGE_CHUNK = 500

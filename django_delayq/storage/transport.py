@@ -3,7 +3,7 @@
 Every call of the storage layer is an :class:`~.ops.Op` (a command, most often ``EVALSHA`` of
 one of the scripts in ``lua/``, how to parse its reply, and its retry policy).
 :meth:`Transport.run` sends a list of ops in one round trip per Redis node (a pipeline) and
-re-sends what :mod:`.retries` allows until a deadline; errors are read by :mod:`.errors`.
+re-sends what :mod:`.resends` allows until a deadline; errors are read by :mod:`.errors`.
 
 Ops are sent on connections of the client's own pool, so a django-redis, Sentinel or plain
 client works as configured; on a cluster each op goes to the node serving its queue's slot.
@@ -25,13 +25,13 @@ import redis
 from django_delayq.exceptions import DelayQError
 from django_delayq.storage.errors import BROKEN, NOT_RUN, code, translate
 from django_delayq.storage.ops import Op, pack
-from django_delayq.storage.retries import (
+from django_delayq.storage.resends import (
     LOST,
     NOSCRIPT,
     READ_ERRORS,
     RECONNECT,
     Failure,
-    Retries,
+    Resends,
     reply_failure,
 )
 
@@ -94,15 +94,15 @@ class Transport:
         failures = self._round(ops, todo, set(todo) if resent else set(), results)
         if not failures:  # the common case: no retry state is built
             return results
-        retries = Retries(ops, budget, resent, started)
+        resends = Resends(ops, budget, resent, started)
         while True:
-            todo = retries.triage(failures, results)
-            if retries.slots_moved:
+            todo = resends.triage(failures, results)
+            if resends.slots_moved:
                 self._refresh_slots()
-            if not todo or retries.give_up(todo, failures, results):
+            if not todo or resends.give_up(todo, failures, results):
                 return results
-            retries.wait(todo, failures)
-            failures = self._round(ops, todo, retries.resent, results)
+            resends.wait(todo, failures)
+            failures = self._round(ops, todo, resends.resent, results)
 
     def _round(
         self, ops: Sequence[Op], todo: list[int], resent: set[int], results: list[Any]

@@ -4,7 +4,7 @@
 - ``dispatch``: the Worker: start, the dispatch loop, shutdown; ``parts``: what it is made
   of (one frozen ``Parts``); ``duties``: the one loop, backoff and failure log of its
   background duties (heartbeat, recovery, presence, the outbox relay, the recurring passes).
-- ``exchange``: its round trips (deliver results, claim due jobs); ``prefetch``: how many to
+- ``claiming``: its round trips (deliver results, claim due jobs); ``prefetch``: how many to
   claim; ``holdings``: what it holds (leases, results not yet delivered), one owner, one lock.
 - ``runners`` and ``execution``: the runner threads and one attempt of a job; ``starts``: the
   start marks that count an attempt; ``delivery``: results on their way to Redis.

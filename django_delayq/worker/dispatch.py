@@ -2,7 +2,7 @@
 
 Threads of one Worker:
 
-- the dispatcher (the thread that calls :meth:`Worker.run`): in one round trip (exchange.py)
+- the dispatcher (the thread that calls :meth:`Worker.run`): in one round trip (claiming.py)
   it records failures, acknowledges finished jobs and claims as many due jobs as it has idle
   runners plus a few to prefetch (prefetch.py); then it sleeps until the next due time (at
   most ``MAX_SLEEP``), a refill, a failure, a wake-up or a stop request;

@@ -2,7 +2,7 @@
 the results of finished ones on their way to Redis. The worker's threads share this state,
 and only through the methods of :class:`Holdings`, under its one lock:
 
-- the dispatcher (dispatch.py, exchange.py) adds claimed attempts, hands waiting ones back and
+- the dispatcher (dispatch.py, claiming.py) adds claimed attempts, hands waiting ones back and
   asks how busy the runners are;
 - a runner takes a waiting attempt, then leaves its outcome here; so does the event loop
   (aio.py) for attempts of ``async def`` tasks, from a waiting line of its own: each claimed

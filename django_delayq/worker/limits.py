@@ -1,6 +1,6 @@
 """The limits of registered tasks (``@task(rate=, concurrency=)``, issue 20) and of queues
 (``DELAYQ['QUEUES']`` options), written to Redis by a worker before its first claim
-(exchange.py): claim.lua reads them from each queue's control hash."""
+(claiming.py): claim.lua reads them from each queue's control hash."""
 
 from __future__ import annotations
 

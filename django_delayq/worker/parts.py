@@ -16,8 +16,8 @@ from django_delayq.outbox.relay import Relay
 from django_delayq.storage.marks import StartMarks
 from django_delayq.worker import aio
 from django_delayq.worker.aio import Loop
+from django_delayq.worker.claiming import Exchange
 from django_delayq.worker.delivery import Results
-from django_delayq.worker.exchange import Exchange
 from django_delayq.worker.execution import Executor
 from django_delayq.worker.holdings import Holdings
 from django_delayq.worker.maintenance import Heartbeat, Recovery

@@ -185,9 +185,9 @@ def hangs(tag: str, value: str) -> None:
 @task(retry_backoff=0, max_retries=20)
 def occurrence(tag: str) -> None:
     """An occurrence of a recurring schedule: records "<fire ms> <job id> <attempt> <ran ms>"
-    under runs:<tag>: the fire time is in the occurrence's id (django_delayq.recurring.times),
+    under runs:<tag>: the fire time is in the occurrence's id (django_delayq.recurring.ids),
     the run's time is the runs Redis's clock (this process's may be skewed)."""
-    from django_delayq.recurring.times import parse_occurrence_id
+    from django_delayq.recurring.ids import parse_occurrence_id
 
     client = runs_client()
     job = current_job()

@@ -25,7 +25,7 @@ from itertools import pairwise
 import pytest
 import redis
 
-from django_delayq.recurring.times import name_hash, parse_occurrence_id, version_hash
+from django_delayq.recurring.ids import name_hash, parse_occurrence_id, version_hash
 from tests.reliability.harness import runs, wait_until
 from tests.reliability.test_recurring import DURATION, TASK, runs_now_ms, settle, setup_env
 from tests.reliability.test_recurring import verdict as fire_verdict

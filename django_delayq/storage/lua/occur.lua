@@ -8,7 +8,7 @@
 -- ARGV[3] milliseconds: wake a sleeping worker only for an occurrence due within this
 --         (its MAX_SLEEP: a worker never sleeps longer, so a later one needs no wake; each
 --         wake costs a claim round trip)
--- ARGV[4..] triples: job id (deterministic, recurring/times.py), record (flag 'i'), due at
+-- ARGV[4..] triples: job id (deterministic, recurring/ids.py), record (flag 'i'), due at
 --         (epoch milliseconds; a time in the past means now)
 -- An occurrence goes where schedule.lua puts a job: `pending`, or `ranked` when its record's
 -- header carries a priority other than 0 (the task's @task(priority=...)).

@@ -1,5 +1,6 @@
-"""Times: the store speaks epoch seconds (floats); scripts and sorted-set scores use integer
-epoch milliseconds (lua/_lib.lua says why). These convert, one way and back."""
+"""Seconds and milliseconds: the store speaks epoch seconds (floats); scripts and
+sorted-set scores use integer epoch milliseconds (lua/_lib.lua says why). These convert,
+one way and back."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Fire times (and, from ids.py, occurrence ids).
+"""Fire times: when a schedule fires (occurrence ids are in ids.py).
 
 Fire times are integer epoch milliseconds. ``every`` schedules fire at the multiples of
 their interval since the epoch (so every worker computes the same times, whatever its
@@ -15,17 +15,6 @@ from datetime import UTC, datetime
 from cronsim import CronSim
 
 from django_delayq.recurring.definitions import Definition
-from django_delayq.recurring.ids import (  # noqa: F401  (occurrence ids: times.py's names too)
-    NAME_BITS,
-    TAG,
-    TAG_BITS,
-    VERSION_BITS,
-    may_be_occurrence,
-    name_hash,
-    occurrence_id,
-    parse_occurrence_id,
-    version_hash,
-)
 
 CRON_SCAN = 100_000  # most fire times a cron scan looks at (a year of minutes is 525,600)
 

@@ -1,4 +1,5 @@
-"""The retry policy: after a round trip, which failed ops are sent again, which have their
+"""Re-sending commands (the transport's retry policy; not a job's retries, which are
+worker/execution.py's): after a round trip, which failed ops are sent again, which have their
 final answer, and how long to pause in between. :meth:`.transport.Transport.run` applies it.
 
 - Redis did not run the command (no connection could be made; or it answered one of
@@ -73,8 +74,8 @@ def reply_failure(exc: BaseException) -> tuple[Failure, str]:
     return Failure(exc, maybe_ran=True), LOST
 
 
-class Retries:
-    """The retries of one list of ops, within ``budget`` seconds. ``resent``: the ops were
+class Resends:
+    """The re-sends of one list of ops, within ``budget`` seconds. ``resent``: the ops were
     sent before and their replies lost (they go with their resend args from the start).
     ``started``: the ``time.monotonic()`` the budget counts from (default: now)."""
 
