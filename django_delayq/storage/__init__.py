@@ -5,7 +5,8 @@
   the live workers; ``old_layout`` the 0.1 layout, read by the upgrade.
 - ``keys``: every key name; ``queues``: what a valid queue name is.
 - ``calls``, ``ops``, ``transport``: building ops and the one way to send them (routing,
-  pipelining, NOSCRIPT reload); ``async_transport`` the same on ``redis.asyncio``;
+  pipelining, NOSCRIPT reload); ``async_transport`` the same on ``redis.asyncio``, both
+  doing only the I/O of ``round_trip`` (what a round trip writes, what its replies mean);
   ``errors`` reads Redis's errors, ``resends`` says what is sent again after an error or a
   lost reply; ``replies`` parses the scripts' answers; ``milliseconds`` converts seconds to
   the scripts' milliseconds and back; ``marks`` the runners' start marks.

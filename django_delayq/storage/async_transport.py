@@ -2,7 +2,9 @@
 aget_job(): it sends the same :class:`~.ops.Op` objects the Store builds (their bytes, reply
 parsers and policies) on a ``redis.asyncio`` client, under the same retry policy
 (:mod:`.resends`: what may be re-sent, the budget, the pauses, ``NOSCRIPT`` answered by
-loading the script, errors read by :mod:`.errors`).
+loading the script, errors read by :mod:`.errors`). What a round trip writes and what each
+reply means is :mod:`.round_trip`'s, as for the sync transport: only the awaited I/O is
+this module's.
 
 One Redis only (a URL or a cache alias on one server): no cluster routing and no Sentinel
 (:mod:`.async_store` refuses those with a ConfigurationError). A connection whose replies
@@ -18,18 +20,10 @@ from typing import Any
 
 import redis
 
-from django_delayq.exceptions import DelayQError
 from django_delayq.storage.errors import BROKEN
-from django_delayq.storage.ops import Op, pack
-from django_delayq.storage.resends import (
-    LOST,
-    NOSCRIPT,
-    READ_ERRORS,
-    RECONNECT,
-    Failure,
-    Resends,
-    reply_failure,
-)
+from django_delayq.storage.ops import Op
+from django_delayq.storage.resends import READ_ERRORS, Failure, Resends
+from django_delayq.storage.round_trip import LoadedScripts, Round
 
 
 class AsyncTransport:
@@ -38,7 +32,7 @@ class AsyncTransport:
     def __init__(self, client: Any) -> None:
         self.client = client
         self.pool = client.connection_pool
-        self._loaded: set[str] = set()  # SHAs known to be loaded on this Redis
+        self.scripts = LoadedScripts()
         # A call holds one connection at a time: past the pool's size, calls wait their turn
         # here, and their budget starts once they have it (not at the pool, where a burst
         # of concurrent calls would run out of connections or of budget while queued).
@@ -74,68 +68,44 @@ class AsyncTransport:
         self, ops: Sequence[Op], indexes: list[int], resent: set[int], results: list[Any]
     ) -> dict[int, Failure]:
         """Send ``indexes`` once, in one write; store answers in ``results``."""
+        sent = Round(ops, indexes, resent, results)
         try:
             conn = await self.pool.get_connection()
         except (*BROKEN, redis.exceptions.RedisError) as exc:
-            return {i: Failure(exc, maybe_ran=False) for i in indexes}
-        clean = False  # every reply read: the connection may go back to the pool
-        failures: dict[int, Failure] = {}
+            return sent.not_sent(exc)
+        read = False  # until the replies are read (the caller's task may be cancelled first)
         try:
             try:
                 await self._ensure_scripts(conn, [ops[i] for i in indexes])
             except (*BROKEN, redis.exceptions.RedisError) as exc:  # nothing of ours was sent
-                return {i: Failure(exc, maybe_ran=False) for i in indexes}
-            payload = b"".join(ops[i].packed(resent=i in resent) for i in indexes)
+                return sent.not_sent(exc)
             try:
-                await conn.send_packed_command(payload)
+                await conn.send_packed_command(sent.payload())
             except BROKEN as exc:
-                return {i: Failure(exc, maybe_ran=True) for i in indexes}
-            clean = await self._read(conn, ops, indexes, failures, results)
+                return sent.write_broke(exc)
+            for pos in range(len(indexes)):
+                try:
+                    reply = await conn.read_response()
+                except READ_ERRORS as exc:
+                    if sent.read_failed(pos, exc):
+                        continue
+                    break
+                sent.answered(pos, reply)
+            read = True
+            if sent.noscript:
+                self.scripts.forget(self.pool)
         finally:
-            if not clean:
+            if not (read and sent.reusable):
                 await conn.disconnect()
             await self.pool.release(conn)
-        return failures
-
-    async def _read(
-        self,
-        conn: Any,
-        ops: Sequence[Op],
-        indexes: list[int],
-        failures: dict[int, Failure],
-        results: list[Any],
-    ) -> bool:
-        """Read the replies of ``indexes``, in order; False when the connection must close."""
-        clean = True
-        for pos, i in enumerate(indexes):
-            try:
-                reply = await conn.read_response()
-            except READ_ERRORS as exc:
-                failure, then = reply_failure(exc)
-                if then == LOST:
-                    failures.update(dict.fromkeys(indexes[pos:], failure))
-                    return False
-                failures[i] = failure
-                if then == NOSCRIPT:
-                    self._loaded.clear()
-                clean = clean and then != RECONNECT  # a failover: find the new master
-                continue
-            results[i] = ops[i].read(reply)
-        return clean
+        return sent.failures
 
     async def _ensure_scripts(self, conn: Any, ops: Sequence[Op]) -> None:
-        """SCRIPT LOAD the scripts of ``ops`` not known to be loaded (once per client, or
-        again after a NOSCRIPT: a restart or SCRIPT FLUSH)."""
-        missing = {op.script.sha: op.script for op in ops if op.script is not None}
-        missing = {sha: s for sha, s in missing.items() if sha not in self._loaded}
+        """SCRIPT LOAD the scripts of ``ops`` not known to be loaded on this Redis."""
+        missing = self.scripts.missing(self.pool, ops)
         if not missing:
             return
-        await conn.send_packed_command(
-            b"".join(pack((b"SCRIPT", b"LOAD", s.source)) for s in missing.values())
-        )
+        await conn.send_packed_command(self.scripts.load_command(missing))
         for script in missing.values():
-            sha = await conn.read_response()
-            sha = sha.decode() if isinstance(sha, bytes) else sha
-            if sha != script.sha:
-                raise DelayQError(f"Redis loaded {script.name}.lua as {sha}, not {script.sha}")
-        self._loaded.update(missing)
+            self.scripts.check(script, await conn.read_response())
+        self.scripts.loaded(self.pool, missing)

@@ -4,6 +4,8 @@ Every call of the storage layer is an :class:`~.ops.Op` (a command, most often `
 one of the scripts in ``lua/``, how to parse its reply, and its retry policy).
 :meth:`Transport.run` sends a list of ops in one round trip per Redis node (a pipeline) and
 re-sends what :mod:`.resends` allows until a deadline; errors are read by :mod:`.errors`.
+What a round trip writes and what its replies mean is :mod:`.round_trip`'s, shared with the
+asyncio transport; this module does the routing and the I/O.
 
 Ops are sent on connections of the client's own pool, so a django-redis, Sentinel or plain
 client works as configured; on a cluster each op goes to the node serving its queue's slot.
@@ -14,7 +16,6 @@ Scripts are loaded (``SCRIPT LOAD``) once per node and process, and again after 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
@@ -22,18 +23,10 @@ from typing import Any
 
 import redis
 
-from django_delayq.exceptions import DelayQError
-from django_delayq.storage.errors import BROKEN, NOT_RUN, code, translate
-from django_delayq.storage.ops import Op, pack
-from django_delayq.storage.resends import (
-    LOST,
-    NOSCRIPT,
-    READ_ERRORS,
-    RECONNECT,
-    Failure,
-    Resends,
-    reply_failure,
-)
+from django_delayq.storage.errors import BROKEN
+from django_delayq.storage.ops import Op
+from django_delayq.storage.resends import READ_ERRORS, Failure, Resends
+from django_delayq.storage.round_trip import LoadedScripts, Round
 
 logger = logging.getLogger("django_delayq.transport")
 
@@ -44,8 +37,7 @@ class Transport:
     def __init__(self, client: Any) -> None:
         self.client = client
         self.cluster = isinstance(client, redis.RedisCluster)
-        self._loaded: dict[Any, set[str]] = {}  # pool -> SHAs known to be loaded there
-        self._lock = threading.Lock()
+        self.scripts = LoadedScripts()  # per pool: one a node
 
     # -- routing ------------------------------------------------------------------
 
@@ -131,44 +123,43 @@ class Transport:
         resent: set[int],
         results: list[Any],
     ) -> dict[int, Failure]:
-        failures: dict[int, Failure] = {}
+        """Send ``indexes`` once, in one write on one connection of ``pool``."""
+        sent = Round(ops, indexes, resent, results)
         try:
             conn = pool.get_connection()
         except redis.exceptions.RedisError as exc:
-            return {i: Failure(exc, maybe_ran=False) for i in indexes}
-        broken = False
+            return sent.not_sent(exc)
         try:
             try:
                 self._ensure_scripts(pool, conn, [ops[i] for i in indexes])
             except redis.exceptions.RedisError as exc:  # nothing of ours was sent
-                broken = True  # replies of the other SCRIPT LOADs may be left unread
-                return {i: Failure(exc, maybe_ran=False) for i in indexes}
-            payload = [ops[i].packed(resent=i in resent) for i in indexes]
+                return sent.not_sent(exc)
             try:
-                conn.send_packed_command([b"".join(payload)])
+                conn.send_packed_command([sent.payload()])
             except BROKEN as exc:
-                broken = True
-                return {i: Failure(exc, maybe_ran=True) for i in indexes}
-            for pos, i in enumerate(indexes):
+                return sent.write_broke(exc)
+            self._read(conn, pool, sent)
+        finally:
+            if not sent.reusable:
+                conn.disconnect()
+            pool.release(conn)
+        return sent.failures
+
+    def _read(self, conn: Any, pool: Any, sent: Round) -> bool:
+        """Read the replies of ``sent``, in order; False when the connection broke."""
+        try:
+            for pos in range(len(sent.indexes)):
                 try:
                     reply = conn.read_response()
                 except READ_ERRORS as exc:
-                    failure, then = reply_failure(exc)
-                    if then == LOST:
-                        broken = True
-                        failures.update(dict.fromkeys(indexes[pos:], failure))
-                        break
-                    failures[i] = failure
-                    if then == NOSCRIPT:
-                        self._forget_scripts(pool)
-                    broken = broken or then == RECONNECT  # a failover: find the new master
-                    continue
-                results[i] = ops[i].read(reply)
+                    if sent.read_failed(pos, exc):
+                        continue
+                    return False
+                sent.answered(pos, reply)
+            return True
         finally:
-            if broken:
-                conn.disconnect()
-            pool.release(conn)
-        return failures
+            if sent.noscript:
+                self.scripts.forget(pool)
 
     def stream(self, chunks: Iterable[Sequence[Op]], budget: float) -> Iterator[list[Any]]:
         """:meth:`run` for each chunk of re-sendable ops, in order, one round trip each, with
@@ -201,7 +192,7 @@ class Transport:
                 try:
                     if conn is None:
                         conn = pool.get_connection()
-                    if self._missing_scripts(pool, ops):
+                    if self.scripts.missing(pool, ops):
                         yield from read_until(0)  # SCRIPT LOAD's replies must not meet theirs
                         self._ensure_scripts(pool, conn, ops)
                     in_flight.append(ops)
@@ -233,57 +224,23 @@ class Transport:
         """Read one sent chunk's replies. A broken connection raises (the caller re-sends);
         ops Redis did not run are sent again through run()."""
         results: list[Any] = [None] * len(ops)
-        again: list[int] = []
-        for i, op in enumerate(ops):
-            try:
-                reply = conn.read_response()
-            except redis.exceptions.BusyLoadingError:
-                again.append(i)
-                continue
-            except redis.exceptions.ResponseError as exc:
-                if code(exc) in NOT_RUN:
-                    again.append(i)
-                    if code(exc) == "NOSCRIPT":
-                        self._forget_scripts(pool)
-                else:
-                    results[i] = translate(exc)
-                continue
-            results[i] = op.read(reply)
+        sent = Round(ops, list(range(len(ops))), set(), results)
+        if not self._read(conn, pool, sent):
+            raise sent.failures[len(ops) - 1].exc  # the connection broke: the caller re-sends
+        again = Resends(ops, budget).triage(sent.failures, results)  # final errors answered
         if again:
             for i, result in zip(again, self.run([ops[i] for i in again], budget), strict=True):
                 results[i] = result
         return results
 
-    def _missing_scripts(self, pool: Any, ops: Sequence[Op]) -> bool:
-        with self._lock:
-            known = self._loaded.get(pool, set())
-            return any(op.script is not None and op.script.sha not in known for op in ops)
-
     # -- scripts ----------------------------------------------------------------------
 
     def _ensure_scripts(self, pool: Any, conn: Any, ops: Sequence[Op]) -> None:
-        """SCRIPT LOAD the scripts of ``ops`` not yet known to be on this node (once per
-        node and process, or again after a NOSCRIPT: a restart or SCRIPT FLUSH)."""
-        known = self._loaded.get(pool)
-        if known is not None and all(op.script is None or op.script.sha in known for op in ops):
-            return  # the common case, read without the lock (membership tests are atomic)
-        with self._lock:
-            known = self._loaded.setdefault(pool, set())
-            missing = {op.script.sha: op.script for op in ops if op.script} if ops else {}
-            missing = {sha: s for sha, s in missing.items() if sha not in known}
+        """SCRIPT LOAD the scripts of ``ops`` not yet known to be on this node."""
+        missing = self.scripts.missing(pool, ops)
         if not missing:
             return
-        conn.send_packed_command(
-            [b"".join(pack((b"SCRIPT", b"LOAD", s.source)) for s in missing.values())]
-        )
+        conn.send_packed_command([self.scripts.load_command(missing)])
         for script in missing.values():
-            sha = conn.read_response()
-            sha = sha.decode() if isinstance(sha, bytes) else sha
-            if sha != script.sha:
-                raise DelayQError(f"Redis loaded {script.name}.lua as {sha}, not {script.sha}")
-        with self._lock:
-            self._loaded.setdefault(pool, set()).update(missing)
-
-    def _forget_scripts(self, pool: Any) -> None:
-        with self._lock:
-            self._loaded.pop(pool, None)
+            self.scripts.check(script, conn.read_response())
+        self.scripts.loaded(pool, missing)
