@@ -602,11 +602,12 @@ def test_delayq_status_and_metrics_report_a_missing_schedule(sim_at, client):
 
 
 def test_a_successor_of_the_old_definition_stored_after_a_change_is_refused(sim_at):
-    """A start hook that read the state before a change may still send the successor of
-    the old definition: the change's cancel left a tombstone under that id (flag 'i'), so
+    """A claim that read the state before a change may still send the successor of the
+    old definition: the change's cancel left a tombstone under that id (flag 'i'), so
     occur.lua refuses it for DONE_TTL, longer than its call can stay fresh (STALE)."""
     from django_delayq.recurring.ids import occurrence_id
-    from django_delayq.recurring.reconcile import encoded, version_of
+    from django_delayq.recurring.occurrences import encoded
+    from django_delayq.recurring.reconcile import version_of
     from django_delayq.storage.recurring import occur
 
     start = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)

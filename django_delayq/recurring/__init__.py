@@ -10,7 +10,8 @@ job with a deterministic id, so any number of workers may create it and one job 
 - deploys.py      which version of the settings' schedules is current (rolling deploys)
 - claims.py       what a claim does with its occurrences: the missed policy (policy.py),
                   the durable record (committed by recorder.py), the successors
-- occurrences.py  an occurrence's record and queue; known.py: what the last pass saw
+- occurrences.py  definition -> record -> stored (occur.lua), the one step the pass and a
+                  claim's successors share; known.py: what the last pass saw
 - hooks.py        the outcomes of occurrences (signals)
 - status.py       missing, overdue or invalid schedules (delayq_status, /metrics)
 - checks.py       system checks delayq.E020-E022

@@ -38,11 +38,10 @@ from django_delayq.recurring import definitions, known
 from django_delayq.recurring.fire_times import next_fire
 from django_delayq.recurring.ids import (
     may_be_occurrence,
-    occurrence_id,
     parse_occurrence_id,
     version_hash,
 )
-from django_delayq.recurring.occurrences import encoded, recorded_definition
+from django_delayq.recurring.occurrences import Occurrences, recorded_definition
 from django_delayq.recurring.policy import Verdict, verdict
 from django_delayq.recurring.recorder import Recorder
 
@@ -149,7 +148,7 @@ def _read_states(hashes: set[int]) -> dict[int, dict] | None:
 def _claimed(store: Any, now_ms: int, occurrences: list, clock_now: float | None) -> None:
     states = _read_states({hashed for _, _, hashed, _ in occurrences})
     records: dict[int, tuple[int, str, str]] = {}  # hash -> (fire, job id, outcome)
-    successors: dict[str, dict[str, tuple[bytes, int]]] = defaultdict(dict)
+    successors = Occurrences()
     for attempt, fire, hashed, version in occurrences:
         state = states.get(hashed) if states is not None else _known_state(hashed)
         if state is None:
@@ -169,8 +168,8 @@ def _claimed(store: Any, now_ms: int, occurrences: list, clock_now: float | None
             records[hashed] = (fire, attempt.id, "running" if result.runs else "skipped")
         if definition is not None:
             after = max(result.after_ms, state["since_ms"], state["last_fire_ms"] or 0)
-            successor = next_fire(definition, after)
-            _queue_successor(successors, state, definition, version, successor)
+            queue = _parsed.get((state["name"], state["digest"]), (None, None))[1]
+            successors.add(definition, version, [next_fire(definition, after)], queue)
     if states is not None and records:
         committed = recorder.submit(records)
         for attempt, *_ in occurrences:
@@ -209,22 +208,14 @@ def _known_state(hashed: int) -> dict | None:
     }  # fmt: skip
 
 
-def _queue_successor(
-    successors: dict, state: dict, definition: definitions.Definition, version: int, fire: int
+def _store_successors(
+    store: Any, successors: Occurrences, now_ms: int, clock_now: float | None
 ) -> None:
-    record, queue = encoded(definition)
-    queue = _parsed.get((state["name"], state["digest"]), (None, None))[1] or queue
-    successors[queue][occurrence_id(state["name"], version, fire)] = (record, fire)
-
-
-def _store_successors(store: Any, successors: dict, now_ms: int, clock_now: float | None) -> None:
     from django_delayq.exceptions import DelayQError
-    from django_delayq.storage.recurring import occur
 
-    for queue, items in successors.items():
-        triples = [(job_id, record, fire) for job_id, (record, fire) in items.items()]
+    for queue in successors.by_queue:
         try:
-            occur(store, queue, triples, now_ms, clock_now)
+            successors.store(store, queue, now_ms, clock_now)
         except DelayQError as exc:  # the reconcile pass stores them later
             successors_lost.set()
             _warn("could not store the next occurrences of recurring schedules", exc)

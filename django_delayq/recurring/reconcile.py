@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -30,15 +29,14 @@ from django_delayq.recurring.claims import DELETED, write_outcomes
 from django_delayq.recurring.definitions import Definition
 from django_delayq.recurring.fire_times import fire_after, fires_between, next_fire
 from django_delayq.recurring.ids import name_hash, occurrence_id, version_hash
-from django_delayq.recurring.occurrences import (  # noqa: F401
-    encoded,
+from django_delayq.recurring.occurrences import (
+    Occurrences,
     queue_of,
-    record_of,
     recorded_definition,
 )
 from django_delayq.recurring.policy import LATE_GRACE_MS, MISSED_ALL
 from django_delayq.storage.connection import get_store
-from django_delayq.storage.recurring import mark_reconciled, occur, pending_due, server_time_ms
+from django_delayq.storage.recurring import mark_reconciled, server_time_ms
 from django_delayq.storage.store import Store
 
 logger = logging.getLogger("django_delayq.recurring")
@@ -101,20 +99,6 @@ def _recorded(name: str) -> dict:
     return found or {}
 
 
-_ids: dict[tuple[str, int, int], str] = {}
-
-
-def _occurrence(name: str, version: int, fire: int) -> str:
-    """occurrence_id, remembered (a pass asks for each schedule's next one again)."""
-    key = (name, version, fire)
-    found = _ids.get(key)
-    if found is None:
-        if len(_ids) > 200_000:
-            _ids.clear()
-        found = _ids[key] = occurrence_id(name, version, fire)
-    return found
-
-
 def stored_definition(definition: Definition | None) -> dict:
     if definition is None:
         return {}
@@ -169,23 +153,14 @@ class Reconciler:
                     _, cancelled = self._changed(state, None, now, old)
                     result.changed.append(name)
                     result.cancelled += cancelled
-        for queue, wanted_items in plans.items():
-            self._store(queue, wanted_items, now, result)
-        mark_reconciled(self.store)
-        return result
-
-    def _store(self, queue: str, wanted_items: list, now: int, result: PassResult) -> None:
-        # One ZMSCORE first: what is pending exists (nearly everything, pass after pass);
-        # only the rest goes through occur.lua, with its records.
-        scores = pending_due(self.store, queue, [item[0] for item in wanted_items])
-        items = [item for item, score in zip(wanted_items, scores, strict=True) if score is None]
-        result.existing += len(wanted_items) - len(items)
-        for start in range(0, len(items), 500):
-            chunk = items[start : start + 500]
-            outcomes = occur(self.store, queue, chunk, now, now / 1000 if self.clock else None)
+        for queue in plans.by_queue:
+            clock_now = now / 1000 if self.clock else None
+            outcomes = plans.store(self.store, queue, now, clock_now, skip_pending=True)
             result.created += outcomes.count("created")
             result.existing += outcomes.count("exists")
             result.refused += len(outcomes) - outcomes.count("created") - outcomes.count("exists")
+        mark_reconciled(self.store)
+        return result
 
     def _drop_hash_clashes(self, found: dict[str, Definition], result: PassResult) -> None:
         hashes: dict[int, str] = {}
@@ -207,11 +182,11 @@ class Reconciler:
         now: int,
         result: PassResult,
         current: bool,
-    ) -> dict[str, list[tuple[str, bytes, int]]]:
+    ) -> Occurrences:
         """Record new and changed definitions (those of the settings only when this worker
         runs the current version of them: deploys.py); the occurrences each enabled
-        schedule should have, per queue; what claims.py may reuse (known.py)."""
-        plans: dict[str, list[tuple[str, bytes, int]]] = defaultdict(list)
+        schedule should have; what claims.py may reuse (known.py)."""
+        plans = Occurrences()
         seen: dict[int, known.Known] = {}
         ours = {n: d for n, d in found.items() if current or d.source == "database"}
         new = [d for n, d in ours.items() if n not in states]
@@ -239,9 +214,7 @@ class Reconciler:
                 version,
                 definition,
             )
-            record, queue = encoded(definition)
-            for fire in wanted(definition, state, now):
-                plans[queue].append((_occurrence(name, version, fire), record, fire))
+            plans.add(definition, version, wanted(definition, state, now))
         known.remember(seen)
         return plans
 

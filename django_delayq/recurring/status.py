@@ -18,7 +18,8 @@ from typing import Any
 from django_delayq.recurring import definitions
 from django_delayq.recurring.fire_times import fire_after, fires_between
 from django_delayq.recurring.ids import occurrence_id
-from django_delayq.recurring.reconcile import queue_of, version_of
+from django_delayq.recurring.occurrences import queue_of
+from django_delayq.recurring.reconcile import version_of
 from django_delayq.storage.recurring import exists, server_time_ms
 from django_delayq.storage.store import Store
 
