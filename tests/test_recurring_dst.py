@@ -72,7 +72,7 @@ def walked(cron: str, zone: str, start: datetime, end: datetime) -> list[str]:
 def test_lord_howe_autumn_hour_two_runs_both_half_hours():
     """2026-04-05: 01:30-02:00 repeats, 02:00 +10:30 happens once (15:30 UTC) and runs.
     cronsim 2.8 alone stepped from 01:00 +11:00 an hour of real time to the second 01:30,
-    then to 02:30, and skipped it: times.py's _CronSim steps to the next wall-clock hour."""
+    then to 02:30, and skipped it: fire_times.py's _CronSim steps to the next wall-clock hour."""
     start, end = datetime(2026, 4, 3, 12, tzinfo=UTC), datetime(2026, 4, 5, 17, tzinfo=UTC)
     assert walked("*/30 2 * * *", LORD_HOWE, start, end) == [
         "04-04 02:00+1100 = 04-03 15:00Z",
