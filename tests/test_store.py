@@ -668,6 +668,29 @@ def test_schedule_many_answers_per_job_and_survives_a_script_flush(store):
     assert len(members(store, "pending")) == 6
 
 
+def test_a_stream_keeps_final_errors_and_sends_again_what_redis_did_not_run(store):
+    """stream() (schedule_many's chunks): an error answer is that op's final answer
+    (WRONGTYPE, translated), an EVALSHA that met NOSCRIPT is sent again with its script
+    loaded, and every other answer stays in its place."""
+    put(store)  # the transport now believes schedule.lua is loaded
+    store.client.script_flush()
+    wake = store.key(Q, "wake")
+    store.client.lpush(wake, b"x")
+    ids = [new_job_id() for _ in range(3)]
+    chunks = [
+        [
+            store.schedule_op(Q, ids[0], record(), delay=5.0, now=T0),
+            store.command(b"HGET", wake, b"f", route=wake),
+        ],
+        [store.schedule_op(Q, i, record(), delay=5.0, now=T0) for i in ids[1:]],
+    ]
+    first, second = store.stream(chunks)
+    assert first[0].outcome == "created" and first[0].due_at == T0 + 5
+    assert isinstance(first[1], DelayQError) and "WRONGTYPE" in str(first[1])
+    assert [s.outcome for s in second] == ["created", "created"]
+    assert set(ids) <= members(store, "pending")
+
+
 def test_results_are_found_by_id_alone(store):
     store.save_result("01RESULT", b'{"v":1}', ttl=60)
     assert store.load_result("01RESULT") == b'{"v":1}'
