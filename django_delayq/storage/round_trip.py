@@ -15,12 +15,19 @@ differ only in how they write and read (``conn.read_response()`` or
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from django_delayq.exceptions import DelayQError
 from django_delayq.storage.ops import Op, pack
-from django_delayq.storage.resends import LOST, NOSCRIPT, RECONNECT, Failure, reply_failure
+from django_delayq.storage.resends import (
+    LOST,
+    NOSCRIPT,
+    READ_ERRORS,
+    RECONNECT,
+    Failure,
+    reply_failure,
+)
 from django_delayq.storage.scripts import Script
 
 
@@ -28,6 +35,8 @@ class Round:
     """``ops[i]`` for each ``i`` of ``indexes``, written together on one connection; their
     answers go to ``results[i]``, their failures to :attr:`failures`. ``resent``: the
     indexes Redis may have run already (sent with their resend args)."""
+
+    __slots__ = ("failures", "indexes", "noscript", "ops", "resent", "results", "reusable")
 
     def __init__(
         self, ops: Sequence[Op], indexes: list[int], resent: set[int], results: list[Any]
@@ -38,7 +47,8 @@ class Round:
         self.noscript = False  # Redis lost its scripts: forget what was loaded there
 
     def payload(self) -> bytes:
-        return b"".join(self.ops[i].packed(resent=i in self.resent) for i in self.indexes)
+        ops, resent = self.ops, self.resent
+        return b"".join([ops[i].packed(resent=i in resent) for i in self.indexes])
 
     def not_sent(self, exc: BaseException) -> dict[int, Failure]:
         """Nothing of ours was written (no connection, or loading the scripts failed)."""
@@ -51,6 +61,20 @@ class Round:
         self.reusable = False
         self.failures = {i: Failure(exc, maybe_ran=True) for i in self.indexes}
         return self.failures
+
+    def read_all(self, read_response: Callable[[], Any]) -> bool:
+        """Read every reply with ``read_response`` (a sync connection's), in order; False
+        when the connection broke. (The asyncio transport awaits each instead.)"""
+        ops, results = self.ops, self.results
+        for pos, i in enumerate(self.indexes):
+            try:
+                reply = read_response()
+            except READ_ERRORS as exc:
+                if self.read_failed(pos, exc):
+                    continue
+                return False
+            results[i] = ops[i].read(reply)
+        return True
 
     def answered(self, pos: int, reply: Any) -> None:
         """The reply of the ``pos``-th op sent, parsed into ``results``."""

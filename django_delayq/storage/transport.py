@@ -25,7 +25,7 @@ import redis
 
 from django_delayq.storage.errors import BROKEN
 from django_delayq.storage.ops import Op
-from django_delayq.storage.resends import READ_ERRORS, Failure, Resends
+from django_delayq.storage.resends import Failure, Resends
 from django_delayq.storage.round_trip import LoadedScripts, Round
 
 logger = logging.getLogger("django_delayq.transport")
@@ -138,28 +138,14 @@ class Transport:
                 conn.send_packed_command([sent.payload()])
             except BROKEN as exc:
                 return sent.write_broke(exc)
-            self._read(conn, pool, sent)
+            sent.read_all(conn.read_response)
+            if sent.noscript:
+                self.scripts.forget(pool)
         finally:
             if not sent.reusable:
                 conn.disconnect()
             pool.release(conn)
         return sent.failures
-
-    def _read(self, conn: Any, pool: Any, sent: Round) -> bool:
-        """Read the replies of ``sent``, in order; False when the connection broke."""
-        try:
-            for pos in range(len(sent.indexes)):
-                try:
-                    reply = conn.read_response()
-                except READ_ERRORS as exc:
-                    if sent.read_failed(pos, exc):
-                        continue
-                    return False
-                sent.answered(pos, reply)
-            return True
-        finally:
-            if sent.noscript:
-                self.scripts.forget(pool)
 
     def stream(self, chunks: Iterable[Sequence[Op]], budget: float) -> Iterator[list[Any]]:
         """:meth:`run` for each chunk of re-sendable ops, in order, one round trip each, with
@@ -225,7 +211,10 @@ class Transport:
         ops Redis did not run are sent again through run()."""
         results: list[Any] = [None] * len(ops)
         sent = Round(ops, list(range(len(ops))), set(), results)
-        if not self._read(conn, pool, sent):
+        read = sent.read_all(conn.read_response)
+        if sent.noscript:
+            self.scripts.forget(pool)
+        if not read:
             raise sent.failures[len(ops) - 1].exc  # the connection broke: the caller re-sends
         again = Resends(ops, budget).triage(sent.failures, results)  # final errors answered
         if again:
