@@ -24,8 +24,8 @@ from django_delayq.admin.views import arguments_text
 from django_delayq.conf import delayq_settings
 from django_delayq.exceptions import DelayQError
 from django_delayq.recurring import definitions, deploys
-from django_delayq.recurring.occurrences import queue_of
 from django_delayq.recurring.fire_times import fire_after
+from django_delayq.recurring.occurrences import queue_of
 from django_delayq.storage.connection import get_store
 
 logger = logging.getLogger("django_delayq.admin")
