@@ -210,7 +210,9 @@ def test_calls_queued_behind_a_full_pool_keep_their_whole_budget():
                 return await asyncio.gather(*calls)
 
             jobs = run(burst)
-            assert lost.applied == 1 and slow.applied == 100  # 99, then the re-send
+            # 99 and the lost one's re-send; on a loaded machine another reply may also
+            # come past its budget and be sent again: what is promised is each job once
+            assert lost.applied == 1 and slow.applied >= 100
             assert len({job.id for job in jobs}) == 100
             assert Store(real_redis(), store.prefix).size("default", "pending") == 100
         finally:
