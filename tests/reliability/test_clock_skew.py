@@ -86,4 +86,6 @@ def test_skewed_producers_and_workers_run_jobs_on_redis_clock(
     )
     assert codes == [0, 0], workers.outputs()
     assert set(ran) == set(due)  # and not "at-ahead"
-    assert all(-0.01 <= late < 1.0 for late in lateness.values()), lateness
+    # Never early; late by far less than the skew (a worker going by its own clock would be
+    # 30 s early or late), with room for a loaded 2-core machine (1.5 s was seen there).
+    assert all(-0.01 <= late < SKEW / 3 for late in lateness.values()), lateness
