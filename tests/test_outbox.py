@@ -281,6 +281,24 @@ def test_schedule_many_splits_between_redis_and_the_database(store, alias, horiz
     assert set(pending_ids(store)) == {jobs[0].id, jobs[3].id}
 
 
+def test_schedule_many_replaces_the_row_an_earlier_call_of_it_made(store, alias):
+    """A keyed call is placed when its turn comes, not when it is validated: the row the
+    first call made holds the key, so the second replaces it (relayed at once, its record
+    encoded for the outbox: flag 'i' even though it is not due soon)."""
+    calls = [
+        {"args": [1, 1], "delay": 3600, "key": "k"},
+        {"args": [2, 2], "delay": 300, "key": "k"},
+    ]
+    with override_settings(DELAYQ={**settings.DELAYQ, "HORIZON": 600}):
+        connection._stores[(None, False, "default", store.prefix)] = store
+        far, near = schedule_many(t.add, calls)
+        assert (far.outcome, far.waits_in) == ("created", "database")
+        assert (near.outcome, near.id) == ("replaced", far.id)
+        assert rows(alias) == [] and pending_ids(store) == [far.id]
+        record = store.client.hget(store.key("default", "jobs"), far.id)
+        assert record.startswith(b"5i=1:k\n") and get_job(far.id).args == [2, 2]
+
+
 def test_run_now_relays_a_row_due_now(store, alias, horizon):
     job = t.remember.schedule(7, 8, delay=3600)
     assert relaying.run_now(store, "default", [job.id]) == [job.id]

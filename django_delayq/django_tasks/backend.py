@@ -16,7 +16,10 @@ How it works: ``enqueue()`` stores one django-delayq job of the internal task
 arguments, and the Task's options, so the job shows in the admin like any other, and the
 job id is the result id. ``manage.py delayq_worker`` runs it: the internal task imports
 the Task by its module path, refuses anything that is not a ``django.tasks`` Task of a
-DelayQBackend alias (the allow-list), runs it, and keeps its result.
+DelayQBackend alias (the allow-list), runs it, and keeps its result. Where the job goes is
+the plan's decision, as for schedule() (``scheduling/plan.py``, :func:`place_unkeyed`):
+Redis now, its READY result written in the same round trip, or, due beyond
+``DELAYQ["HORIZON"]``, a row of the database outbox, its result saved in Redis first.
 
 Results: one JSON document per result (``store.result_key``: found by the result id alone,
 whatever the queue), replaced whole at every change and expiring ``RESULT_TTL`` seconds after
@@ -81,7 +84,8 @@ from django_delayq.jobs.job import IN_DATABASE, PENDING, Job, make_job
 from django_delayq.jobs.record import Fields, encode_record
 from django_delayq.scheduling.plan import (
     LATEST_DUE,
-    beyond_horizon,
+    REDIS,
+    place_unkeyed,
     record_flags,
     relay_beyond_horizon,
 )
@@ -223,14 +227,13 @@ class DelayQBackend(BaseTaskBackend):
         if task.run_after is not None:
             when = {"at": epoch(task.run_after)}
             due_in = when["at"] - time.time()
-        far = beyond_horizon(due_in)
-        flags = record_flags(when, outbox=far)
+        where = place_unkeyed(None, due_in)  # the plan's: Redis now, or beyond the horizon
+        flags = record_flags(when, outbox=where.in_outbox)
         record = encode_record(INTERNAL_TASK, job_args, {}, None, max_retries, flags, task.priority)
         state = new_state(job_id, task.module_path, result.args, result.kwargs, spec)
-        store = get_store()
-        if far:  # the job waits in the database outbox; its READY result is in Redis
+        if where is not REDIS:  # the job waits in the database outbox; its READY result is in Redis
             return self._enqueue_row(task, result, job_id, record, state, due_in, job_args)
-        scheduled = store.schedule_with_result(
+        scheduled = get_store().schedule_with_result(
             task.queue_name, job_id, record, encode_state(state), self.result_ttl(due_in), **when
         )
         job = make_job(

@@ -1,7 +1,8 @@
-"""The outbox side of schedule(), schedule_many() and cancel() (api.py): where a job waits
-when it does not go straight to Redis, and keeping one job per unique key across Redis and
-the database (docs/internals.rst, "The database outbox"). Rows are read and written through
-outbox.py, Redis through the store."""
+"""The outbox side of schedule(), schedule_many() and cancel() (api.py): a job the plan
+placed in the database (:meth:`~django_delayq.scheduling.plan.Plan.place`) stored as a row
+(:func:`to_outbox`), and one job per unique key kept across Redis and the database
+(docs/internals.rst, "The database outbox"). Rows are read and written through rows.py,
+Redis through the store."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from django_delayq.jobs.job import (
 from django_delayq.outbox import relay as relaying
 from django_delayq.outbox import rows as outbox
 from django_delayq.outbox.database_time import When
-from django_delayq.scheduling.plan import Plan, Prepared, relay_beyond_horizon
+from django_delayq.scheduling.plan import Place, Prepared, relay_beyond_horizon
 from django_delayq.scheduling.registry import sender
 from django_delayq.storage.connection import get_store
 from django_delayq.storage.store import Store
@@ -200,15 +201,9 @@ def _stale(rows: list[outbox.Row]) -> set[str]:
     return stale
 
 
-def place(
-    plan: Plan, args: tuple | list, kwargs: dict, alias: str | None, now: float
-) -> Job | Prepared:
-    """The database part of a schedule() call: the job stored as an outbox row (or the
-    held row replaced), or, when it goes to Redis, the call prepared for it."""
-    where = plan.place(alias, now)
-    prepared = Prepared(plan, args, kwargs, outbox=where.in_outbox)
+def to_outbox(prepared: Prepared, where: Place, now: float) -> Job:
+    """Store a job the plan placed in the outbox (``where.in_outbox``; ``prepared``
+    encoded for it): the row holding its unique key replaced (or kept), else a new row."""
     if where.held is not None:
         return replace_row(prepared, *where.held)
-    if where.in_outbox:
-        return store_row(prepared, alias, where.far, now)
-    return prepared
+    return store_row(prepared, where.alias, where.far, now)

@@ -1,8 +1,10 @@
 """The public API: schedule(), call(), schedule_many(), cancel(), get_job().
 
-Validates and serializes in the caller's process (so bad input fails where it is written,
-not later in a worker) and decides where each job goes (plan.py), calls the store or the
-outbox (placement.py), sends signals.
+One straight path: validate and plan in the caller's process (so bad input fails where it is
+written, not later in a worker), ask the plan where the job goes (plan.py: Redis now, or a
+row of the database outbox, relayed to Redis when its transaction commits or as it comes
+within the horizon), encode it for that place, and send it there: to the store (a script
+call) or to the outbox (placement.py); then send the signals.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from django_delayq.scheduling import registry
 from django_delayq.scheduling.calls import Call
 from django_delayq.scheduling.calls import use_scheduler as use_call_scheduler
 from django_delayq.scheduling.plan import (
+    REDIS,
+    Place,
     Plan,
     Prepared,
     mixed_plan,
@@ -88,8 +92,16 @@ def schedule_call(call: Call, options: dict[str, Any]) -> Job:
 def _schedule_planned(
     plan: Plan, args: tuple | list, kwargs: dict, on_commit: bool | str = False
 ) -> Job:
-    placed = placement.place(plan, args, kwargs, transaction_alias(on_commit), time.time())
-    return _store(placed) if isinstance(placed, Prepared) else placed
+    now = time.time()
+    where = plan.place(transaction_alias(on_commit), now)
+    return _send(Prepared(plan, args, kwargs, outbox=where.in_outbox), where, now)
+
+
+def _send(prepared: Prepared, where: Place, now: float) -> Job:
+    """Send a prepared job where its plan placed it: Redis now, else the outbox."""
+    if where is REDIS:
+        return _store(prepared)
+    return placement.to_outbox(prepared.for_outbox(), where, now)
 
 
 def schedule_many(
@@ -122,8 +134,9 @@ def schedule_many(
     rows: list[tuple[int, Prepared]] = []
     bulk: list[tuple[int, Prepared]] = []
     for i, p in enumerate(prepared):
-        if p.plan.key is not None:
-            placed[i] = _schedule_planned(p.plan, p.args, p.kwargs)
+        if p.plan.key is not None:  # placed now: an earlier call may have taken its key
+            at = time.time()
+            placed[i] = _send(p, p.plan.place(None, at), at)
         elif p.plan.far(now):
             rows.append((i, p))
         else:

@@ -1,11 +1,12 @@
 """The async API: aschedule(), acancel(), aget_job(), for async views.
 
-Validation and placement are the sync API's own (:class:`~.plan.Plan`,
-:class:`~.plan.Prepared`, the Store's ops); Redis is reached on a ``redis.asyncio`` client
-under the same retry policy (:mod:`.storage.async_store`). What needs the database (an outbox
-row: a job beyond ``DELAYQ["HORIZON"]``, the unique-key lookup of a keyed job, a miss of
-aget_job(), the rows acancel() removes) runs through ``sync_to_async``, as Django runs the
-ORM from async code; so do signal receivers (when any are connected).
+The path is the sync API's (api.py): the plan validates and says where the job goes
+(:meth:`~.plan.Plan.place`), the call is encoded for that place (:class:`~.plan.Prepared`),
+and sent there. Redis is reached on a ``redis.asyncio`` client under the same retry policy
+(:mod:`.storage.async_store`). What needs the database (the place of a keyed job: does a row
+hold its key; an outbox row: a job beyond ``DELAYQ["HORIZON"]``; a miss of aget_job(); the
+rows acancel() removes) runs through ``sync_to_async``, as Django runs the ORM from async
+code; so do signal receivers (when any are connected).
 
 ``on_commit=`` is refused: no transaction can be open in async code (Django's ``atomic()``
 is sync only), so there is nothing to join; Django would run the hook at once, and accepting
@@ -31,7 +32,7 @@ from django_delayq.outbox import rows as outbox
 from django_delayq.scheduling import registry
 from django_delayq.scheduling.calls import Call
 from django_delayq.scheduling.calls import use_scheduler as use_call_scheduler
-from django_delayq.scheduling.plan import Plan, Prepared, mixed_plan
+from django_delayq.scheduling.plan import REDIS, Plan, Prepared, mixed_plan
 from django_delayq.scheduling.registry import Task, sender
 from django_delayq.storage.async_store import AsyncStore, get_async_store
 from django_delayq.storage.queues import check_queue_name
@@ -68,13 +69,13 @@ async def aschedule_call(call: Call, options: dict[str, Any]) -> Job:
 
 async def _aschedule_planned(plan: Plan, args: tuple | list, kwargs: dict) -> Job:
     now = time.time()
-    if plan.key is None and not plan.far(now):
-        prepared = Prepared(plan, args, kwargs)  # to Redis now: no database involved
+    if plan.key is None:  # placed without the database
+        where = plan.place(None, now)
     else:
-        placed = await sync_to_async(placement.place)(plan, args, kwargs, None, now)
-        if isinstance(placed, Job):
-            return placed
-        prepared = placed
+        where = await sync_to_async(plan.place)(None, now)
+    prepared = Prepared(plan, args, kwargs, outbox=where.in_outbox)
+    if where is not REDIS:
+        return await sync_to_async(placement.to_outbox)(prepared, where, now)
     try:
         result = await get_async_store().schedule(
             plan.queue, prepared.id, prepared.record, **plan.options

@@ -1,16 +1,20 @@
-"""Where a job goes, decided in one place: schedule() and schedule_many() (api.py), the
-outbox side of scheduling (placement.py) and the django.tasks backend (backends.py) ask here.
+"""Where a job goes, decided in one place: schedule() and schedule_many() (api.py),
+aschedule() (async_api.py) and the django.tasks backend ask here, then send the job there
+themselves; the outbox side (placement.py) gets a job the plan already placed.
 
 A schedule() call is validated and decided before anything is stored: its task, queue,
 retries (the record's header carries ``max_retries``, decided once), unique key and due
-time (:class:`Plan`); then its arguments are checked and encoded (:class:`Prepared`). Where
-it goes (:meth:`Plan.place`): to Redis now, or as a row of the database outbox (an
-on_commit job inside a transaction, a job due beyond ``DELAYQ["HORIZON"]``, or a job
-whose unique key a row holds). Nothing here writes to Redis or the database.
+time (:class:`Plan`); where it goes (:meth:`Plan.place`, a :class:`Place`): to Redis now
+(:data:`REDIS`), to Redis later (an on_commit job inside a transaction: an outbox row,
+relayed when the transaction commits), or to the database outbox (a job due beyond
+``DELAYQ["HORIZON"]``, or one whose unique key a row holds); then its arguments are checked
+and encoded for that place (:class:`Prepared`). Nothing here writes to Redis or the
+database; only a unique key's place is read there (which row holds it).
 """
 
 from __future__ import annotations
 
+import copy
 import math
 import re
 import time
@@ -217,14 +221,28 @@ def transaction_alias(on_commit: bool | str) -> str | None:
 
 @dataclass(frozen=True)
 class Place:
-    """Where a job goes: Redis now (``in_outbox`` False), or the database outbox: a new row
-    (in the transaction of ``alias``, else in the routers' database; ``far``: beyond the
-    horizon), or, when ``held`` is set, the row (alias, row) that holds its unique key."""
+    """Where a job goes: Redis now (:data:`REDIS`, ``in_outbox`` False), or the database
+    outbox: a new row (in the transaction of ``alias``, relayed when it commits, else in the
+    routers' database; ``far``: beyond the horizon, relayed as it comes within it), or, when
+    ``held`` is set, the row (alias, row) that holds its unique key."""
 
     in_outbox: bool
     alias: str | None = None
     far: bool = False
     held: tuple[str, outbox.Row] | None = None
+
+
+REDIS = Place(False)  # the common place: callers test ``where is REDIS``
+
+
+def place_unkeyed(alias: str | None, due_in: float) -> Place:
+    """Where a job without a unique key goes, due in ``due_in`` seconds, joining the
+    transaction of ``alias`` (see :func:`transaction_alias`): a row when it joins one or is
+    due beyond the horizon, else Redis now. (The django.tasks backend's jobs have no key.)"""
+    far = beyond_horizon(due_in)
+    if alias is not None or far:
+        return Place(True, alias, far)
+    return REDIS
 
 
 class Plan:
@@ -290,37 +308,55 @@ class Plan:
 
     def place(self, alias: str | None, now: float) -> Place:
         """Where the job goes, ``alias`` being the transaction it joins (see
-        :func:`transaction_alias`)."""
-        far = self.far(now)
-        if alias is not None or far:
-            return Place(True, alias, far)
+        :func:`transaction_alias`). Reads the database only for a job with a unique key
+        that would go to Redis now (one indexed query: does a row hold the key?)."""
+        where = place_unkeyed(alias, self.due(now) - now)
         # Outside a transaction on_commit stores at once, as Django runs the hook at once.
-        if self.key is not None:  # one indexed query, whatever HORIZON is (rows it left)
-            held = outbox.find_key(self.queue, self.key)
-            # The key's job waits in the database: it stays one job (unless the row is a
-            # relay's leftover: its job is in Redis, where this call replaces it, or ran).
-            if held is not None and not outbox.leftover(self.queue, held[1].id):
-                return Place(True, held=held)
-        return Place(False)
+        if where is not REDIS or self.key is None:
+            return where
+        # Whatever HORIZON is: rows it left may hold the key.
+        held = outbox.find_key(self.queue, self.key)
+        # The key's job waits in the database: it stays one job (unless the row is a
+        # relay's leftover: its job is in Redis, where this call replaces it, or ran).
+        if held is not None and not outbox.leftover(self.queue, held[1].id):
+            return Place(True, held=held)
+        return REDIS
 
 
 class Prepared:
-    """A validated, encoded schedule() call, ready for the store (or the outbox)."""
+    """A validated schedule() call, encoded for where it goes: Redis now, or the outbox
+    (``outbox``: its record has flag 'i', see :meth:`for_outbox`)."""
 
-    __slots__ = ("args", "id", "kwargs", "plan", "record")
+    __slots__ = ("args", "id", "kwargs", "outbox", "plan", "record")
 
     def __init__(self, plan: Plan, args: tuple | list, kwargs: dict, outbox: bool = False) -> None:
         if plan.task is not None:
             plan.task.check_call(args, kwargs)
         self.plan = plan
         self.args, self.kwargs = list(args), kwargs
+        self.outbox = outbox
+        self.record = self._encode()
+        self.id = new_job_id()
+
+    def _encode(self) -> bytes:
+        plan = self.plan
         # A record bound for the outbox may be relayed twice: flag 'i' makes a finished job
         # leave a tombstone, so the second relay never stores it again.
-        flags = record_flags(plan.when, True, plan.policy) if outbox else plan.flags
-        self.record = encode_record(
-            plan.name, self.args, kwargs, plan.key, plan.max_retries, flags, plan.priority
+        flags = record_flags(plan.when, True, plan.policy) if self.outbox else plan.flags
+        return encode_record(
+            plan.name, self.args, self.kwargs, plan.key, plan.max_retries, flags, plan.priority
         )
-        self.id = new_job_id()
+
+    def for_outbox(self) -> Prepared:
+        """This call encoded for the outbox, under the same id: itself when it was (as
+        schedule() prepares it, knowing its place); schedule_many() prepares its calls before
+        the place of a keyed one is known (an earlier call may take the key)."""
+        if self.outbox:
+            return self
+        bound = copy.copy(self)
+        bound.outbox = True
+        bound.record = bound._encode()
+        return bound
 
     @property
     def sender(self) -> Task | str:
