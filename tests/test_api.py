@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import decimal
+import os
 import re
+import time
+import warnings
 from datetime import timedelta
 
 import pytest
@@ -24,6 +28,8 @@ from django_delayq import (
     signals,
     task,
 )
+from django_delayq.jobs.ids import new_job_id
+from django_delayq.jobs.job import Job
 from django_delayq.scheduling import registry
 from django_delayq.scheduling.registry import unregister
 from tests.conftest import more_settings, names_unchecked
@@ -382,3 +388,42 @@ def test_a_connection_error_says_which_redis_and_what_to_check(store):
     text = str(raised.value)
     assert "the cache 'down' (LOCATION 'redis://127.0.0.1:1/0?password=***')" in text
     assert "DELAYQ['CACHE']" in text and "hunter2" not in text
+
+
+def test_the_returned_job_is_the_dataclass_of_its_fields(store):
+    """make_job() assembles a Job without the frozen dataclass's __init__: the same value,
+    every field set, and frozen all the same."""
+    job = t.add.schedule(1, 2, delay=60, key="same", priority=3)
+    assert set(vars(job)) >= {f.name for f in dataclasses.fields(Job)}
+    assert job == Job(**{f.name: getattr(job, f.name) for f in dataclasses.fields(Job)})
+    assert repr(job).startswith(f"Job(id={job.id!r}, task='tests.testapp.tasks.add'")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        job.outcome = "kept"  # type: ignore[misc]
+    assert dataclasses.replace(job, outcome="kept").outcome == "kept" and job.priority == 3
+
+
+def _in_a_child(ms: int) -> str:
+    """new_job_id(ms) in a forked child."""
+    read, write = os.pipe()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # fork() of a threaded process
+        pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.write(write, new_job_id(ms).encode())
+        os._exit(0)
+    os.close(write)
+    made = os.read(read, 26).decode()
+    os.waitpid(pid, 0)
+    os.close(read)
+    assert len(made) == 26
+    return made
+
+
+def test_a_forked_child_never_makes_the_job_id_its_parent_makes():
+    """Ids are monotonic per process and their random bits are read ahead: a forked child
+    starts both afresh, else both processes would make the same next id."""
+    ahead = int(time.time() * 1000) + 50  # milliseconds no id used yet
+    new_job_id(ahead)  # the parent's last id is in that millisecond: the next one counts on
+    assert _in_a_child(ahead) != new_job_id(ahead)
+    # In the next millisecond both read random bits: not the same ones.
+    assert _in_a_child(ahead + 1) != new_job_id(ahead + 1)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from .common import QUEUE, Timer, Workers, cleanup, figure, pending_count
+from .report import parser_name
 
 RAW_SCHEDULE = """
 local t = redis.call('TIME')
@@ -62,7 +63,8 @@ def bench_schedule_one(store: Any, prefix: str, n: int, runs: int) -> list[dict[
     cleanup(client, prefix)
     versus_zadd = figure(
         "schedule_vs_zadd",
-        f"schedule() jobs/s vs one plain ZADD round trip per job ({n:,})",
+        # The parser weighs on both sides differently (a ZADD's reply is one integer): named.
+        f"schedule() jobs/s vs one plain ZADD round trip per job ({n:,}, {parser_name()})",
         values,
         zadds,
         "jobs/s",
@@ -73,7 +75,7 @@ def bench_schedule_one(store: Any, prefix: str, n: int, runs: int) -> list[dict[
     return [
         figure(
             "schedule_one",
-            f"schedule() jobs/s, one call per job ({n:,} due in 1 h)",
+            f"schedule() jobs/s, one call per job ({n:,} due in 1 h, {parser_name()})",
             values,
             baselines,
             "jobs/s",

@@ -92,6 +92,13 @@ def matrix_table(results: dict[str, dict[str, Any]]) -> str:
     return render(rows) + "\n(ratio to the baseline in brackets; see each variant's table)"
 
 
+def parser_name() -> str:
+    """The reply parser redis-py uses here: "hiredis", or its own pure-Python one."""
+    import redis.utils
+
+    return "hiredis" if getattr(redis.utils, "HIREDIS_AVAILABLE", False) else "Python parser"
+
+
 def environment(redis_client: Any) -> dict[str, Any]:
     import django
     import redis

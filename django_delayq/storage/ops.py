@@ -21,13 +21,15 @@ class Policy(enum.Enum):
     ONCE = "once"  # re-sent only when Redis certainly did not run it
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Op:
     """One command, how to read its reply, and whether it may be re-sent.
 
     ``args`` are bytes, str, int or float; ``route`` is a key whose hash slot picks the node on
     a cluster; ``script`` is set for ``EVALSHA`` (to load it after ``NOSCRIPT``);
     ``resend_args``, when set, replace ``args`` when the op is re-sent after a lost reply.
+    Nothing changes an Op once built; it is not a frozen dataclass because that one's
+    ``__init__`` sets each field through ``object.__setattr__`` (every schedule() builds one).
     """
 
     args: tuple
