@@ -269,21 +269,24 @@ class Plan:
                 f"unknown schedule() option {sorted(unknown)[0]!r}: the options are "
                 f"{', '.join(sorted(SCHEDULE_OPTIONS))}"
             )
-        self.name, self.task = resolve_task(task)
+        self.name, found = resolve_task(task)
+        self.task = found
         key, on_conflict = options.get("key"), options.get("on_conflict", "replace")
-        check_key(key, on_conflict)
+        if key is not None or on_conflict != "replace":
+            check_key(key, on_conflict)
         queue = options.get("queue")
         if queue:
             self.queue = check_queue(check_queue_name(queue))
+        elif found is not None and found.queue:
+            self.queue = found.queue  # checked when the task was registered
         else:
-            default = self.task.queue if self.task is not None else None
-            self.queue = check_queue_name(default or delayq_settings.DEFAULT_QUEUE)
+            self.queue = check_queue_name(delayq_settings.DEFAULT_QUEUE)
         max_retries = options.get("max_retries")
         # A task this process does not import: its max_retries is unknown here; the setting
         # goes in the header with flag 'u', and the worker writes the task's (job.py).
-        self.policy = FLAG_UNDECIDED if max_retries is None and self.task is None else ""
-        if max_retries is None and self.task is not None:
-            max_retries = self.task.max_retries
+        self.policy = FLAG_UNDECIDED if max_retries is None and found is None else ""
+        if max_retries is None and found is not None:
+            max_retries = found.max_retries
         if max_retries is None:
             max_retries = delayq_settings.MAX_RETRIES
         if type(max_retries) is not int or not 0 <= max_retries < 10**9:
@@ -292,7 +295,7 @@ class Plan:
         self.key = key
         priority = options.get("priority")
         if priority is None:
-            priority = getattr(self.task, "priority", 0) if self.task is not None else 0
+            priority = found.priority if found is not None else 0
         self.priority = check_priority(priority)
         self.when = when(options.get("delay"), options.get("at"))
         self.flags = record_flags(self.when, outbox=False, policy=self.policy)

@@ -65,16 +65,26 @@ class Op:
         return pack(self.args, self.packed_head, self.head_len)
 
 
+# The short words scripts take as flags and modes, packed once: most of a schedule's ARGV.
+_WORDS = {
+    w: b"$%d\r\n%b\r\n" % (len(w), w.encode()) for w in ("", "1", "delay", "at", "replace", "keep")
+}
+
+
 def pack(args: Sequence[Any], packed_head: bytes = b"", head_len: int = 0) -> bytes:
     """A command in the Redis protocol (an array of bulk strings); the first ``head_len``
     args may come packed already (``packed_head``)."""
     out = [b"*%d\r\n" % len(args), packed_head]
     for arg in args[head_len:] if head_len else args:
         kind = type(arg)
-        if kind is bytes:
-            data = arg
-        elif kind is str:
+        if kind is str:
+            word = _WORDS.get(arg)
+            if word is not None:
+                out.append(word)
+                continue
             data = arg.encode()
+        elif kind is bytes:
+            data = arg
         elif kind is int or kind is float:
             data = repr(arg).encode()
         else:
