@@ -13,7 +13,7 @@ from django.conf import settings
 from django.db import connections, transaction
 from django.test import override_settings
 
-from django_delayq import cancel, get_job, signals
+from django_delayq import cancel, get_job, schedule_many, signals
 from django_delayq.jobs.record import encode_record
 from django_delayq.models import OutboxJob
 from django_delayq.outbox import relay as relaying
@@ -233,6 +233,19 @@ def test_horizon_off_a_plain_keyed_schedule_replaces_the_waiting_row(store, alia
     run_burst(store)
     assert t.CALLS == [((2,), {})]
     assert relaying.relay_pass(store, alias) == 0 and pending_ids(store) == []
+
+
+def test_horizon_off_a_keyed_schedule_many_replaces_the_waiting_row(store, alias):  # noqa: F811
+    """schedule_many()'s bulk path, taken when there is no horizon, first asks whether a
+    row holds one of its keys: it once stored a second job beside the row's."""
+    job = _far_row(store, alias)
+    again, other = schedule_many(
+        t.remember, [{"args": (2,), "key": "k"}, {"args": (3,), "key": "k2"}], delay=0
+    )
+    assert again.id == job.id and again.outcome == "replaced"
+    assert rows(alias) == [] and sorted(pending_ids(store)) == sorted([job.id, other.id])
+    run_burst(store)
+    assert sorted(t.CALLS) == [((2,), {}), ((3,), {})]
 
 
 def test_horizon_off_an_on_commit_row_keeps_its_grace_for_the_fast_path(

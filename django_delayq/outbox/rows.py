@@ -323,6 +323,24 @@ def find_key(queue: str, key: str) -> tuple[str, Row] | None:
     return None
 
 
+def holds_any_key(keys: Iterable[str]) -> bool:
+    """Whether a row holds one of these unique keys, in any queue (schedule_many() asks this
+    once for its keyed calls: rows left by an earlier HORIZON, or on_commit rows not yet
+    relayed, may hold one). A plain indexed SELECT per alias and DELETE_CHUNK keys."""
+    hashes = sorted({key_hash(key) for key in keys})
+    for alias in aliases():
+        conn = connections[alias]
+        table = conn.ops.quote_name(_model()._meta.db_table)
+        for start in range(0, len(hashes), DELETE_CHUNK):
+            chunk = hashes[start : start + DELETE_CHUNK]
+            marks = ", ".join(["%s"] * len(chunk))
+            with conn.cursor() as cursor:
+                cursor.execute(f"SELECT 1 FROM {table} WHERE key_hash IN ({marks}) LIMIT 1", chunk)
+                if cursor.fetchone() is not None:
+                    return True
+    return False
+
+
 def _holds(alias: str, column: str, value: Any, queue: str | None = None) -> bool:
     """Whether a row has ``column`` = ``value`` (in ``queue`` if given)."""
     conn = connections[alias]

@@ -126,9 +126,11 @@ def schedule_many(
             args, kwargs, merged = _split_call(call, options)
             plan = base if merged is options else Plan(task, merged)
         prepared.append(Prepared(plan, args, kwargs, outbox=plan.far(now)))
-    if delayq_settings.HORIZON is None:
+    keys = [p.plan.key for p in prepared if p.plan.key is not None]
+    if delayq_settings.HORIZON is None and not (keys and outbox.holds_any_key(keys)):
         return _bulk_redis(prepared)
-    # With a horizon: jobs with unique keys one by one (the key may be held in either
+    # With a horizon, or a key a row holds (rows a past horizon left, on_commit rows not
+    # relayed yet): jobs with unique keys one by one (the key may be held in either
     # place), jobs beyond the horizon as rows, the rest to Redis in bulk.
     placed: dict[int, Job] = {}
     rows: list[tuple[int, Prepared]] = []
