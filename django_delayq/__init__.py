@@ -62,6 +62,10 @@ MOVED = {
     "django_delayq.health": "django_delayq.monitoring.health",
     "django_delayq.metrics": "django_delayq.monitoring.metrics",
     "django_delayq.batch": "django_delayq.storage.bulk",
+    "django_delayq.recurring.times": "django_delayq.recurring.fire_times",
+    "django_delayq.storage.retries": "django_delayq.storage.resends",
+    "django_delayq.storage.times": "django_delayq.storage.milliseconds",
+    "django_delayq.worker.exchange": "django_delayq.worker.claiming",
 }
 
 

@@ -188,6 +188,25 @@ def test_a_package_that_took_a_module_s_name_still_gives_its_names(package, name
         importlib.import_module(package).no_such_name  # noqa: B018
 
 
+def test_0_4_s_occurrence_id_names_still_import_from_recurring_times():
+    import importlib
+    import sys
+
+    sys.modules.pop("django_delayq.recurring.times", None)
+    try:
+        with pytest.warns(DeprecationWarning, match="recurring.fire_times"):
+            times = importlib.import_module("django_delayq.recurring.times")
+        from django_delayq.recurring import ids
+
+        assert times.parse_occurrence_id is ids.parse_occurrence_id
+        assert (
+            times.fire_after
+            is importlib.import_module("django_delayq.recurring.fire_times").fire_after
+        )
+    finally:
+        sys.modules.pop("django_delayq.recurring.times", None)
+
+
 def test_the_documented_paths_import_without_a_warning():
     import importlib
     import warnings

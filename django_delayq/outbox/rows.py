@@ -28,12 +28,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
-from django.db import (
-    IntegrityError,
-    connections,
-    router,
-    transaction,
-)
+from django.db import IntegrityError, connections, router, transaction
 from django.utils import timezone
 
 from django_delayq.conf import delayq_settings
@@ -287,7 +282,7 @@ def find(job_id: str, queue: str | None = None) -> Row | None:
     """The row of a job id, in whichever alias holds it (get_job() asks on every miss in
     Redis: a miss is one plain SELECT by primary key per alias)."""
     for alias in aliases():
-        if not _holds(alias, "id", job_id):
+        if not _holds(alias, "id", [job_id]):
             continue
         rows = _rows(alias).filter(id=job_id)
         if queue is not None:
@@ -315,7 +310,7 @@ def find_key(queue: str, key: str) -> tuple[str, Row] | None:
     asks this every time: a miss is one plain indexed SELECT per alias (no ORM compile)."""
     hashed = key_hash(key)
     for alias in aliases():
-        if not _holds(alias, "key_hash", hashed, queue):
+        if not _holds(alias, "key_hash", [hashed], queue):
             continue
         obj = _rows(alias).filter(queue=queue, key_hash=hashed).first()
         if obj is not None:
@@ -328,30 +323,22 @@ def holds_any_key(keys: Iterable[str]) -> bool:
     once for its keyed calls: rows left by an earlier HORIZON, or on_commit rows not yet
     relayed, may hold one). A plain indexed SELECT per alias and DELETE_CHUNK keys."""
     hashes = sorted({key_hash(key) for key in keys})
-    for alias in aliases():
-        conn = connections[alias]
-        table = conn.ops.quote_name(_model()._meta.db_table)
-        for start in range(0, len(hashes), DELETE_CHUNK):
-            chunk = hashes[start : start + DELETE_CHUNK]
-            marks = ", ".join(["%s"] * len(chunk))
-            with conn.cursor() as cursor:
-                cursor.execute(f"SELECT 1 FROM {table} WHERE key_hash IN ({marks}) LIMIT 1", chunk)
-                if cursor.fetchone() is not None:
-                    return True
-    return False
+    chunks = [hashes[i : i + DELETE_CHUNK] for i in range(0, len(hashes), DELETE_CHUNK)]
+    return any(_holds(alias, "key_hash", chunk) for alias in aliases() for chunk in chunks)
 
 
-def _holds(alias: str, column: str, value: Any, queue: str | None = None) -> bool:
-    """Whether a row has ``column`` = ``value`` (in ``queue`` if given)."""
+def _holds(alias: str, column: str, values: Sequence[Any], queue: str | None = None) -> bool:
+    """Whether a row has ``column`` in ``values`` (in ``queue`` if given)."""
     conn = connections[alias]
     table = conn.ops.quote_name(_model()._meta.db_table)
-    sql = f"SELECT 1 FROM {table} WHERE {conn.ops.quote_name(column)} = %s"
-    params = [value]
+    marks = ", ".join(["%s"] * len(values))
+    sql = f"SELECT 1 FROM {table} WHERE {conn.ops.quote_name(column)} IN ({marks})"
+    params = list(values)
     if queue is not None:
         sql += " AND queue = %s"
         params.append(queue)
     with conn.cursor() as cursor:
-        cursor.execute(sql, params)
+        cursor.execute(sql + " LIMIT 1", params)
         return cursor.fetchone() is not None
 
 

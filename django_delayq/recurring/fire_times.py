@@ -15,6 +15,13 @@ from datetime import UTC, datetime
 from cronsim import CronSim
 
 from django_delayq.recurring.definitions import Definition
+from django_delayq.recurring.ids import (  # noqa: F401  (0.4's recurring/times.py held them)
+    may_be_occurrence,
+    name_hash,
+    occurrence_id,
+    parse_occurrence_id,
+    version_hash,
+)
 
 CRON_SCAN = 100_000  # most fire times a cron scan looks at (a year of minutes is 525,600)
 
