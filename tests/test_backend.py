@@ -676,6 +676,37 @@ def test_a_task_beyond_the_horizon_waits_in_the_database_and_is_ready(store):
         assert result.status == TaskResultStatus.SUCCESSFUL and result.return_value == 4
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_task_beyond_the_horizon_is_announced_once_its_row_commits(store):
+    """Its outbox row joins the caller's transaction: job_scheduled waits for the commit,
+    and a rollback announces nothing (it was sent at once, for a job that never existed)."""
+    from django.db import transaction
+
+    from django_delayq import signals
+    from django_delayq.models import OutboxJob
+
+    seen = []
+
+    def receiver(sender, job, **kwargs):
+        seen.append(job.id)
+
+    signals.job_scheduled.connect(receiver)
+    try:
+        with delayq(store, HORIZON=60):
+            run_after = timezone.now() + timedelta(hours=1)
+            with contextlib.suppress(RuntimeError), transaction.atomic():
+                dropped = dt.add.using(run_after=run_after).enqueue(1, 1)
+                assert seen == []
+                raise RuntimeError("roll back")
+            assert not OutboxJob.objects.filter(id=dropped.id).exists() and seen == []
+            with transaction.atomic():
+                kept = dt.add.using(run_after=run_after).enqueue(2, 2)
+                assert seen == []
+            assert seen == [kept.id]
+    finally:
+        signals.job_scheduled.disconnect(receiver)
+
+
 def test_a_worker_serving_the_queue_draws_no_w101(fake_store):
     """delayq.W101 says workers started without --queues will not run a queue; a worker
     started with --queues naming it runs its checks without that warning (it used to warn

@@ -50,6 +50,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.core import checks
+from django.db import transaction
 
 from django_delayq import signals
 from django_delayq.checks import served
@@ -268,7 +269,8 @@ class DelayQBackend(BaseTaskBackend):
         due = now + due_in
         row = outbox.Row(job_id, task.queue_name, due, record, delay=due_in)
         relay_in = relay_beyond_horizon(due, due_in)  # the database's clock
-        outbox.save(outbox.write_alias(), row, relay_in, now)
+        alias = outbox.write_alias()
+        outbox.save(alias, row, relay_in, now)
         max_retries = self.option("MAX_RETRIES")
         fields = Fields(INTERNAL_TASK, job_args, {}, None, max_retries, priority=task.priority)
         job = make_job(
@@ -281,7 +283,11 @@ class DelayQBackend(BaseTaskBackend):
             outcome="created",
             waits_in=IN_DATABASE,
         )
-        signals.send(signals.job_scheduled, run_django_task, job=job)
+        # The row joined the caller's transaction: the job exists once it commits (as
+        # schedule()'s rows, placement.bulk_rows); Django's own signal stays at enqueue.
+        transaction.on_commit(
+            lambda: signals.send(signals.job_scheduled, run_django_task, job=job), using=alias
+        )
         signals.send(task_enqueued, type(self), task_result=result)
         return result
 
