@@ -177,7 +177,7 @@ def test_the_relay_turns_every_second_failing_or_not_and_logs_under_outbox(fake_
 def test_the_recurring_passes_wait_longer_after_a_database_error(fake_store, caplog):
     from django_delayq.recurring.reconcile import Reconciler
 
-    duty = passes.duty(fake_store, threading.Event(), None)
+    duty = passes.duty(fake_store, None)
     duty.reconciler = Reconciler(fake_store, interval=2.0)
     assert duty.first == 0.0 and duty.log.name == "django_delayq.recurring"
     loop = DutyLoop(duty, threading.Event())

@@ -21,7 +21,6 @@ fire a minute (docs/performance.rst). A pass taking long also spaces the next on
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 
@@ -114,7 +113,7 @@ class PassLoop:
         return DATABASE_RETRY + interval if isinstance(exc, DatabaseError) else interval
 
 
-def duty(store: Store, stopped: threading.Event, clock: Callable[[], float] | None) -> PassLoop:
+def duty(store: Store, clock: Callable[[], float] | None) -> PassLoop:
     """The worker's hook: the duty that runs the passes (worker/dispatch.py gives it a
     thread of its own)."""
-    return PassLoop(Reconciler(store, stopped, clock))
+    return PassLoop(Reconciler(store, clock=clock))

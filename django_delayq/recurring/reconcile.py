@@ -17,7 +17,6 @@ under its deterministic id. docs/internals.rst ("Recurring schedules") proves th
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -116,12 +115,10 @@ class Reconciler:
     def __init__(
         self,
         store: Store | None = None,
-        stopped: threading.Event | None = None,
         clock: Callable[[], float] | None = None,
         interval: float | None = None,
     ) -> None:
         self.store = store or get_store()
-        self.stopped = stopped or threading.Event()
         self.clock = clock
         self.error_log = definitions.ErrorLog(logger)  # each bad schedule logged once
         self.interval = float(delayq_settings.RECONCILE_INTERVAL if interval is None else interval)

@@ -222,7 +222,7 @@ class Worker:
         if not self.burst:
             duties: list[Duty] = [] if parts.relay is None else [parts.relay]
             duties.append(parts.recovery)
-            duties.append(recurring_duty(self.store, self._stopped, self.clock))
+            duties.append(recurring_duty(self.store, self.clock))
             threads += [duty_thread(duty, self._stopped) for duty in duties]
             for waker in wakers_for(self.store, self.queues, self.max_sleep, parts.runners):
                 self.wakers.append(waker)
