@@ -60,9 +60,10 @@ class Row:
     key: str | None = None
     on_conflict: str = "replace"
     delay: float | None = None
+    link: str = ""  # the job's link (batches/links.py): its record has flag 'l'
 
 
-ROW_FIELDS = ("id", "queue", "due_at", "record", "key", "on_conflict", "relative")
+ROW_FIELDS = ("id", "queue", "due_at", "record", "key", "on_conflict", "relative", "link")
 
 
 def key_hash(key: str | None) -> str | None:
@@ -93,7 +94,15 @@ def _model() -> type[OutboxJob]:
 
 
 def _row(obj: OutboxJob) -> Row:
-    return Row(obj.id, obj.queue, epoch(obj.due_at), bytes(obj.record), obj.key, obj.on_conflict)
+    return Row(
+        obj.id,
+        obj.queue,
+        epoch(obj.due_at),
+        bytes(obj.record),
+        obj.key,
+        obj.on_conflict,
+        link=obj.link,
+    )
 
 
 def aliases() -> list[str]:
@@ -220,6 +229,7 @@ def _save(alias: str, row: Row, relay_at: When | float, now: float) -> tuple[str
                 relay_at=sql_time(alias, relay_at),
                 relative=row.delay is not None,
                 on_conflict=row.on_conflict,
+                link=row.link,
             )
             return "replaced", replace(row, id=held.id)
     _rows(alias).create(
@@ -233,6 +243,7 @@ def _save(alias: str, row: Row, relay_at: When | float, now: float) -> tuple[str
         on_conflict=row.on_conflict,
         record=row.record,
         created_at=column_time(now),
+        link=row.link,
     )
     return "created", row
 
@@ -260,6 +271,7 @@ def save_many(
             record=row.record,
             on_conflict=row.on_conflict,
             created_at=created,
+            link=row.link,
         )
         for row, relay_at in rows
     ]

@@ -29,7 +29,7 @@ from django_delayq.jobs.job import Job, decode_fields, job_from_raw, make_job
 from django_delayq.monitoring.health import named_queues, new_names
 from django_delayq.outbox import placement
 from django_delayq.outbox import rows as outbox
-from django_delayq.scheduling import registry
+from django_delayq.scheduling import membership, registry
 from django_delayq.scheduling.calls import Call
 from django_delayq.scheduling.calls import use_scheduler as use_call_scheduler
 from django_delayq.scheduling.plan import REDIS, Plan, Prepared, mixed_plan
@@ -75,16 +75,19 @@ async def _aschedule_planned(plan: Plan, args: tuple | list, kwargs: dict) -> Jo
         where = await sync_to_async(plan.place)(None, now)
     prepared = Prepared(plan, args, kwargs, outbox=where.in_outbox)
     if where is not REDIS:
-        return await sync_to_async(placement.to_outbox)(prepared, where, now)
+        job = await sync_to_async(placement.to_outbox)(prepared, where, now)
+        membership.joined([job])
+        return job
     try:
         result = await get_async_store().schedule(
-            plan.queue, prepared.id, prepared.record, **plan.options
+            plan.queue, prepared.id, prepared.record, link=prepared.link, **plan.options
         )
     except OutcomeUnknown as exc:
         raise OutcomeUnknown(
             f"{exc}; the job may have been stored: aget_job({prepared.id!r}) tells"
         ) from exc
     job = prepared.job(result)
+    membership.joined([job])
     await _send(signals.job_scheduled, prepared.sender, job=job)
     return job
 

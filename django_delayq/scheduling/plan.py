@@ -30,9 +30,16 @@ from django.utils import timezone
 from django_delayq.conf import delayq_settings
 from django_delayq.jobs.ids import new_job_id
 from django_delayq.jobs.job import DEFERRED, PENDING, Job, decode_fields, make_job
-from django_delayq.jobs.record import FLAG_TOMBSTONE, FLAG_UNDECIDED, Fields, encode_record
+from django_delayq.jobs.record import (
+    FLAG_LINKED,
+    FLAG_TOMBSTONE,
+    FLAG_UNDECIDED,
+    Fields,
+    encode_record,
+)
 from django_delayq.outbox import rows as outbox
 from django_delayq.outbox.database_time import When
+from django_delayq.scheduling import membership
 from django_delayq.scheduling.options import check_priority
 from django_delayq.scheduling.registry import (
     SCHEDULE_OPTIONS,
@@ -330,22 +337,36 @@ class Prepared:
     """A validated schedule() call, encoded for where it goes: Redis now, or the outbox
     (``outbox``: its record has flag 'i', see :meth:`for_outbox`)."""
 
-    __slots__ = ("args", "id", "kwargs", "outbox", "plan", "record")
+    __slots__ = ("args", "id", "kwargs", "link", "outbox", "plan", "record")
 
-    def __init__(self, plan: Plan, args: tuple | list, kwargs: dict, outbox: bool = False) -> None:
+    def __init__(
+        self,
+        plan: Plan,
+        args: tuple | list,
+        kwargs: dict,
+        outbox: bool = False,
+        link: str | None = None,
+        job_id: str | None = None,
+    ) -> None:
         if plan.task is not None:
             plan.task.check_call(args, kwargs)
         self.plan = plan
         self.args, self.kwargs = list(args), kwargs
         self.outbox = outbox
+        if link is None:  # the open batch's, if any (membership.py)
+            member_of = membership.current()
+            link = "" if member_of is None else member_of.link
+        self.link = link
         self.record = self._encode()
-        self.id = new_job_id()
+        self.id = new_job_id() if job_id is None else job_id
 
     def _encode(self) -> bytes:
         plan = self.plan
         # A record bound for the outbox may be relayed twice: flag 'i' makes a finished job
         # leave a tombstone, so the second relay never stores it again.
         flags = record_flags(plan.when, True, plan.policy) if self.outbox else plan.flags
+        if self.link:
+            flags += FLAG_LINKED
         return encode_record(
             plan.name, self.args, self.kwargs, plan.key, plan.max_retries, flags, plan.priority
         )
@@ -370,7 +391,13 @@ class Prepared:
         """The job as one entry of a batch for Redis (batch.py)."""
         plan = self.plan
         return Entry(
-            self.id, plan.queue, self.record, plan.when, plan.key, plan.options["on_conflict"]
+            self.id,
+            plan.queue,
+            self.record,
+            plan.when,
+            plan.key,
+            plan.options["on_conflict"],
+            self.link,
         )
 
     def job(self, result: Scheduled | None) -> Job:

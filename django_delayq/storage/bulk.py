@@ -25,6 +25,7 @@ class Entry:
     when: dict[str, float]
     key: str | None = None
     on_conflict: str = "replace"
+    link: str = ""  # batches/links.py: the record has flag 'l'
 
 
 class Batch:
@@ -53,12 +54,13 @@ class Batch:
                 on_conflict=entry.on_conflict,
                 relay=relay,
                 adopt=relay,
+                link=entry.link,
             )
             self.ops.append(op)
             self._owners.append([entry.id])
         for queue, group in plain.items():
             if group:
-                jobs = [(e.id, e.record, e.when) for e in group]
+                jobs = [(e.id, e.record, e.when, e.link) for e in group]
                 self.ops.append(store.schedule_many_op(queue, jobs, relay=relay))
                 self._owners.append([e.id for e in group])
 

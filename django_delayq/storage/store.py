@@ -75,6 +75,7 @@ class Store(Reads, Roster, OldLayout):
         relay: bool = False,
         adopt: bool = False,
         remember: bool = False,
+        link: str = "",
     ) -> Op:
         """``remember``: the script adds the queue to ``{prefix}:queues`` (one Redis only).
         ``relay``: the job may have reached Redis before (a row of the outbox, relayed
@@ -83,12 +84,17 @@ class Store(Reads, Roster, OldLayout):
         again (its record carries flag 'i', so a finished one leaves a tombstone).
         ``adopt``: the relay of an outbox row: an id marked relayed is never stored again
         (the id is marked), and a pending job of another id holding ``key`` is removed, this
-        one taking the key under ``job_id`` (the row took the key in the database)."""
+        one taking the key under ``job_id`` (the row took the key in the database).
+        ``link``: the job's link (batches/links.py; its record has flag 'l'), stored beside
+        it in the same script."""
         mode, value = ("delay", delay or 0.0) if at is None else ("at", at)
         argv = (job_id, record, mode, ms(value), key or "", on_conflict, now_arg(now))
         first = "1" if relay else ""
         last = "1" if adopt else ""
-        tail = (last, queue) if remember else (last,)  # ARGV[9], and ARGV[10] with KEYS[10]
+        # ARGV[9]; ARGV[10] with KEYS[12]; ARGV[11]
+        tail: tuple[str, ...] = (last, queue) if remember else (last,)
+        if link:
+            tail = (*tail, link) if remember else (last, "", link)
         return self.op(
             "schedule",
             queue,
@@ -147,24 +153,25 @@ class Store(Reads, Roster, OldLayout):
     def schedule_many_op(
         self,
         queue: str,
-        jobs: Sequence[tuple[str, bytes, dict[str, float]]],
+        jobs: Sequence[tuple[Any, ...]],
         now: float | None = None,
         relay: bool = False,
     ) -> Op:
-        """One schedule_many.lua call for jobs without unique keys: (id, record, when),
-        ``when`` being ``{"delay": seconds}`` or ``{"at": epoch}``. Parses to one
+        """One schedule_many.lua call for jobs without unique keys: (id, record, when) or
+        (id, record, when, link), ``when`` being ``{"delay": seconds}`` or ``{"at": epoch}``,
+        ``link`` the job's link (batches/links.py) or "". Parses to one
         Scheduled per job, in order. ``relay``: the relay of outbox rows (as for
         :meth:`schedule_op`: a job is never stored twice, the ids are marked relayed)."""
         argv: list[Any] = []
         plan: list[tuple[str, str, int]] = []
         encoded: dict[tuple[str, float], tuple[bytes, bytes]] = {}  # jobs share a `when`
-        for job_id, record, when in jobs:
+        for job_id, record, when, *link in jobs:
             mode, seconds = ("at", when["at"]) if "at" in when else ("delay", when["delay"])
             value = ms(float(seconds or 0.0))
             when_args = encoded.get((mode, value))
             if when_args is None:
                 when_args = encoded[mode, value] = (mode.encode(), b"%d" % value)
-            argv += (job_id.encode(), record, *when_args)
+            argv += (job_id.encode(), record, *when_args, link[0] if link else "")
             plan.append((job_id, mode, value))
         now_value = now_arg(now)
         return self.op(

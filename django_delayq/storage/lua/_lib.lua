@@ -45,19 +45,30 @@
 --                          row's DELETE is refused; the relayer removes the mark once the
 --                          DELETE committed (ZREM), a worker's relay sweeps old marks whose
 --                          rows are gone
+--   L links    hash        job id -> link (JSON, read only by Python: batches/links.py) of a job
+--                          whose record has flag 'l': the batch it belongs to, its place in a
+--                          chain. Kept while the job exists (a requeued dead member keeps it);
+--                          forget() deletes it with the record
+--   G forward  hash        job id -> "<outcome> <ms>\n<link>": a linked job ended (outcome
+--                          'succeeded', 'dead' or 'cancelled', at <ms>), written by the same
+--                          script as its ack, final failure, recovery to dead or cancel; the
+--                          worker deletes it once the job's batch or chain took the outcome
+--                          (batches/forwarding.py), the recovery pass takes what a crash left
 -- Times (scores, ARGV, replies) are integer epoch milliseconds: small sorted sets keep integer
 -- scores as integers, where a decimal score would be parsed on every comparison. "now" is
 -- Redis's TIME unless a test passes one. Scripts touch no other key and check the types of
 -- the keys they write before their first write, so an error never leaves a job half moved.
 -- The record header may end with '^<priority>' (an integer -100..100, absent for 0), after
 -- the unique key if any: header() returns it.
--- Record flags: 'i' keep a tombstone when finished, 'k' has keyword arguments, 'u' max_retries
+-- Record flags: 'i' keep a tombstone when finished ('e' too: for a day, see tombstone), 'l'
+-- linked (see L), 'k' has keyword arguments, 'u' max_retries
 -- undecided (scheduled by name from a process that does not import the task: the digits are
 -- that process's MAX_RETRIES; the worker writes the task's with settle.lua as it starts the
 -- job, so a started job is decided, except one a worker older than 'u' started: scripts
 -- then read the digits, as that worker did).
 local RESERVED = 10000000000000
 local DONE_TTL = 120000
+local LONG_TTL = 86400000
 local BAND = 17592186044416
 
 local function clock(arg)
@@ -231,13 +242,28 @@ local function tally(field, count)
   if count > 0 then redis.call('HINCRBY', T, field, count) end
 end
 
-local function forget(id) redis.call('HDEL', J, id) redis.call('HDEL', S, id) redis.call('HDEL', E, id) end
+local function forget(id)
+  redis.call('HDEL', J, id) redis.call('HDEL', S, id) redis.call('HDEL', E, id) redis.call('HDEL', L, id)
+end
 
--- Remember for DONE_TTL that `ids` finished (flag 'i'), and drop older tombstones.
-local function tombstone(ids, now)
+-- A linked job (record flag 'l') ended with `outcome`: its link goes to G, for the worker to
+-- forward to its batch or chain (see G). Nothing for a job without a link.
+local function forward(id, outcome, now)
+  local link = redis.call('HGET', L, id)
+  if link then redis.call('HSET', G, id, outcome .. ' ' .. int(now) .. '\n' .. link) end
+end
+
+-- Remember for DONE_TTL that `ids` finished (flag 'i'), and drop older tombstones. `long`:
+-- ids whose tombstone is kept for a day (flag 'e': a batch's callback or a chain's next step,
+-- stored under an id derived from what decided it, which a forwarding re-sent after a crash
+-- must find however long ago the job ran): their score is put ahead by LONG_TTL - DONE_TTL.
+local function tombstone(ids, now, long)
   if #ids == 0 then return end
   local args, at = {}, int(now)
-  for _, id in ipairs(ids) do table.insert(args, at) table.insert(args, id) end
+  for _, id in ipairs(ids) do
+    table.insert(args, (long and long[id]) and int(now + LONG_TTL - DONE_TTL) or at)
+    table.insert(args, id)
+  end
   batched('ZADD', F, args)
   redis.call('ZREMRANGEBYSCORE', F, '-inf', '(' .. int(now - DONE_TTL))
 end
@@ -267,15 +293,18 @@ local function ack_from(first, now, out)
   if #ids == 0 then return end
   local states = batched('HMGET', S, ids)
   zsets(R) hashes(J, E, T)
-  local keyed, flagged = false, false
+  local keyed, flagged, linked = false, false, false
   for i = first, #ARGV, 3 do
     local info = ARGV[i + 2]
+    local flags = string.match(info, '^[^=]*')
     keyed = keyed or string.find(info, '=', 1, true) ~= nil
-    flagged = flagged or has(string.match(info, '^[^=]*'), 'i')
+    flagged = flagged or has(flags, 'i')
+    linked = linked or has(flags, 'l')
   end
   if keyed then hashes(U) end
   if flagged then zsets(F) end
-  local done, finished = {}, {}
+  if linked then hashes(L, G) end
+  local done, finished, long, links = {}, {}, {}, {}
   for j, id in ipairs(ids) do
     local i = first + (j - 1) * 3
     local token, info = ARGV[i + 1], ARGV[i + 2]
@@ -286,6 +315,8 @@ local function ack_from(first, now, out)
       release_key(eq and string.sub(info, eq + 1) or '', id)
       table.insert(done, id)
       if has(flags, 'i') then table.insert(finished, id) end
+      if has(flags, 'e') then long[id] = true end
+      if has(flags, 'l') then forward(id, 'succeeded', now) table.insert(links, id) end
       table.insert(out, 1)
     elseif states[j] or redis.call('HEXISTS', J, id) == 1 then
       table.insert(out, -1)
@@ -298,8 +329,60 @@ local function ack_from(first, now, out)
     batched('HDEL', J, done)
     batched('HDEL', S, done)
     batched('HDEL', E, done)
-    tombstone(finished, now)
+    if #links > 0 then batched('HDEL', L, links) end
+    tombstone(finished, now, long)
     bump('d', #done, now)
     tally('done', #done)
   end
+end
+
+-- A batch's keys (storage/keys.py, BATCH_KINDS), in one slot of their own:
+--   B batch    hash  "cb:<kind>" -> the callback's call (JSON, Python's), kind 'death',
+--                    'success' or 'complete'; "created"; "total" and "sealed" once its
+--                    block ended (batch_seal.lua); "n:<outcome>" -> members that ended so;
+--                    "cancelled" -> when cancel_batch() ran; "fire:<kind>" -> when the
+--                    callback was decided (its job id is derived from it), "placed:<kind>"
+--                    -> when its job was stored (batches/forwarding.py)
+--   N ended    hash  member id -> 'succeeded' | 'dead' | 'cancelled' (the last outcome: a
+--                    requeued dead member that then succeeds moves to 'succeeded')
+--   H members  hash  member id -> its queue (written by batch_seal.lua)
+-- A finished batch (every member ended and every decided callback placed, or cancelled with
+-- none left to place) expires BATCH_TTL later.
+local BATCH_TTL = 604800
+
+-- Decide the batch's callbacks: 'death' at its first dead member, 'success' once every member
+-- succeeded, 'complete' once every member ended (none after a cancel). A decision is taken
+-- once ("fire:<kind>" keeps its time); a decided callback is returned until Python marks it
+-- placed. Returns {finished (0|1), kind, decided ms, call, kind, ...}.
+local function decide(now)
+  local f = redis.call('HMGET', B, 'total', 'cancelled', 'n:succeeded', 'n:dead', 'n:cancelled')
+  local total, cancelled = tonumber(f[1]), f[2]
+  local s, d, c = tonumber(f[3] or '0'), tonumber(f[4] or '0'), tonumber(f[5] or '0')
+  local due = {}
+  if not cancelled then
+    due.death = d > 0
+    due.success = total ~= nil and s >= total
+    due.complete = total ~= nil and s + d + c >= total
+  end
+  local out, left = {0}, false
+  for _, kind in ipairs({'death', 'success', 'complete'}) do
+    local spec = redis.call('HGET', B, 'cb:' .. kind)
+    if spec and redis.call('HEXISTS', B, 'placed:' .. kind) == 0 then
+      local at = redis.call('HGET', B, 'fire:' .. kind)
+      if not at and due[kind] then
+        at = int(now)
+        redis.call('HSET', B, 'fire:' .. kind, at)
+      end
+      if at then
+        left = true
+        table.insert(out, kind) table.insert(out, at) table.insert(out, spec)
+      end
+    end
+  end
+  local ended = total ~= nil and s + d + c >= total
+  if not left and (ended or cancelled) then
+    out[1] = 1
+    for _, k in ipairs({B, N, H}) do redis.call('EXPIRE', k, BATCH_TTL) end
+  end
+  return out
 end
