@@ -20,6 +20,7 @@ import sys
 import types
 import warnings
 
+from django_delayq.batches.api import batch, cancel_batch, get_batch
 from django_delayq.exceptions import (
     ConfigurationError,
     ConnectionError,
@@ -31,7 +32,6 @@ from django_delayq.exceptions import (
     SerializationError,
     TaskNotFound,
 )
-from django_delayq.batches.api import batch, cancel_batch, get_batch
 from django_delayq.jobs.job import Job
 from django_delayq.scheduling.api import call, cancel, get_job, schedule, schedule_many
 from django_delayq.scheduling.async_api import acancel, aget_job, aschedule

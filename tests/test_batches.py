@@ -52,7 +52,13 @@ def test_callbacks_run_once_after_every_member(store):
     assert runs("b-complete") == [b.id]
     assert runs("b-death") == []
     state = get_batch(b.id)
-    assert (state.total, state.pending, state.succeeded, state.dead, state.done) == (7, 0, 7, 0, True)
+    assert (state.total, state.pending, state.succeeded, state.dead, state.done) == (
+        7,
+        0,
+        7,
+        0,
+        True,
+    )
     assert state.callbacks == {"success": "scheduled", "complete": "scheduled", "death": None}
 
 
@@ -169,12 +175,10 @@ def test_a_batch_of_chains_ends_when_every_chain_ended(store):
 
 
 def test_bad_callbacks_fail_in_the_batch_call(store):
-    with pytest.raises(TypeError, match="on_complete must be a Call"):
-        with batch(on_complete=t.record):
-            pass
-    with pytest.raises(TypeError):
-        with batch(on_complete=t.record.call("only-one-argument")):
-            pass
+    with pytest.raises(TypeError, match="on_complete must be a Call"), batch(on_complete=t.record):
+        pass
+    with pytest.raises(TypeError), batch(on_complete=t.record.call("only-one-argument")):
+        pass
     with pytest.raises(TypeError, match="not 'key'"):
         t.record.call("a", "b").then(t.record.call("c", "d"), key="k").schedule()
 

@@ -23,7 +23,6 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from django.db import transaction
 
@@ -192,4 +191,3 @@ def cancel_batch(batch_id: str) -> int:
     if not found:
         raise LookupError(f"no batch {batch_id!r} (never opened, or expired)")
     return sum(1 for job_id, queue in members if cancel_in(queue, job_id=job_id))
-

@@ -16,9 +16,15 @@ from datetime import timedelta
 from typing import Any
 
 from django_delayq import signals
-from django_delayq.jobs.record import FLAG_LINKED, FLAG_LONG_TOMBSTONE, FLAG_TOMBSTONE, encode_record
+from django_delayq.jobs.record import (
+    FLAG_LINKED,
+    FLAG_LONG_TOMBSTONE,
+    FLAG_TOMBSTONE,
+    encode_record,
+)
 from django_delayq.scheduling.calls import Call, Chain
-from django_delayq.scheduling.plan import Plan, Prepared
+from django_delayq.scheduling.plan import Plan
+from django_delayq.scheduling.prepared import Prepared
 from django_delayq.storage.connection import get_store
 from django_delayq.storage.store import Store
 
@@ -47,7 +53,9 @@ def step_options(options: dict[str, Any], what: str) -> dict[str, Any]:
 def step_of(call: Call, options: dict[str, Any], what: str) -> dict[str, Any]:
     """A step as stored, after the checks schedule() makes (it is never stored here)."""
     if not isinstance(call, Call):
-        raise TypeError(f"{what} must be a Call (Task.call(...) or django_delayq.call(...)), got {call!r}")
+        raise TypeError(
+            f"{what} must be a Call (Task.call(...) or django_delayq.call(...)), got {call!r}"
+        )
     options = step_options(options, what)
     Prepared(Plan(call.task, options), call.args, dict(call.kwargs), link="")
     return {"t": call.task, "a": list(call.args), "k": dict(call.kwargs), "o": options}

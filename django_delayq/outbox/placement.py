@@ -28,7 +28,8 @@ from django_delayq.jobs.job import (
 from django_delayq.outbox import relay as relaying
 from django_delayq.outbox import rows as outbox
 from django_delayq.outbox.database_time import When
-from django_delayq.scheduling.plan import Place, Prepared, relay_beyond_horizon
+from django_delayq.scheduling.plan import Place, relay_beyond_horizon
+from django_delayq.scheduling.prepared import Prepared
 from django_delayq.scheduling.registry import sender
 from django_delayq.storage.connection import get_store
 from django_delayq.storage.store import Store

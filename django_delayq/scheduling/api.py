@@ -29,11 +29,11 @@ from django_delayq.scheduling.plan import (
     REDIS,
     Place,
     Plan,
-    Prepared,
     mixed_plan,
     resolve_task,
     transaction_alias,
 )
+from django_delayq.scheduling.prepared import Prepared
 from django_delayq.scheduling.registry import Task, sender
 from django_delayq.storage.bulk import Batch
 from django_delayq.storage.connection import get_store

@@ -1,7 +1,7 @@
 """The async API: aschedule(), acancel(), aget_job(), for async views.
 
 The path is the sync API's (api.py): the plan validates and says where the job goes
-(:meth:`~.plan.Plan.place`), the call is encoded for that place (:class:`~.plan.Prepared`),
+(:meth:`~.plan.Plan.place`), the call is encoded for that place (:class:`~.prepared.Prepared`),
 and sent there. Redis is reached on a ``redis.asyncio`` client under the same retry policy
 (:mod:`.storage.async_store`). What needs the database (the place of a keyed job: does a row
 hold its key; an outbox row: a job beyond ``DELAYQ["HORIZON"]``; a miss of aget_job(); the
@@ -32,7 +32,8 @@ from django_delayq.outbox import rows as outbox
 from django_delayq.scheduling import membership, registry
 from django_delayq.scheduling.calls import Call
 from django_delayq.scheduling.calls import use_scheduler as use_call_scheduler
-from django_delayq.scheduling.plan import REDIS, Plan, Prepared, mixed_plan
+from django_delayq.scheduling.plan import REDIS, Plan, mixed_plan
+from django_delayq.scheduling.prepared import Prepared
 from django_delayq.scheduling.registry import Task, sender
 from django_delayq.storage.async_store import AsyncStore, get_async_store
 from django_delayq.storage.queues import check_queue_name

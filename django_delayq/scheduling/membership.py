@@ -1,6 +1,6 @@
 """Which batch a schedule() call joins: the batch open in this thread or coroutine
 (``with django_delayq.batch(...)``, :mod:`django_delayq.batches.api`), read where a call is
-prepared (plan.Prepared) and told of each job stored (api.py).
+prepared (prepared.Prepared) and told of each job stored (api.py).
 
 A leaf of scheduling/: it knows a link only as the JSON text stored beside the job
 (``links`` in lua/_lib.lua), so scheduling never imports the batches package.

@@ -65,7 +65,9 @@ def open_ops(store: Store, batch_id: str, callbacks: dict[str, str], now_ms: int
     ]
 
 
-def seal_op(store: Store, batch_id: str, members: Iterable[tuple[str, str]], now: float | None = None):
+def seal_op(
+    store: Store, batch_id: str, members: Iterable[tuple[str, str]], now: float | None = None
+):
     argv: list[Any] = [now_arg(now)]
     for job_id, queue in members:
         argv += (job_id, queue)
@@ -132,7 +134,10 @@ def read_outcomes(store: Store, batch_id: str) -> tuple[dict[str, str], dict[str
     ended (two HGETALLs: as big as the batch, for the admin's page of one batch)."""
     _, ended, members = store.batch_keys(batch_id)
     got = store.run(
-        [store.command(b"HGETALL", members, route=members), store.command(b"HGETALL", ended, route=ended)]
+        [
+            store.command(b"HGETALL", members, route=members),
+            store.command(b"HGETALL", ended, route=ended),
+        ]
     )
     for reply in got:
         if isinstance(reply, Exception):
@@ -229,9 +234,7 @@ def write_chain_op(store: Store, chain_id: str, steps: dict[str, str]):
 
 def read_chain_op(store: Store, chain_id: str, fields: Sequence[str]):
     key = store.chain_key(chain_id)
-    return store.command(
-        b"HMGET", key, *fields, route=key
-    )
+    return store.command(b"HMGET", key, *fields, route=key)
 
 
 def drop_chain_op(store: Store, chain_id: str):

@@ -76,9 +76,7 @@ class Calls(KeyNames):
             head_len=len(head),
         )
 
-    def slot_op(
-        self, name: str, keys: Sequence[str], argv: Sequence[Any], parse: Any
-    ) -> Op:
+    def slot_op(self, name: str, keys: Sequence[str], argv: Sequence[Any], parse: Any) -> Op:
         """An EVALSHA of script ``name`` on ``keys`` (one slot, not a queue's: a batch's),
         re-sent after a lost reply."""
         lua = script(name)

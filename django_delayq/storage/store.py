@@ -91,10 +91,8 @@ class Store(Reads, Roster, OldLayout):
         argv = (job_id, record, mode, ms(value), key or "", on_conflict, now_arg(now))
         first = "1" if relay else ""
         last = "1" if adopt else ""
-        # ARGV[9]; ARGV[10] with KEYS[12]; ARGV[11]
-        tail: tuple[str, ...] = (last, queue) if remember else (last,)
-        if link:
-            tail = (*tail, link) if remember else (last, "", link)
+        # ARGV[9], ARGV[10] (with KEYS[12]), ARGV[11]
+        tail = (last, queue, link) if remember else (last, "", link) if link else (last,)
         return self.op(
             "schedule",
             queue,
