@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db import transaction
+from django.db import DEFAULT_DB_ALIAS, connections
 
 from django_delayq.batches import links
 from django_delayq.batches.steps import spec_of
@@ -108,10 +108,13 @@ def batch(
 
 def _seal(opened: Batch) -> None:
     members = [list(pair) for pair in opened.members.items()]
-    if opened.deferred and transaction.get_connection().in_atomic_block:
-        # Members wait in the outbox: the seal commits (or rolls back) with them.
+    open_on = [c.alias for c in connections.all(initialized_only=True) if c.in_atomic_block]
+    if opened.deferred and open_on:
+        # Members wait in the outbox: the seal commits (or rolls back) with them (with the
+        # default database's transaction when several are open).
+        alias = DEFAULT_DB_ALIAS if DEFAULT_DB_ALIAS in open_on else open_on[0]
         seal_job.call(opened.id, members).schedule(
-            on_commit=True, queue=next(iter(opened.members.values()))
+            on_commit=alias, queue=next(iter(opened.members.values()))
         )
         return
     seal(opened.id, members)
