@@ -191,3 +191,33 @@ def test_derived_ids_are_ulid_shaped_and_stable():
     from django_delayq.jobs.ids import id_timestamp
 
     assert id_timestamp(a) == 1_700_000_000.0
+
+
+def test_the_sweep_takes_what_a_crash_left(store):
+    """A process died after a seal decided a callback (before storing it), a worker after an
+    ack (before forwarding it): a later sweep does both, once; a block that never ended is
+    let go after a day."""
+    import time
+
+    now = time.time()
+    with batch(on_complete=t.record.call("b-complete", "sealed")) as b:
+        pass
+    store.client.hdel(store.batch_keys(b.id)[0], "placed:complete")  # as if it died there
+    with batch(on_complete=t.record.call("b-complete", "acked")) as b2:
+        job = t.record.schedule("b-member", "1", queue="b-q")
+    store.claim("b-q", 1, lease=30, token="w#1")
+    assert store.ack("b-q", [(job.id, "w#1", "l")]) == [1]  # no forwarding: a crash
+    forwarding.sweep(store, ["b-q"], now=now)  # too early for both
+    assert stored.read_forward(store, "b-q", [job.id]) != []
+    forwarding.sweep(store, ["b-q"], now=now + 120)
+    forwarding.sweep(store, ["b-q"], now=now + 240)
+    assert stored.read_forward(store, "b-q", [job.id]) == []
+    burst()
+    assert sorted(runs("b-complete")) == ["acked", "sealed"]
+    assert get_batch(b2.id).done
+
+    ops = stored.open_ops(store, "abandoned", {}, int((now - 2 * 86400) * 1000))
+    store.run(ops)
+    assert store.client.zscore(store.open_batches_key, "abandoned") is not None
+    forwarding.sweep(store, ["default"], now=now)
+    assert store.client.zscore(store.open_batches_key, "abandoned") is None

@@ -347,8 +347,11 @@ end
 --                    requeued dead member that then succeeds moves to 'succeeded')
 --   H members  hash  member id -> its queue (written by batch_seal.lua)
 -- A finished batch (every member ended and every decided callback placed, or cancelled with
--- none left to place) expires BATCH_TTL later.
+-- none left to place) expires BATCH_TTL (seconds) later. decide() calls one unsealed a day
+-- (ABANDONED, ms) after it was opened finished too (no worker looks at it again; its keys
+-- stay, and a seal arriving later still decides its callbacks).
 local BATCH_TTL = 604800
+local ABANDONED = 86400000
 
 -- Decide the batch's callbacks: 'death' at its first dead member, 'success' once every member
 -- succeeded, 'complete' once every member ended (none after a cancel). A decision is taken
@@ -383,6 +386,8 @@ local function decide(now)
   if not left and (ended or cancelled) then
     out[1] = 1
     for _, k in ipairs({B, N, H}) do redis.call('EXPIRE', k, BATCH_TTL) end
+  elseif total == nil and now - (tonumber(redis.call('HGET', B, 'created') or '') or now) > ABANDONED then
+    out[1] = 1  -- a block that never ended (its process died in it): nothing to look at
   end
   return out
 end
