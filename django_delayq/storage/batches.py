@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django_delayq.storage.milliseconds import now_arg
+from django_delayq.storage.ops import Op
 from django_delayq.storage.replies import pairs, text
 from django_delayq.storage.store import Store
 
@@ -67,20 +68,25 @@ def open_ops(store: Store, batch_id: str, callbacks: dict[str, str], now_ms: int
 
 def seal_op(
     store: Store, batch_id: str, members: Iterable[tuple[str, str]], now: float | None = None
-):
-    argv: list[Any] = [now_arg(now)]
-    for job_id, queue in members:
-        argv += (job_id, queue)
-    return store.slot_op("batch_seal", store.batch_keys(batch_id), argv, _decided)
+) -> Op:
+    """batch_seal.lua: (member id, queue) pairs, each member once."""
+    return _decide_op(store, "batch_seal", batch_id, members, now)
 
 
 def ended_op(
     store: Store, batch_id: str, outcomes: Iterable[tuple[str, str]], now: float | None = None
-):
+) -> Op:
+    """batch_ended.lua: (member id, outcome) pairs; none to only decide (the sweep)."""
+    return _decide_op(store, "batch_ended", batch_id, outcomes, now)
+
+
+def _decide_op(
+    store: Store, name: str, batch_id: str, pairs_: Iterable[tuple[str, str]], now: float | None
+) -> Op:
     argv: list[Any] = [now_arg(now)]
-    for job_id, outcome in outcomes:
-        argv += (job_id, outcome)
-    return store.slot_op("batch_ended", store.batch_keys(batch_id), argv, _decided)
+    for first, second in pairs_:
+        argv += (first, second)
+    return store.slot_op(name, store.batch_keys(batch_id), argv, _decided)
 
 
 def placed_op(store: Store, batch_id: str, kinds: Sequence[str], now_ms: int):
