@@ -200,6 +200,8 @@ def _entry(job_id: str, queue: str, raw: Any) -> Ended | None:
 
 def read_forward(store: Store, queue: str, ids: Sequence[str]) -> list[Ended]:
     """The forward entries of ``ids`` that are there."""
+    if not ids:
+        return []
     key = store.key(queue, "forward")
     reply = store.call(store.command(b"HMGET", key, *ids, route=key))
     found = [_entry(job_id, queue, raw) for job_id, raw in zip(ids, reply, strict=True)]
