@@ -15,6 +15,7 @@ from django_delayq.batches.links import derived_id
 from django_delayq.storage import batches as stored
 from django_delayq.worker.dispatch import Worker
 from tests.test_admin import XSS, client_for, confirm, msgs, staff, text, url
+from tests.test_admin_i18n import pseudo, untranslated  # noqa: F401  (pseudo: a fixture)
 from tests.testapp import tasks as t
 
 pytestmark = pytest.mark.django_db
@@ -327,3 +328,55 @@ def test_the_storage_reads_of_the_batch_pages(store):
     assert stored.read_batches(store, [b.id])[0]["total"] == "3"
     assert stored.read_batches(store, []) == []
     assert stored.batch_counts(store) == (1, 1)
+
+
+# -- translation -------------------------------------------------------------------------
+
+
+def test_every_text_of_the_batch_pages_is_translated(
+    real_store,
+    admin_client,
+    pseudo,  # noqa: F811  (the fixture imported from test_admin_i18n)
+    monkeypatch,
+):
+    """The Batches pages in the pseudo language of test_admin_i18n (every translation in
+    ⟦ ⟧): nothing but data is left outside the brackets."""
+    with batch(
+        on_success=t.add.call(1, 2),
+        on_complete=t.add.call(3, 4).then(t.add.call(5, 6)),
+        on_death=t.add.call(7, 8),
+    ) as b:
+        t.add.schedule(1, 1)
+        t.add.schedule(2, 2, delay=600)
+    burst()
+    with batch(on_complete=t.add.call(3, 4)) as empty:
+        pass
+    gone, _ = three_pending()
+    real_store.client.delete(*real_store.batch_keys(gone.id))  # expired: its line is left
+    member = real_store.page_ids(Q, "pending", 0, 10)
+    data = [Q, "tests.testapp.tasks.add", "UTC", "1, 2", "3, 4", "7, 8", "nope"]
+    monkeypatch.setattr(batch_views, "MEMBERS_PER_PAGE", 1)
+    pages = {
+        "batches": admin_client.get(url("batches")),
+        "no batches page 1": admin_client.get(url("batches", p="2")),
+        "batch": admin_client.get(batch_url(b.id)),
+        "batch page 2": admin_client.get(batch_url(b.id, p="2", outcome="succeeded")),
+        "empty batch": admin_client.get(batch_url(empty.id)),
+        "missing batch": admin_client.get(batch_url("nope")),
+        "cancel": admin_client.get(url("cancel_batch", id=b.id)),
+        "cancel a done batch": admin_client.get(url("cancel_batch", id=empty.id)),
+        "cancelled": confirm(admin_client, admin_client.get(url("cancel_batch", id=b.id))),
+        "no such batch": admin_client.post(url("cancel_batch"), {"id": "nope"}, follow=True),
+        "member's job": admin_client.get(url("detail", Q, member[0])),
+    }
+    with batch() as filling:
+        pages["being filled"] = admin_client.get(batch_url(filling.id))
+        pages["cancel while filled"] = admin_client.get(url("cancel_batch", id=filling.id))
+    monkeypatch.setattr(batch_views, "MEMBERS_READ_LIMIT", 0)
+    pages["too many members"] = admin_client.get(batch_url(empty.id))
+    problems = {
+        name: left
+        for name, response in pages.items()
+        if (left := untranslated(response.content.decode(), data))
+    }
+    assert not problems, problems
