@@ -203,6 +203,7 @@ def test_redis_data_is_escaped_on_the_batch_pages(store, admin_client):
         admin_client.get(batch_url(b.id)),
         admin_client.get(url("cancel_batch", id=b.id)),
         admin_client.get(batch_url(XSS)),  # echoed in the 404 page
+        admin_client.post(url("cancel_batch"), {"id": XSS}, follow=True),  # in the message
     ]
     for response in pages[:3]:
         assert response.status_code == 200
@@ -212,6 +213,7 @@ def test_redis_data_is_escaped_on_the_batch_pages(store, admin_client):
     assert ESCAPED in body  # the callbacks' arguments, the member id and queue
     assert f'<tr data-job-id="{ESCAPED}">' in body
     assert ESCAPED in text(pages[3])
+    assert msgs(pages[4]) == [f"No batch {XSS}."] and ESCAPED in text(pages[4])
 
 
 # -- the cancel page --------------------------------------------------------------------
