@@ -118,7 +118,7 @@ class BatchCollector:
             labels=["state"],
         )
         gauge.add_metric(["open"], float(self.opened))
-        # A batch whose block never ended stays open after the list forgot it: never < 0.
+        # An open batch may outlive its line in the list (30 days): never below 0.
         gauge.add_metric(["done"], float(max(self.listed - self.opened, 0)))
         yield gauge
 
