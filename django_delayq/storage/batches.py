@@ -153,6 +153,43 @@ def read_outcomes(store: Store, batch_id: str) -> tuple[dict[str, str], dict[str
     return queues, outcomes
 
 
+def read_batches(store: Store, batch_ids: Sequence[str]) -> list[dict[str, str] | None]:
+    """The hashes of ``batch_ids`` (read_batch for each, one round trip: a page of the
+    admin's list of batches); None for a batch that expired."""
+    keys = [store.batch_keys(batch_id)[0] for batch_id in batch_ids]
+    got = store.run([store.command(b"HGETALL", key, route=key) for key in keys])
+    found: list[dict[str, str] | None] = []
+    for reply in got:
+        if isinstance(reply, Exception):
+            raise reply
+        found.append({text(k): text(v) for k, v in pairs(reply)} or None)
+    return found
+
+
+def count_members(store: Store, batch_id: str) -> int:
+    """How many members the batch's seal recorded (HLEN: 0 before the seal); the admin reads
+    them whole (read_outcomes) only up to a limit."""
+    members = store.batch_keys(batch_id)[2]
+    return int(store.call(store.command(b"HLEN", members, route=members)))
+
+
+def batch_counts(store: Store) -> tuple[int, int]:
+    """(batches listed, batches open): two ZCARDs, for the metrics. Listed: the list of
+    batches (created in the last 30 days, forwarding.KEEP_LISTED_MS); open: those a worker
+    still looks after (a member not ended, or a decided callback not stored yet)."""
+    listed, opened = store.batches_key, store.open_batches_key
+    got = store.run(
+        [
+            store.command(b"ZCARD", listed, route=listed),
+            store.command(b"ZCARD", opened, route=opened),
+        ]
+    )
+    for reply in got:
+        if isinstance(reply, Exception):
+            raise reply
+    return int(got[0]), int(got[1])
+
+
 def list_batches(store: Store, offset: int, limit: int) -> list[tuple[str, int]]:
     """(batch id, created ms), newest first."""
     key = store.batches_key
