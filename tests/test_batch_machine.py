@@ -18,11 +18,11 @@ import itertools
 import json
 
 import fakeredis
-from hypothesis import HealthCheck, settings, strategies as st
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from django_delayq.batches import forwarding, links
-from django_delayq.batches.links import derived_id
 from django_delayq.jobs.ids import new_job_id
 from django_delayq.jobs.record import encode_record
 from django_delayq.storage import batches as stored
