@@ -135,6 +135,12 @@ def read_batch(store: Store, batch_id: str) -> dict[str, str] | None:
     return fields or None
 
 
+def cancelled(store: Store, batch_id: str) -> bool:
+    """Whether cancel_batch() ran on the batch."""
+    key = store.batch_keys(batch_id)[0]
+    return bool(store.call(store.command(b"HEXISTS", key, b"cancelled", route=key)))
+
+
 def read_outcomes(store: Store, batch_id: str) -> tuple[dict[str, str], dict[str, str]]:
     """(member id -> queue, member id -> outcome) of a batch: its members and those that
     ended (two HGETALLs: as big as the batch, for the admin's page of one batch)."""
