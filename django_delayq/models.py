@@ -65,7 +65,7 @@ class OutboxJob(models.Model):
     created_at = models.DateTimeField()
     # The job's link (its batch, its place in a chain: batches/links.py), relayed beside the
     # record; "" for none (migration 0006).
-    link = models.TextField(default="", blank=True)
+    link = models.TextField(default="", db_default="", blank=True)
 
     class Meta:
         db_table = "django_delayq_outbox"

@@ -47,13 +47,21 @@ class Batch:
 
     def __init__(self, batch_id: str) -> None:
         self.id = batch_id
-        self.link = links.dumps({"b": batch_id})
+        self._link = links.dumps({"b": batch_id})
         self.members: dict[str, str] = {}
         self.deferred = False  # a member waits in the outbox for the transaction's commit
+        self.closed = False  # the block ended: nothing joins any more
+
+    @property
+    def link(self) -> str:
+        """The link of a member; "" once the block ended (an asyncio task made in the block
+        keeps a copy of its context, and may schedule after it: such a job joins nothing)."""
+        return "" if self.closed else self._link
 
     def joined(self, job_id: str, queue: str, in_database: bool) -> None:
-        self.members[job_id] = queue
-        self.deferred = self.deferred or in_database
+        if not self.closed:
+            self.members[job_id] = queue
+            self.deferred = self.deferred or in_database
 
     def __repr__(self) -> str:
         return f"<Batch {self.id}: {len(self.members)} members>"
@@ -104,6 +112,7 @@ def batch(
         yield opened
     finally:
         membership.leave(token)
+        opened.closed = True
         _seal(opened)
 
 

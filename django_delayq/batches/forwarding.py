@@ -85,7 +85,7 @@ def forward(store: Store, entries: Sequence[Ended]) -> None:
 def _drop(store: Store, entries: Sequence[Ended]) -> None:
     by_queue: dict[str, list[str]] = {}
     for entry in entries:
-        by_queue.setdefault(entry.queue, []).append(entry.id)
+        by_queue.setdefault(entry.queue, []).append(entry.field)
     ops = [stored.drop_forward_op(store, queue, ids) for queue, ids in by_queue.items()]
     if ops:
         for result in store.run(ops, 1.0):

@@ -1,5 +1,6 @@
 # Batches and chains (issue 27): an outbox row carries its job's link (its batch, its place in
-# a chain), relayed beside the record. "" for every existing row: no link.
+# a chain), relayed beside the record. "" for every existing row, and for a row a 0.5 process
+# writes during a rolling deploy (the database's default): no link.
 
 from django.db import migrations, models
 
@@ -13,6 +14,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name="outboxjob",
             name="link",
-            field=models.TextField(blank=True, default=""),
+            # db_default: a 0.5 process still writing rows during the deploy leaves it out
+            field=models.TextField(blank=True, db_default="", default=""),
         ),
     ]

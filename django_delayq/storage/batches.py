@@ -221,24 +221,25 @@ def trim_batches_op(store: Store, before_ms: int):
 
 @dataclass(frozen=True)
 class Ended:
-    """A linked job that ended: its id, queue, outcome, when (epoch ms) and link (JSON)."""
+    """A linked job that ended: its id, queue, outcome, when (epoch ms) and link (JSON);
+    ``field``, the entry's field: the id, or "<id>#<ms>" for a link a unique-key replace took
+    away (lua/_lib.lua, forward)."""
 
     id: str
     queue: str
     outcome: str
     at_ms: int
     link: str
+    field: str
 
 
-def _entry(job_id: str, queue: str, raw: Any) -> Ended | None:
+def _entry(field: str, queue: str, raw: Any) -> Ended | None:
     if raw is None:
         return None
     head, _, link = text(raw).partition("\n")
     outcome, _, at = head.partition(" ")
-    try:
-        return Ended(job_id, queue, outcome, int(at), link)
-    except ValueError:
-        return Ended(job_id, queue, outcome, 0, link)
+    job_id = field.partition("#")[0]
+    return Ended(job_id, queue, outcome, int(at) if at.isdigit() else 0, link, field)
 
 
 def read_forward(store: Store, queue: str, ids: Sequence[str]) -> list[Ended]:

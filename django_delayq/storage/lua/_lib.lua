@@ -247,10 +247,12 @@ local function forget(id)
 end
 
 -- A linked job (record flag 'l') ended with `outcome`: its link goes to G, for the worker to
--- forward to its batch or chain (see G). Nothing for a job without a link.
-local function forward(id, outcome, now)
+-- forward to its batch or chain (see G). Nothing for a job without a link. `field`: the
+-- entry's field when not the id: "<id>#<ms>" for the end of a link a unique-key replace
+-- takes away (the job lives on, under a new link, and may end before this is forwarded).
+local function forward(id, outcome, now, field)
   local link = redis.call('HGET', L, id)
-  if link then redis.call('HSET', G, id, outcome .. ' ' .. int(now) .. '\n' .. link) end
+  if link then redis.call('HSET', G, field or id, outcome .. ' ' .. int(now) .. '\n' .. link) end
 end
 
 -- Remember for DONE_TTL that `ids` finished (flag 'i'), and drop older tombstones. `long`:
