@@ -223,3 +223,61 @@ class socket_closed_port:
 
     def __exit__(self, *exc: object) -> None:
         self.sock.close()
+
+
+WORKFLOWS = """
+import time
+from django.utils import timezone
+from django_delayq import get_batch
+from django_delayq.worker.dispatch import Worker
+from shop.models import Campaign, Order
+from shop.tasks import charge_and_check, start_review_campaign
+
+def burst(ahead=0.0):
+    worker = Worker(["default", "emails"], burst=True, clock=lambda: time.time() + ahead)
+    assert worker.run() == 0
+
+orders = [Order.objects.create(email=f"c{i}@example.com", item="tea") for i in range(3)]
+campaign = start_review_campaign("tea lovers", [o.pk for o in orders])
+burst()
+burst()  # the callback, stored by the first run's forwarding
+campaign.refresh_from_db()
+assert campaign.emails_sent == 3 and campaign.sent_at is not None, vars(campaign)
+
+unpaid, paid = Order.objects.create(email="u@example.com", item="cup"), orders[0]
+Order.objects.filter(pk=paid.pk).update(paid_at=timezone.now())
+charge_and_check(unpaid)
+charge_and_check(paid)
+burst()  # the charges; the checks are due 30 minutes later
+assert Order.objects.get(pk=unpaid.pk).status == "unpaid"
+burst(ahead=31 * 60)  # the checks: the unpaid one dies, its chain's on_death is stored
+burst(ahead=31 * 60)  # on_death: cancel_unpaid_order
+assert Order.objects.get(pk=unpaid.pk).status == "cancelled"
+assert Order.objects.get(pk=paid.pk).status == "unpaid"  # checked, never cancelled
+print("workflows ok")
+"""
+
+
+def test_the_shops_batch_and_chain_run(tmp_path):
+    """shop.tasks' campaign (a batch whose on_complete marks it sent) and charge_and_check
+    (a chain: charge, check 30 minutes later, cancel on death), as docs/howto/batches.rst
+    shows them, run by burst workers in a process of the demo's settings."""
+    prefix = f"dqt-shop-{uuid.uuid4().hex[:8]}"
+    environ = {
+        **{k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"},
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'shop.sqlite3'}",
+        "DELAYQ_PREFIX": prefix,
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "example_project"), str(ROOT)]),
+        "REDIS_URL": settings.REDIS_URL,
+    }
+    manage = [sys.executable, str(ROOT / "example_project" / "manage.py")]
+    try:
+        for command in (["migrate", "-v", "0"], ["shell", "-c", WORKFLOWS]):
+            done = subprocess.run(
+                [*manage, *command], env=environ, capture_output=True, text=True, timeout=120
+            )
+            assert done.returncode == 0, done.stdout + done.stderr
+        assert "workflows ok" in done.stdout, done.stdout + done.stderr
+    finally:
+        with contextlib.closing(redis.Redis.from_url(settings.REDIS_URL)) as client:
+            delete_keys(client, prefix)

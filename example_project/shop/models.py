@@ -35,3 +35,16 @@ class Order(models.Model):
     @property
     def invoice_key(self) -> str:
         return f"order:{self.pk}:invoice"
+
+
+class Campaign(models.Model):
+    """A mailing to a set of orders' customers (shop.tasks.start_review_campaign): sent once
+    every e-mail of it was sent, marked by the batch's on_complete callback."""
+
+    name = models.CharField(max_length=100)
+    created_at = models.DateTimeField(auto_now_add=True)
+    emails_sent = models.PositiveIntegerField(default=0)
+    sent_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"Campaign {self.name!r} ({'sent' if self.sent_at else 'sending'})"

@@ -8,11 +8,12 @@ from datetime import timedelta
 from django.conf import settings
 from django.core.mail import send_mail
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
-from django_delayq import task
+from django_delayq import batch, current_job, task
 
-from .models import Order
+from .models import Campaign, Order
 
 logger = logging.getLogger("shop.tasks")
 
@@ -103,3 +104,68 @@ def prepare_invoice(order_id: int) -> None:
         return
     time.sleep(settings.INVOICE_SECONDS)  # stands in for rendering and storing a PDF
     Order.objects.filter(pk=order_id, invoiced_at=None).update(invoiced_at=timezone.now())
+
+
+# -- a campaign: a batch of e-mails, marked sent once every one of them was sent -----------
+
+
+@task(queue="emails", max_retries=3)
+def send_campaign_email(order_id: int, campaign_id: int) -> None:
+    """One e-mail of a campaign (a member of its batch)."""
+    order = Order.objects.get(pk=order_id)
+    send_mail(
+        f"How is your {order.item}?",
+        f"Tell us about your order #{order.pk}!",
+        settings.DEFAULT_FROM_EMAIL,
+        [order.email],
+    )
+    Campaign.objects.filter(pk=campaign_id).update(emails_sent=F("emails_sent") + 1)
+
+
+@task
+def mark_campaign_sent(*, campaign_id: int) -> None:
+    """The batch's on_complete callback: runs once, after the last e-mail ended (sent, or
+    dead after its retries)."""
+    Campaign.objects.filter(pk=campaign_id, sent_at=None).update(sent_at=timezone.now())
+    logger.info("campaign %s sent (batch %s)", campaign_id, current_job().batch_id)
+
+
+def start_review_campaign(name: str, order_ids: list[int]) -> Campaign:
+    """Create a campaign and schedule its e-mails as one batch."""
+    with transaction.atomic():
+        campaign = Campaign.objects.create(name=name)
+        done = mark_campaign_sent.call(campaign_id=campaign.pk)
+        with batch(on_complete=done):
+            for order_id in order_ids:
+                send_campaign_email.schedule(order_id, campaign.pk, on_commit=True)
+    return campaign
+
+
+# -- a payment: charge the card, then check the payment 30 minutes later -------------------
+
+
+class PaymentNotConfirmed(Exception):
+    pass
+
+
+@task(max_retries=3)
+def charge_card(order_id: int) -> None:
+    """Ask the payment provider to charge the order (a stand-in: the provider confirms
+    later, which sets paid_at)."""
+    logger.info("order %s: card charged, waiting for the provider's confirmation", order_id)
+
+
+@task(max_retries=0)
+def check_payment(order_id: int) -> None:
+    """Fails while the provider has not confirmed the payment: the chain's on_death runs."""
+    order = Order.objects.get(pk=order_id)
+    if order.paid_at is None:
+        raise PaymentNotConfirmed(f"order #{order_id}: no payment 30 minutes after the charge")
+
+
+def charge_and_check(order: Order) -> None:
+    """Charge now; check 30 minutes after the charge succeeded; cancel if it did not."""
+    chain = charge_card.call(order.pk).then(
+        check_payment.call(order.pk), delay=timedelta(minutes=30)
+    )
+    chain.on_death(cancel_unpaid_order.call(order.pk)).schedule(on_commit=True)
