@@ -33,7 +33,7 @@ from django_delayq.jobs.job import DEFERRED, PENDING, Job, decode_fields, make_j
 from django_delayq.jobs.record import FLAG_TOMBSTONE, FLAG_UNDECIDED, Fields, encode_record
 from django_delayq.outbox import rows as outbox
 from django_delayq.outbox.database_time import When
-from django_delayq.scheduling.options import check_priority
+from django_delayq.scheduling.options import check_priority, group_in_outbox, plan_group
 from django_delayq.scheduling.registry import (
     SCHEDULE_OPTIONS,
     Task,
@@ -59,7 +59,7 @@ MAX_DELAY = 100 * 365.25 * 24 * 3600
 _SOON = DONE_TTL
 _SKEW = 3600.0
 
-OPTION_NAMES = frozenset({"delay", "at", "key", "on_conflict", "queue", "max_retries", "priority"})
+OPTION_NAMES = SCHEDULE_OPTIONS - {"on_commit"}
 
 
 def mixed_plan(task: Any, kwargs: dict[str, Any]) -> tuple[Plan, bool | str]:
@@ -251,6 +251,7 @@ class Plan:
 
     __slots__ = (
         "flags",
+        "group",
         "key",
         "max_retries",
         "name",
@@ -298,8 +299,9 @@ class Plan:
             priority = found.priority if found is not None else 0
         self.priority = check_priority(priority)
         self.when = when(options.get("delay"), options.get("at"))
-        self.flags = record_flags(self.when, outbox=False, policy=self.policy)
-        self.options = {**self.when, "key": key, "on_conflict": on_conflict}
+        self.group = plan_group(options.get("group"), found, self.name)  # record flag 'g'
+        self.flags = record_flags(self.when, False, self.policy) + ("g" if self.group else "")
+        self.options = {**self.when, "key": key, "on_conflict": on_conflict, "group": self.group}
 
     def due(self, now: float) -> float:
         """The due time (epoch seconds) as this process's clock sees it."""
@@ -346,6 +348,8 @@ class Prepared:
         # A record bound for the outbox may be relayed twice: flag 'i' makes a finished job
         # leave a tombstone, so the second relay never stores it again.
         flags = record_flags(plan.when, True, plan.policy) if self.outbox else plan.flags
+        if self.outbox and plan.group is not None:
+            raise ValueError(group_in_outbox(plan.name, plan.group))
         return encode_record(
             plan.name, self.args, self.kwargs, plan.key, plan.max_retries, flags, plan.priority
         )
@@ -369,9 +373,8 @@ class Prepared:
     def entry(self) -> Entry:
         """The job as one entry of a batch for Redis (batch.py)."""
         plan = self.plan
-        return Entry(
-            self.id, plan.queue, self.record, plan.when, plan.key, plan.options["on_conflict"]
-        )
+        on_conflict, group = plan.options["on_conflict"], plan.group
+        return Entry(self.id, plan.queue, self.record, plan.when, plan.key, on_conflict, group)
 
     def job(self, result: Scheduled | None) -> Job:
         """The Job this call stored (or kept)."""

@@ -242,6 +242,20 @@ def publish_concurrency(store: Store, queues: list[str], limits: dict[str, int |
     _publish(store, queues, "conc", {name: b"%d" % n if n else None for name, n in limits.items()})
 
 
+def publish_group_limits(
+    store: Store,
+    queues: list[str],
+    limits: dict[str, tuple[int | None, tuple[int, int] | None]],
+) -> None:
+    """HSET ``gconc:<task>`` = N and ``grate:<task>`` = ``<count>/<period ms>`` (the limits
+    of each group of the task, ``@task(group_concurrency=, group_rate=)``), HDEL them for
+    tasks without (two round trips). claim.lua enforces them per group."""
+    conc = {name: b"%d" % n if n else None for name, (n, _) in limits.items()}
+    rates = {name: b"%d/%d" % r if r else None for name, (_, r) in limits.items()}
+    _publish(store, queues, "gconc", conc)
+    _publish(store, queues, "grate", rates)
+
+
 def publish_queue_limits(store: Store, limits: dict[str, int | None]) -> None:
     """HSET ``qconc`` = N in the control hash of each queue of ``limits`` with a concurrency
     limit (DELAYQ['QUEUES']), HDEL it where the limit is None (one round trip). claim.lua

@@ -27,6 +27,9 @@ KEY_KINDS = (
     "relayed",  # outbox rows stored by a relay whose DELETE has not committed (outbox/rows.py)
     "ranked",  # pending jobs with a priority other than 0 (storage/control.py)
     "control",  # queue control: paused, rate and concurrency limits (storage/control.py)
+    "groups",  # job id -> its task and group, for jobs scheduled with group= (lua/claim.lua)
+    "parked",  # due jobs of a group at its limit, waiting for a slot (lua/claim.lua)
+    "holds",  # per task and group: its lease holders and rate state (lua/claim.lua)
 )
 
 

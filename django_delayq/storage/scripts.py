@@ -54,6 +54,9 @@ KEY_NAMES = {
     "relayed": "X",
     "ranked": "Q",  # pending jobs with a priority (storage/control.py)
     "control": "K",  # a queue's pause state (storage/control.py)
+    "groups": "G",  # limits per group (lua/claim.lua)
+    "parked": "B",
+    "holds": "H",
 }
 _LUA_FUNCTION = re.compile(r"^local function (\w+)\(")
 _KEYS_LINE = re.compile(r"^-- KEYS: ([a-z ]+)$", re.MULTILINE)

@@ -75,6 +75,7 @@ class Store(Reads, Roster, OldLayout):
         relay: bool = False,
         adopt: bool = False,
         remember: bool = False,
+        group: str | None = None,
     ) -> Op:
         """``remember``: the script adds the queue to ``{prefix}:queues`` (one Redis only).
         ``relay``: the job may have reached Redis before (a row of the outbox, relayed
@@ -83,12 +84,15 @@ class Store(Reads, Roster, OldLayout):
         again (its record carries flag 'i', so a finished one leaves a tombstone).
         ``adopt``: the relay of an outbox row: an id marked relayed is never stored again
         (the id is marked), and a pending job of another id holding ``key`` is removed, this
-        one taking the key under ``job_id`` (the row took the key in the database)."""
+        one taking the key under ``job_id`` (the row took the key in the database).
+        ``group``: the job's group (its record has flag 'g'), for the task's limits per group."""
         mode, value = ("delay", delay or 0.0) if at is None else ("at", at)
         argv = (job_id, record, mode, ms(value), key or "", on_conflict, now_arg(now))
         first = "1" if relay else ""
         last = "1" if adopt else ""
-        tail = (last, queue) if remember else (last,)  # ARGV[9], and ARGV[10] with KEYS[10]
+        tail = (last, queue) if remember else (last,)  # ARGV[9], and ARGV[10] with KEYS[12]
+        if group:  # ARGV[11]: the job's group (limits per group, see lua/claim.lua)
+            tail = (last, queue if remember else "", group)
         return self.op(
             "schedule",
             queue,

@@ -40,6 +40,24 @@
 --   C claims   hash        worker instance -> "<token>\n<id> <id> ..." (its last claim) and
 --                          "<instance>/r" -> "<token>\n<id> <outcome> ..." (its last recovery),
 --                          so a call re-sent with the same token answers the same
+--   G groups   hash        job id -> "<task>\n<group>" (its group key) for a job scheduled with
+--                          group= (record flag 'g'); while the job is parked, the whole
+--                          member of B ("<task>\n<group>\n<rank, 20 digits>\n<id>").
+--                          Kept while the job lives (pending, running, dead), so a retry or
+--                          requeue stays in its group; forget() drops it.
+--   B parked   sorted set  (every score 0, ordered by member) the due jobs of a group at its
+--                          concurrency limit (claim.lua parks them out of P/Q, so they never
+--                          block the jobs of other groups): member "<group key>\n<rank>\n<id>",
+--                          rank = ranked_score(priority, due), so a group's jobs are one
+--                          range in claim order. A parked job is pending: pending_due,
+--                          unpend and pend see it. When a holder of a group leaves running
+--                          (ack, fail, release, recover: group_left) its group's first
+--                          parked job goes back to P/Q; claim.lua also sweeps one group per
+--                          call, so a slot a 0.5.0 worker freed is found too.
+--   H holds    hash        group key -> "<id>|<token> ..." (the group's lease holders, checked
+--                          against S at every claim, as "hold:<task>" is); "\n<group key>" ->
+--                          the group's next free claim time (microseconds, GCRA as "tat:");
+--                          "" -> the sweep's cursor (the last group key it looked at)
 --   X relayed  sorted set  job id -> time a relay stored it from an outbox row (outbox promise I6):
 --                          a relay of a marked id never stores it again, however long the
 --                          row's DELETE is refused; the relayer removes the mark once the
@@ -51,7 +69,8 @@
 -- the keys they write before their first write, so an error never leaves a job half moved.
 -- The record header may end with '^<priority>' (an integer -100..100, absent for 0), after
 -- the unique key if any: header() returns it.
--- Record flags: 'i' keep a tombstone when finished, 'k' has keyword arguments, 'u' max_retries
+-- Record flags: 'g' has a group (in G), 'i' keep a tombstone when finished, 'k' has keyword
+-- arguments, 'u' max_retries
 -- undecided (scheduled by name from a process that does not import the task: the digits are
 -- that process's MAX_RETRIES; the worker writes the task's with settle.lua as it starts the
 -- job, so a started job is decided, except one a worker older than 'u' started: scripts
@@ -117,11 +136,27 @@ end
 -- A pending job's score in Q (see the key table).
 local function ranked_score(priority, due) return (100 - priority) * BAND + due end
 
+local function has(flags, flag) return string.find(flags, flag, 1, true) ~= nil end
+
+-- A parked job's G value -> its group key, rank (number); nil for a job not parked.
+local function parked_parts(v)
+  if not v then return nil end
+  local gkey, rank = string.match(v, '^([^\n]*\n[^\n]*)\n(%d+)\n')
+  if gkey then return gkey, tonumber(rank) end
+  return nil
+end
+
 -- The due time of a pending job (number), nil when it is not pending; its priority second.
+-- A parked job (see B) is pending too.
 local function pending_due(id)
   local s = redis.call('ZSCORE', P, id)
   if s then return tonumber(s), 0 end
   s = redis.call('ZSCORE', Q, id)
+  if not s then
+    local v = redis.call('HGET', G, id)
+    local _, rank = parked_parts(v)
+    if rank and redis.call('ZSCORE', B, v) then s = rank end
+  end
   if s then
     s = tonumber(s)
     return s % BAND, 100 - math.floor(s / BAND)
@@ -138,13 +173,64 @@ local function pend(id, due, priority)
   end
 end
 
--- Take a job out of pending (P or Q): true when it was pending.
+-- Take a job out of pending (P, Q or parked in B): true when it was pending.
 local function unpend(id)
   if redis.call('ZREM', P, id) == 1 then return true end
-  return redis.call('ZREM', Q, id) == 1
+  if redis.call('ZREM', Q, id) == 1 then return true end
+  local v = redis.call('HGET', G, id)
+  local gkey = parked_parts(v)
+  if gkey and redis.call('ZREM', B, v) == 1 then
+    redis.call('HSET', G, id, gkey)
+    return true
+  end
+  return false
 end
 
-local function has(flags, flag) return string.find(flags, flag, 1, true) ~= nil end
+-- schedule.lua: the job `id` (its record names the task) joins `group` ('': none).
+local function group_join(id, record, group)
+  if group == '' then
+    redis.call('HDEL', G, id)
+    return
+  end
+  redis.call('HSET', G, id, string.match(record, '^[^\n]*\n([^\n]*)') .. '\n' .. group)
+end
+
+-- Move up to `n` parked jobs of group key `gkey` back to pending (their due times and
+-- priorities kept; they are due, so a worker is woken). The count moved.
+local function unpark_group(gkey, n)
+  local members = redis.call('ZRANGEBYLEX', B, '[' .. gkey .. '\n', '[' .. gkey .. '\n\255', 'LIMIT', 0, n)
+  for _, m in ipairs(members) do
+    local _, rank = parked_parts(m)
+    local id = string.match(m, '\n([^\n]*)$')
+    redis.call('ZREM', B, m)
+    redis.call('HSET', G, id, gkey)
+    if math.floor(rank / BAND) == 100 then redis.call('ZADD', P, int(rank % BAND), id)
+    else redis.call('ZADD', Q, int(rank), id) end
+  end
+  if #members > 0 then wake() end
+  return #members
+end
+
+-- A job of a group (record flag 'g' in `flags`) left running (acknowledged, failed, handed
+-- back, recovered): the first parked job of its group, if any, goes back to pending to
+-- take the slot (unless `released`: the caller did), and it leaves the group's holders in
+-- H; `finished`: the job is gone (acknowledged), its G entry goes too. Nothing for a job
+-- without flag 'g'.
+local function group_left(id, flags, finished, released)
+  if not flags or not has(flags, 'g') then return end
+  local v = redis.call('HGET', G, id)
+  if finished then redis.call('HDEL', G, id) end
+  if not v then return end
+  local gkey = string.match(v, '^([^\n]*\n[^\n]*)')
+  local left = {}
+  for holder in string.gmatch(redis.call('HGET', H, gkey) or '', '%S+') do
+    if string.match(holder, '^[^|]*') ~= id then table.insert(left, holder) end
+  end
+  if #left > 0 then redis.call('HSET', H, gkey, table.concat(left, ' '))
+  else redis.call('HDEL', H, gkey) end
+  if not released then unpark_group(gkey, 1) end
+end
+
 
 -- The state "<n>|<token>" -> n (0 when absent or garbage), token (nil when none), whether it
 -- holds a lease (a token without the '~' of a settled attempt).
@@ -231,7 +317,7 @@ local function tally(field, count)
   if count > 0 then redis.call('HINCRBY', T, field, count) end
 end
 
-local function forget(id) redis.call('HDEL', J, id) redis.call('HDEL', S, id) redis.call('HDEL', E, id) end
+local function forget(id) redis.call('HDEL', J, id) redis.call('HDEL', S, id) redis.call('HDEL', E, id) redis.call('HDEL', G, id) end
 
 -- Remember for DONE_TTL that `ids` finished (flag 'i'), and drop older tombstones.
 local function tombstone(ids, now)
@@ -260,8 +346,9 @@ end
 -- Appends one flag per triple to `out`: 1 acknowledged; 0 gone (already acknowledged,
 -- e.g. by this very call sent before, or cancelled); -1 held by another lease or no longer
 -- running (recovered, claimed again): nothing changed. Counts the acknowledged ones.
+-- `released` (optional): ids whose group slot the caller already gave away (claim.lua).
 -- Checks the types of the keys it writes unread before its first write.
-local function ack_from(first, now, out)
+local function ack_from(first, now, out, released)
   local ids = {}
   for i = first, #ARGV, 3 do table.insert(ids, ARGV[i]) end
   if #ids == 0 then return end
@@ -286,6 +373,7 @@ local function ack_from(first, now, out)
       release_key(eq and string.sub(info, eq + 1) or '', id)
       table.insert(done, id)
       if has(flags, 'i') then table.insert(finished, id) end
+      group_left(id, flags, true, released and released[id])
       table.insert(out, 1)
     elseif states[j] or redis.call('HEXISTS', J, id) == 1 then
       table.insert(out, -1)
