@@ -194,3 +194,34 @@ def test_schedule_api_stores_the_group(store):
     stored = store.client.hget(store.key(Q, "groups"), job.id).decode()
     assert stored == f"{grouped.name}\nshop:42"
     assert b"g" in store.client.hget(store.key(Q, "jobs"), job.id).split(b"\n")[0]
+
+
+def test_parked_jobs_are_counted_and_listed_as_pending(store):
+    limit(store, conc=1)
+    plain = put(store, None)
+    a, b, c = (put(store, "g") for _ in range(3))
+    claim(store, T0, "w#1", limit=2)  # plain and a
+    assert ids(claim(store, T0, "w#2")) == []  # b and c parked
+    late = put(store, None, delay=60)
+    assert parked(store) == 2
+    assert store.size(Q, "pending") == 3
+    counts = store.counts(Q, T0 + 1)
+    assert (counts["pending"], counts["parked"], counts["running"]) == (3, 2, 2)
+    assert store.page_ids(Q, "pending", 0, 10) == [late, b, c]
+    assert store.page_ids(Q, "pending", 1, 1) == [b]
+    page = store.page(Q, "pending", 0, 10)
+    assert [(j.id, j.score) for j in page][1:] == [(b, T0), (c, T0)]
+    assert plain not in store.page_ids(Q, "pending", 0, 10)
+
+
+def test_rate_state_of_quiet_groups_is_dropped(store):
+    limit(store, rate=(10, 1000))
+    for g in range(30):
+        put(store, f"g{g}")
+    claim(store, T0, "w#1", limit=30)
+    holds = store.key(Q, "holds")
+    assert store.client.hlen(holds) == 30  # each group's next free time
+    for i in range(4):  # later claims that pace a group look at 20 fields each
+        put(store, "late", now=T0 + 10)
+        claim(store, T0 + 10 + i, f"w#{i + 2}")
+    assert store.client.hkeys(holds) in ([], [b"\n" + f"{GROUPED}\nlate".encode()])

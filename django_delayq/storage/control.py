@@ -177,21 +177,28 @@ def above_zero(store: Store, queue: str) -> int:
 
 def pending_slices(store: Store, queue: str, offset: int, limit: int) -> list[tuple[str, int, int]]:
     """The pending jobs at ranks [offset, offset + limit) of a queue in claim order (the
-    prioritised ones above 0, then ``pending``'s, then those below 0), as (key kind, start,
-    stop) rank ranges of the two sets. One round trip."""
+    prioritised ones above 0, then ``pending``'s, then those below 0), then the jobs parked
+    by their group's limit (by group, lua/claim.lua), as (key kind, start, stop) rank ranges
+    of the three sets. One round trip."""
     ranked, pending = store.key(queue, "ranked"), store.key(queue, "pending")
-    above, plain = store.run(
+    replies = store.run(
         [
             store.command(b"ZCOUNT", ranked, 0, b"(%d" % ABOVE_ZERO, route=ranked),
             store.command(b"ZCARD", pending, route=pending),
+            store.command(b"ZCARD", ranked, route=ranked),
         ],
         budget=2.0,
     )
-    for reply in (above, plain):
+    for reply in replies:
         if isinstance(reply, Exception):
             raise reply
-    above, plain = int(above), int(plain)
-    segments = [("ranked", 0, above), ("pending", 0, plain), ("ranked", above, None)]
+    above, plain, total = (int(r) for r in replies)
+    segments = [
+        ("ranked", 0, above),
+        ("pending", 0, plain),
+        ("ranked", above, total),
+        ("parked", 0, None),
+    ]
     out, pos, end = [], 0, offset + limit
     for kind, first, last in segments:
         size = None if last is None else last - first
@@ -213,7 +220,11 @@ def pending_page(store: Store, queue: str, offset: int, limit: int) -> list[tupl
         key = store.key(queue, kind)
         read = store.command(b"ZRANGE", key, start, stop - 1, b"WITHSCORES", route=key)
         for member, score in _pairs(store.call(read)):
-            out.append((member, _due(score) if kind == "ranked" else score))
+            if kind == "parked":  # "<task>\n<group>\n<rank>\n<id>"
+                _, _, rank, job_id = _text(member).split("\n")
+                out.append((job_id, _due(rank)))
+            else:
+                out.append((member, _due(score) if kind == "ranked" else score))
     return out
 
 

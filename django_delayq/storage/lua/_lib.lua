@@ -13,9 +13,12 @@
 --                          "rate:<task>" -> "<count>/<period ms>", "tat:<task>" -> next free
 --                          claim time (microseconds); "conc:<task>" -> N, "hold:<task>" ->
 --                          "<id>|<token> ..."; "qconc" -> N (the queue's own limit),
---                          "qhold" -> its holders (see claim.lua). The whole key is absent while
---                          a queue has no control state, so claim.lua takes today's path
---                          after one EXISTS of Q and K.
+--                          "qhold" -> its holders (see claim.lua); "gconc:<task>" -> N,
+--                          "grate:<task>" -> "<count>/<period ms>" (limits per group),
+--                          "gsweep" -> the last group key claim.lua swept, "gscan" -> the
+--                          HSCAN cursor of its clean-up of H. The whole key is
+--                          absent while a queue has no control state, so claim.lua takes
+--                          today's path after one EXISTS of Q, K and B.
 --   R running  sorted set  job id -> lease_until for a job a runner has started;
 --                          lease_until - RESERVED (negative) for a job a worker claimed but has
 --                          not started yet (prefetched). A runner marks the start with a plain
@@ -56,8 +59,7 @@
 --                          call, so a slot a 0.5.0 worker freed is found too.
 --   H holds    hash        group key -> "<id>|<token> ..." (the group's lease holders, checked
 --                          against S at every claim, as "hold:<task>" is); "\n<group key>" ->
---                          the group's next free claim time (microseconds, GCRA as "tat:");
---                          "" -> the sweep's cursor (the last group key it looked at)
+--                          the group's next free claim time (microseconds, GCRA as "tat:")
 --   X relayed  sorted set  job id -> time a relay stored it from an outbox row (outbox promise I6):
 --                          a relay of a marked id never stores it again, however long the
 --                          row's DELETE is refused; the relayer removes the mark once the

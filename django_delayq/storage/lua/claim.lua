@@ -60,7 +60,7 @@
 -- claim reads a parked job twice). A due job over its group's rate stays pending, due when
 -- the group's rate allows it, the jobs of one group held back by one call spread one rate
 -- interval apart. Each call also sweeps one group of `parked` (round robin, cursor in
--- `holds` field ""): its parked jobs go back to pending for the group's free slots, which
+-- `control` field "gsweep"): its parked jobs go back to pending for the group's free slots, which
 -- heals a slot no hook freed (a 0.5.0 worker's ack, a limit raised or removed). The fast
 -- path above is taken only while `parked` does not exist either.
 local CONC_GAP = 250
@@ -124,6 +124,19 @@ local function write_groups()
     else redis.call('HDEL', H, gkey) end
   end
   for gkey, _ in pairs(group_dirty) do redis.call('HSET', H, '\n' .. gkey, int(group_tat[gkey])) end
+  if next(group_dirty) then
+    -- The rate state of groups that went quiet: a next free time already past counts as
+    -- none, so it is dropped, 20 fields looked at per call that paces a group (cursor in
+    -- `control` field "gscan"), and `holds` does not grow with every group ever seen.
+    local scan = redis.call('HSCAN', H, redis.call('HGET', K, 'gscan') or '0', 'COUNT', 20)
+    for i = 1, #scan[2], 2 do
+      local field = scan[2][i]
+      if string.sub(field, 1, 1) == '\n' and (tonumber(scan[2][i + 1]) or 0) <= now * 1000 then
+        redis.call('HDEL', H, field)
+      end
+    end
+    redis.call('HSET', K, 'gscan', scan[1])
+  end
 end
 local function group_of(id)
   local v = redis.call('HGET', G, id)
@@ -155,13 +168,13 @@ end
 -- gave their slots).
 local function sweep_parked()
   zsets(P, Q, B) hashes(G, H) lists(W)
-  local cursor = redis.call('HGET', H, '')
+  local cursor = redis.call('HGET', K, 'gsweep')
   local first = {}
   if cursor then first = redis.call('ZRANGEBYLEX', B, '(' .. cursor .. '\n\255', '+', 'LIMIT', 0, 1) end
   if not first[1] then first = redis.call('ZRANGEBYLEX', B, '-', '+', 'LIMIT', 0, 1) end
   local gkey = parked_parts(first[1])
   if not gkey then return end
-  redis.call('HSET', H, '', gkey)
+  redis.call('HSET', K, 'gsweep', gkey)
   local conc = group_limits(string.match(gkey, '^[^\n]*')).conc
   local free = 100
   if conc then
