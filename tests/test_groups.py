@@ -15,6 +15,7 @@ from django_delayq.jobs.ids import new_job_id
 from django_delayq.jobs.record import encode_record
 from django_delayq.scheduling.options import check_group
 from django_delayq.storage import control
+from tests.test_async_api import astore, run  # noqa: F401 - the astore fixture
 from tests.test_store import DEAD_OPTS, T0, members
 
 Q = "default"
@@ -225,3 +226,39 @@ def test_rate_state_of_quiet_groups_is_dropped(store):
         put(store, "late", now=T0 + 10)
         claim(store, T0 + 10 + i, f"w#{i + 2}")
     assert store.client.hkeys(holds) in ([], [b"\n" + f"{GROUPED}\nlate".encode()])
+
+
+def _grouped_task():
+    return task(name=f"tests.g_{uuid.uuid4().hex}", group_concurrency=1)(lambda n: None)
+
+
+def test_every_way_to_schedule_takes_a_group(store):
+    from django_delayq import call, schedule_many
+
+    grouped = _grouped_task()
+    jobs = [
+        schedule(grouped, 1, group="s:1"),
+        grouped.call(2).schedule(group="s:2"),
+        call(grouped, 3).schedule(group="s:3"),
+        *schedule_many(grouped, [(4,), {"args": [5], "group": "s:5"}], group="s:4"),
+    ]
+    groups = store.key(Q, "groups")
+    stored = [store.client.hget(groups, j.id) for j in jobs]
+    assert [g.decode().split("\n")[1] for g in stored] == ["s:1", "s:2", "s:3", "s:4", "s:5"]
+
+
+def test_aschedule_takes_a_group(astore):
+    from django_delayq import aschedule
+
+    grouped = _grouped_task()
+    job = run(aschedule, grouped, 1, group="s:9")
+    assert astore.client.hget(astore.key(Q, "groups"), job.id).endswith(b"\ns:9")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_group_through_the_outbox_is_refused(store):
+    from django.db import transaction
+
+    grouped = _grouped_task()
+    with transaction.atomic(), pytest.raises(ValueError, match=r"group='s:1' \(task .*outbox"):
+        schedule(grouped, 1, group="s:1", on_commit=True)
