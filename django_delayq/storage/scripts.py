@@ -54,7 +54,7 @@ KEY_NAMES = {
     "relayed": "X",
     "ranked": "Q",  # pending jobs with a priority (storage/control.py)
     "control": "K",  # a queue's pause state (storage/control.py)
-    "groups": "G",  # limits per group (lua/claim.lua)
+    "groups": "A",  # limits per group (lua/claim.lua)
     "parked": "B",
     "holds": "H",
 }

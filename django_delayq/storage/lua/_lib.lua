@@ -43,7 +43,7 @@
 --   C claims   hash        worker instance -> "<token>\n<id> <id> ..." (its last claim) and
 --                          "<instance>/r" -> "<token>\n<id> <outcome> ..." (its last recovery),
 --                          so a call re-sent with the same token answers the same
---   G groups   hash        job id -> "<task>\n<group>" (its group key) for a job scheduled with
+--   A groups   hash        job id -> "<task>\n<group>" (its group key) for a job scheduled with
 --                          group= (record flag 'g'); while the job is parked, the whole
 --                          member of B ("<task>\n<group>\n<rank, 20 digits>\n<id>").
 --                          Kept while the job lives (pending, running, dead), so a retry or
@@ -71,7 +71,7 @@
 -- the keys they write before their first write, so an error never leaves a job half moved.
 -- The record header may end with '^<priority>' (an integer -100..100, absent for 0), after
 -- the unique key if any: header() returns it.
--- Record flags: 'g' has a group (in G), 'i' keep a tombstone when finished, 'k' has keyword
+-- Record flags: 'g' has a group (in A), 'i' keep a tombstone when finished, 'k' has keyword
 -- arguments, 'u' max_retries
 -- undecided (scheduled by name from a process that does not import the task: the digits are
 -- that process's MAX_RETRIES; the worker writes the task's with settle.lua as it starts the
@@ -140,7 +140,7 @@ local function ranked_score(priority, due) return (100 - priority) * BAND + due 
 
 local function has(flags, flag) return string.find(flags, flag, 1, true) ~= nil end
 
--- A parked job's G value -> its group key, rank (number); nil for a job not parked.
+-- A parked job's value in A -> its group key, rank (number); nil for a job not parked.
 local function parked_parts(v)
   if not v then return nil end
   local gkey, rank = string.match(v, '^([^\n]*\n[^\n]*)\n(%d+)\n')
@@ -155,7 +155,7 @@ local function pending_due(id)
   if s then return tonumber(s), 0 end
   s = redis.call('ZSCORE', Q, id)
   if not s then
-    local v = redis.call('HGET', G, id)
+    local v = redis.call('HGET', A, id)
     local _, rank = parked_parts(v)
     if rank and redis.call('ZSCORE', B, v) then s = rank end
   end
@@ -179,10 +179,10 @@ end
 local function unpend(id)
   if redis.call('ZREM', P, id) == 1 then return true end
   if redis.call('ZREM', Q, id) == 1 then return true end
-  local v = redis.call('HGET', G, id)
+  local v = redis.call('HGET', A, id)
   local gkey = parked_parts(v)
   if gkey and redis.call('ZREM', B, v) == 1 then
-    redis.call('HSET', G, id, gkey)
+    redis.call('HSET', A, id, gkey)
     return true
   end
   return false
@@ -191,10 +191,10 @@ end
 -- schedule.lua: the job `id` (its record names the task) joins `group` ('': none).
 local function group_join(id, record, group)
   if group == '' then
-    redis.call('HDEL', G, id)
+    redis.call('HDEL', A, id)
     return
   end
-  redis.call('HSET', G, id, string.match(record, '^[^\n]*\n([^\n]*)') .. '\n' .. group)
+  redis.call('HSET', A, id, string.match(record, '^[^\n]*\n([^\n]*)') .. '\n' .. group)
 end
 
 -- Move up to `n` parked jobs of group key `gkey` back to pending (their due times and
@@ -205,7 +205,7 @@ local function unpark_group(gkey, n)
     local _, rank = parked_parts(m)
     local id = string.match(m, '\n([^\n]*)$')
     redis.call('ZREM', B, m)
-    redis.call('HSET', G, id, gkey)
+    redis.call('HSET', A, id, gkey)
     if math.floor(rank / BAND) == 100 then redis.call('ZADD', P, int(rank % BAND), id)
     else redis.call('ZADD', Q, int(rank), id) end
   end
@@ -216,12 +216,12 @@ end
 -- A job of a group (record flag 'g' in `flags`) left running (acknowledged, failed, handed
 -- back, recovered): the first parked job of its group, if any, goes back to pending to
 -- take the slot (unless `released`: the caller did), and it leaves the group's holders in
--- H; `finished`: the job is gone (acknowledged), its G entry goes too. Nothing for a job
+-- H; `finished`: the job is gone (acknowledged), its A entry goes too. Nothing for a job
 -- without flag 'g'.
 local function group_left(id, flags, finished, released)
   if not flags or not has(flags, 'g') then return end
-  local v = redis.call('HGET', G, id)
-  if finished then redis.call('HDEL', G, id) end
+  local v = redis.call('HGET', A, id)
+  if finished then redis.call('HDEL', A, id) end
   if not v then return end
   local gkey = string.match(v, '^([^\n]*\n[^\n]*)')
   local left = {}
@@ -319,7 +319,7 @@ local function tally(field, count)
   if count > 0 then redis.call('HINCRBY', T, field, count) end
 end
 
-local function forget(id) redis.call('HDEL', J, id) redis.call('HDEL', S, id) redis.call('HDEL', E, id) redis.call('HDEL', G, id) end
+local function forget(id) redis.call('HDEL', J, id) redis.call('HDEL', S, id) redis.call('HDEL', E, id) redis.call('HDEL', A, id) end
 
 -- Remember for DONE_TTL that `ids` finished (flag 'i'), and drop older tombstones.
 local function tombstone(ids, now)

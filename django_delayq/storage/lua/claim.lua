@@ -139,7 +139,7 @@ local function write_groups()
   end
 end
 local function group_of(id)
-  local v = redis.call('HGET', G, id)
+  local v = redis.call('HGET', A, id)
   return v and string.match(v, '^([^\n]*\n[^\n]*)')
 end
 -- A due job of a full group leaves pending for `parked` (see _lib.lua).
@@ -148,7 +148,7 @@ local function park(id, gkey)
   unpend(id)
   local member = gkey .. '\n' .. string.format('%020d', ranked_score(priority, due)) .. '\n' .. id
   redis.call('ZADD', B, 0, member)
-  redis.call('HSET', G, id, member)
+  redis.call('HSET', A, id, member)
 end
 -- The slots this call's acknowledgements free (ARGV[6..], flag 'g' in their info, still
 -- holding their lease): each group's first parked job goes back to pending before the
@@ -167,7 +167,7 @@ end
 -- group's free slots (the holders this call acknowledges still count: release_acked
 -- gave their slots).
 local function sweep_parked()
-  zsets(P, Q, B) hashes(G, H) lists(W)
+  zsets(P, Q, B) hashes(A, H) lists(W)
   local cursor = redis.call('HGET', K, 'gsweep')
   local first = {}
   if cursor then first = redis.call('ZRANGEBYLEX', B, '(' .. cursor .. '\n\255', '+', 'LIMIT', 0, 1) end
@@ -259,7 +259,7 @@ if #ids > 0 then
 end
 if controlled and #ids > 0 then
   -- Rate limits: jobs over their task's limit stay pending, due when it allows them.
-  zsets(R, B) hashes(T, G, H)
+  zsets(R, B) hashes(T, A, H)
   local rates, deferred, held = {}, {}, 0
   local slots, holders = {}, {}  -- per task: the limit (false: none), live holders
   local now_us = now * 1000
