@@ -17,8 +17,10 @@ import importlib
 import importlib.abc
 import importlib.util
 import sys
+import types
 import warnings
 
+from django_delayq.batches.api import batch, cancel_batch, get_batch
 from django_delayq.exceptions import (
     ConfigurationError,
     ConnectionError,
@@ -103,6 +105,20 @@ class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 if not any(isinstance(finder, _MovedModules) for finder in sys.meta_path):
     sys.meta_path.append(_MovedModules())
 
+
+class _Package(types.ModuleType):
+    """django_delayq itself: ``import django_delayq.batch`` (0.4's module, now
+    storage/bulk.py) makes importlib set the package's attribute ``batch`` to that module;
+    the name is the batch() function's since 0.6, so a module is not let in there."""
+
+    def __setattr__(self, name, value):
+        if name == "batch" and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
+
 __all__ = [
     "Call",
     "ConfigurationError",
@@ -119,9 +135,12 @@ __all__ = [
     "acancel",
     "aget_job",
     "aschedule",
+    "batch",
     "call",
     "cancel",
+    "cancel_batch",
     "current_job",
+    "get_batch",
     "get_job",
     "is_paused",
     "pause",

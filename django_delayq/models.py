@@ -63,6 +63,9 @@ class OutboxJob(models.Model):
     relative = models.BooleanField(default=False)
     record = models.BinaryField()
     created_at = models.DateTimeField()
+    # The job's link (its batch, its place in a chain: batches/links.py), relayed beside the
+    # record; "" for none (migration 0006).
+    link = models.TextField(default="", blank=True)
 
     class Meta:
         db_table = "django_delayq_outbox"

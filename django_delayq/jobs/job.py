@@ -107,9 +107,24 @@ class Job:
         ``ScheduleState`` (so in async code, read it through ``sync_to_async``)."""
         return schedule_lookup(self.id)
 
+    @cached_property
+    def batch_id(self) -> str | None:
+        """The id of the batch this job is a member or a callback of (a chain step of a
+        member chain too); None for any other job. Read on first access (one HGET of its
+        link in Redis, while the job exists), then kept on this Job."""
+        return batch_lookup(self.queue, self.id)
+
 
 def _no_schedules(job_id: str) -> str | None:
     return None
+
+
+def _no_batches(queue: str, job_id: str) -> str | None:
+    return None
+
+
+# The batch a job belongs to: django_delayq.batches sets it when imported.
+batch_lookup: Callable[[str, str], str | None] = _no_batches
 
 
 # The schedule an occurrence's id belongs to: django_delayq.recurring.names sets it when

@@ -16,7 +16,9 @@ any): ``5ik=19:order:42:autocancel^10``; scripts read it to put the job in the q
 The header is everything scripts need (``header()`` in ``lua/_lib.lua``), so they never
 decode user data, whatever its size or nesting: ``max_retries`` (decided once, when the job is
 scheduled), flags (``i``: keep a tombstone when it finishes, see ``store.py``; ``k``: has
-keyword arguments; ``u``: max_retries undecided, see below) and the unique key.
+keyword arguments; ``u``: max_retries undecided, see below; ``l``: linked, a member of a batch
+or a step of a chain, its link stored beside the record; ``e``: its tombstone is kept a day)
+and the unique key.
 
 A process that schedules a task by name without importing it (``CHECK_NAMES`` off) does not
 know the task's ``max_retries``: it writes its ``MAX_RETRIES`` setting and flag ``u``, and
@@ -43,6 +45,8 @@ from django_delayq.jobs.arguments import comes_back_equal, dumps, refusal
 FLAG_TOMBSTONE = "i"
 FLAG_KWARGS = "k"
 FLAG_UNDECIDED = "u"
+FLAG_LINKED = "l"  # a link beside the record: a batch member or chain step (lua/_lib.lua)
+FLAG_LONG_TOMBSTONE = "e"  # with 'i': the tombstone is kept a day (a callback, a next step)
 
 
 def encode_record(

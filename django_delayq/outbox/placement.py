@@ -28,7 +28,8 @@ from django_delayq.jobs.job import (
 from django_delayq.outbox import relay as relaying
 from django_delayq.outbox import rows as outbox
 from django_delayq.outbox.database_time import When
-from django_delayq.scheduling.plan import Place, Prepared, relay_beyond_horizon
+from django_delayq.scheduling.plan import Place, relay_beyond_horizon
+from django_delayq.scheduling.prepared import Prepared
 from django_delayq.scheduling.registry import sender
 from django_delayq.storage.connection import get_store
 from django_delayq.storage.store import Store
@@ -59,7 +60,9 @@ def store_row(prepared: Prepared, alias: str | None, far: bool, now: float) -> J
     due = plan.due(now)
     on_conflict = plan.options["on_conflict"]
     delay = plan.options.get("delay")  # None for at=: the row keeps the absolute time
-    row = outbox.Row(prepared.id, plan.queue, due, prepared.record, plan.key, on_conflict, delay)
+    row = outbox.Row(
+        prepared.id, plan.queue, due, prepared.record, plan.key, on_conflict, delay, prepared.link
+    )
     who = prepared.sender
     displaced: str | None = None  # a pending job in Redis whose unique key this row takes
     if plan.key is not None and (far or on_conflict == "keep"):
@@ -134,7 +137,14 @@ def replace_row(prepared: Prepared, alias: str, held: outbox.Row) -> Job:
     now = time.time()
     delay = plan.options.get("delay")
     row = outbox.Row(
-        prepared.id, plan.queue, plan.due(now), prepared.record, plan.key, "replace", delay
+        prepared.id,
+        plan.queue,
+        plan.due(now),
+        prepared.record,
+        plan.key,
+        "replace",
+        delay,
+        prepared.link,
     )
     outcome, row = outbox.save(alias, row, When(0.0), now)
     job = row_job(row, outcome)
@@ -156,7 +166,7 @@ def bulk_rows(rows: list[tuple[int, Prepared]], now: float) -> dict[int, Job]:
     for _, p in rows:
         due = p.plan.due(now)
         delay = p.plan.options.get("delay")
-        row = outbox.Row(p.id, p.plan.queue, due, p.record, delay=delay)
+        row = outbox.Row(p.id, p.plan.queue, due, p.record, delay=delay, link=p.link)
         made.append((row, relay_beyond_horizon(due, delay)))
     outbox.save_many(alias, made, now)
     jobs = {i: row_job(row, "created") for (i, _), (row, _) in zip(rows, made, strict=True)}

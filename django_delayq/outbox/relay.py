@@ -80,7 +80,7 @@ def _entry(row: Row) -> Entry:
     """A row as a batch entry. Its due time: the remaining delay (Redis's clock counts it),
     or the absolute time of an ``at=`` job."""
     when = {"at": row.due_at} if row.delay is None else {"delay": max(row.delay, 0.0)}
-    return Entry(row.id, row.queue, row.record, when, row.key, row.on_conflict)
+    return Entry(row.id, row.queue, row.record, when, row.key, row.on_conflict, row.link)
 
 
 def relay_now(store: Store, alias: str, ids: Sequence[str]) -> bool:
@@ -180,8 +180,9 @@ def _read(rows: Any, db_now: Any, limit: int) -> list[Row]:
             key,
             on_conflict,
             (due - read_at).total_seconds() if relative else None,
+            link,
         )
-        for i, q, due, record, key, on_conflict, relative, read_at in rows.values_list(
+        for i, q, due, record, key, on_conflict, relative, link, read_at in rows.values_list(
             *ROW_FIELDS, db_now
         )[:limit]
     ]

@@ -5,16 +5,14 @@ Redis; it deals in :class:`Row`. Moving rows into Redis is outbox/relay.py's.
 Two kinds of rows:
 
 - ``schedule(..., on_commit=True)`` inside a transaction inserts the job's row in that
-  transaction. After the commit the committing process relays the row at once
-  (relaying.relay_now, the fast path) and deletes it; if that fails (Redis down, process
-  killed) the row's ``relay_at`` (``GRACE`` seconds after it was written) passes and any
-  worker relays it.
+  transaction. After the commit the committing process relays the row at once (relay_now,
+  the fast path) and deletes it; if that fails (Redis down, process killed) the row's
+  ``relay_at`` (``GRACE`` seconds after it was written) passes and any worker relays it.
 - With ``DELAYQ["HORIZON"]``, a job due later than now + HORIZON is a row whose
   ``relay_at`` is ``due_at - HORIZON``: workers move it into Redis as it comes within the
   horizon, long before it is due, so it runs as on time as a job held in Redis.
 
-How a relay moves rows into Redis, exactly once, and how several relay at once: see
-outbox/relay.py.
+How a relay moves rows into Redis, exactly once, several at once: outbox/relay.py.
 """
 
 from __future__ import annotations
@@ -60,9 +58,10 @@ class Row:
     key: str | None = None
     on_conflict: str = "replace"
     delay: float | None = None
+    link: str = ""  # its batch, its place in a chain (batches/links.py): record flag 'l'
 
 
-ROW_FIELDS = ("id", "queue", "due_at", "record", "key", "on_conflict", "relative")
+ROW_FIELDS = ("id", "queue", "due_at", "record", "key", "on_conflict", "relative", "link")
 
 
 def key_hash(key: str | None) -> str | None:
@@ -93,7 +92,8 @@ def _model() -> type[OutboxJob]:
 
 
 def _row(obj: OutboxJob) -> Row:
-    return Row(obj.id, obj.queue, epoch(obj.due_at), bytes(obj.record), obj.key, obj.on_conflict)
+    at, record = epoch(obj.due_at), bytes(obj.record)
+    return Row(obj.id, obj.queue, at, record, obj.key, obj.on_conflict, link=obj.link)
 
 
 def aliases() -> list[str]:
@@ -220,6 +220,7 @@ def _save(alias: str, row: Row, relay_at: When | float, now: float) -> tuple[str
                 relay_at=sql_time(alias, relay_at),
                 relative=row.delay is not None,
                 on_conflict=row.on_conflict,
+                link=row.link,
             )
             return "replaced", replace(row, id=held.id)
     _rows(alias).create(
@@ -233,6 +234,7 @@ def _save(alias: str, row: Row, relay_at: When | float, now: float) -> tuple[str
         on_conflict=row.on_conflict,
         record=row.record,
         created_at=column_time(now),
+        link=row.link,
     )
     return "created", row
 
@@ -260,6 +262,7 @@ def save_many(
             record=row.record,
             on_conflict=row.on_conflict,
             created_at=created,
+            link=row.link,
         )
         for row, relay_at in rows
     ]
@@ -357,10 +360,8 @@ def page(queue: str, offset: int, limit: int) -> list[Row]:
 
 
 def queues() -> list[str]:
-    names: set[str] = set()
-    for alias in aliases():
-        names.update(_rows(alias).values_list("queue", flat=True).distinct())
-    return sorted(names)
+    found = (_rows(a).values_list("queue", flat=True).distinct() for a in aliases())
+    return sorted({name for names in found for name in names})
 
 
 def cancel(

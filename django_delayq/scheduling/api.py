@@ -18,21 +18,22 @@ from django_delayq import signals
 from django_delayq.conf import delayq_settings
 from django_delayq.exceptions import OutcomeUnknown
 from django_delayq.jobs.job import Job, decode_fields, job_from_raw, make_job
+from django_delayq.jobs.record import FLAG_LINKED
 from django_delayq.monitoring.health import iter_known_queues
 from django_delayq.outbox import placement
 from django_delayq.outbox import rows as outbox
-from django_delayq.scheduling import registry
+from django_delayq.scheduling import membership, registry
 from django_delayq.scheduling.calls import Call
 from django_delayq.scheduling.calls import use_scheduler as use_call_scheduler
 from django_delayq.scheduling.plan import (
     REDIS,
     Place,
     Plan,
-    Prepared,
     mixed_plan,
     resolve_task,
     transaction_alias,
 )
+from django_delayq.scheduling.prepared import Prepared
 from django_delayq.scheduling.registry import Task, sender
 from django_delayq.storage.bulk import Batch
 from django_delayq.storage.connection import get_store
@@ -47,7 +48,9 @@ def _store(prepared: Prepared) -> Job:
     """Store a job in Redis now and send job_scheduled."""
     plan = prepared.plan
     try:
-        result = get_store().schedule(plan.queue, prepared.id, prepared.record, **plan.options)
+        result = get_store().schedule(
+            plan.queue, prepared.id, prepared.record, link=prepared.link, **plan.options
+        )
     except OutcomeUnknown as exc:
         raise OutcomeUnknown(
             f"{exc}; the job may have been stored: get_job({prepared.id!r}) tells"
@@ -83,18 +86,31 @@ def call(task: Task | str, /, *args: Any, **kwargs: Any) -> Call:
     return Call(name, args, kwargs)
 
 
-def schedule_call(call: Call, options: dict[str, Any]) -> Job:
-    """Store a job of ``call`` (:meth:`Call.schedule`): ``options`` are only options."""
+def schedule_call(
+    call: Call, options: dict[str, Any], link: str | None = None, job_id: str | None = None
+) -> Job:
+    """Store a job of ``call`` (:meth:`Call.schedule`): ``options`` are only options.
+    ``link`` (the first step of a chain, batches/chains.py): the job's link, instead of the
+    open batch's; ``job_id``: its id, instead of a new one."""
     on_commit = options.pop("on_commit", False)
-    return _schedule_planned(Plan(call.task, options), call.args, dict(call.kwargs), on_commit)
+    plan = Plan(call.task, options)
+    return _schedule_planned(plan, call.args, dict(call.kwargs), on_commit, link, job_id)
 
 
 def _schedule_planned(
-    plan: Plan, args: tuple | list, kwargs: dict, on_commit: bool | str = False
+    plan: Plan,
+    args: tuple | list,
+    kwargs: dict,
+    on_commit: bool | str = False,
+    link: str | None = None,
+    job_id: str | None = None,
 ) -> Job:
     now = time.time()
     where = plan.place(transaction_alias(on_commit), now)
-    return _send(Prepared(plan, args, kwargs, outbox=where.in_outbox), where, now)
+    prepared = Prepared(plan, args, kwargs, outbox=where.in_outbox, link=link, job_id=job_id)
+    job = _send(prepared, where, now)
+    membership.joined([job])
+    return job
 
 
 def _send(prepared: Prepared, where: Place, now: float) -> Job:
@@ -129,7 +145,9 @@ def schedule_many(
         prepared.append(Prepared(plan, args, kwargs, outbox=plan.far(now)))
     keys = [p.plan.key for p in prepared if p.plan.key is not None]
     if delayq_settings.HORIZON is None and not (keys and outbox.holds_any_key(keys)):
-        return _bulk_redis(prepared)
+        jobs = _bulk_redis(prepared)
+        membership.joined(jobs)
+        return jobs
     # With a horizon, or a key a row holds (rows a past horizon left, on_commit rows not
     # relayed yet): jobs with unique keys one by one (the key may be held in either
     # place), jobs beyond the horizon as rows, the rest to Redis in bulk.
@@ -146,7 +164,9 @@ def schedule_many(
             bulk.append((i, p))
     placed.update(placement.bulk_rows(rows, now))
     placed.update(zip((i for i, _ in bulk), _bulk_redis([p for _, p in bulk]), strict=True))
-    return [placed[i] for i in range(len(prepared))]
+    jobs = [placed[i] for i in range(len(prepared))]
+    membership.joined(jobs)
+    return jobs
 
 
 def _bulk_redis(prepared: list[Prepared]) -> list[Job]:
@@ -264,11 +284,25 @@ def _cancel_redis(queue: str, *, job_id: str | None = None, key: str | None = No
     if found is None:
         return False
     cancelled_id, record = found
-    job = make_job(
-        cancelled_id, queue, "cancelled", decode_fields(record), delayq_settings.MAX_RETRIES
-    )
+    fields = decode_fields(record)
+    if FLAG_LINKED in fields.flags:  # its batch or chain learns it ended (batches/)
+        forward_cancelled(get_store(), [(queue, cancelled_id)])
+    job = make_job(cancelled_id, queue, "cancelled", fields, delayq_settings.MAX_RETRIES)
     signals.send(signals.job_cancelled, sender(job.task), job=job)
     return True
+
+
+def _no_forwarding(store: Any, ended: list[tuple[str, str]]) -> None:
+    """Replaced by batches/forwarding.py's forward_ids when it is imported (the package's
+    __init__ does): scheduling never imports batches."""
+
+
+forward_cancelled = _no_forwarding
+
+
+def use_forwarding(function: Any) -> None:
+    global forward_cancelled
+    forward_cancelled = function
 
 
 registry.use_scheduler(schedule)  # Task.schedule() (registry.py cannot import this module)

@@ -1,7 +1,7 @@
 """The async API: aschedule(), acancel(), aget_job(), for async views.
 
 The path is the sync API's (api.py): the plan validates and says where the job goes
-(:meth:`~.plan.Plan.place`), the call is encoded for that place (:class:`~.plan.Prepared`),
+(:meth:`~.plan.Plan.place`), the call is encoded for that place (:class:`~.prepared.Prepared`),
 and sent there. Redis is reached on a ``redis.asyncio`` client under the same retry policy
 (:mod:`.storage.async_store`). What needs the database (the place of a keyed job: does a row
 hold its key; an outbox row: a job beyond ``DELAYQ["HORIZON"]``; a miss of aget_job(); the
@@ -29,10 +29,11 @@ from django_delayq.jobs.job import Job, decode_fields, job_from_raw, make_job
 from django_delayq.monitoring.health import named_queues, new_names
 from django_delayq.outbox import placement
 from django_delayq.outbox import rows as outbox
-from django_delayq.scheduling import registry
+from django_delayq.scheduling import membership, registry
 from django_delayq.scheduling.calls import Call
 from django_delayq.scheduling.calls import use_scheduler as use_call_scheduler
-from django_delayq.scheduling.plan import REDIS, Plan, Prepared, mixed_plan
+from django_delayq.scheduling.plan import REDIS, Plan, mixed_plan
+from django_delayq.scheduling.prepared import Prepared
 from django_delayq.scheduling.registry import Task, sender
 from django_delayq.storage.async_store import AsyncStore, get_async_store
 from django_delayq.storage.queues import check_queue_name
@@ -75,16 +76,19 @@ async def _aschedule_planned(plan: Plan, args: tuple | list, kwargs: dict) -> Jo
         where = await sync_to_async(plan.place)(None, now)
     prepared = Prepared(plan, args, kwargs, outbox=where.in_outbox)
     if where is not REDIS:
-        return await sync_to_async(placement.to_outbox)(prepared, where, now)
+        job = await sync_to_async(placement.to_outbox)(prepared, where, now)
+        membership.joined([job])
+        return job
     try:
         result = await get_async_store().schedule(
-            plan.queue, prepared.id, prepared.record, **plan.options
+            plan.queue, prepared.id, prepared.record, link=prepared.link, **plan.options
         )
     except OutcomeUnknown as exc:
         raise OutcomeUnknown(
             f"{exc}; the job may have been stored: aget_job({prepared.id!r}) tells"
         ) from exc
     job = prepared.job(result)
+    membership.joined([job])
     await _send(signals.job_scheduled, prepared.sender, job=job)
     return job
 

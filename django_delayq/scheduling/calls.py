@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from django_delayq.jobs.job import Job
 
-# "schedule": api.schedule_call, "aschedule": async_api.aschedule_call (see use_scheduler).
+# "schedule": api.schedule_call, "aschedule": async_api.aschedule_call, "chain":
+# batches.chains.schedule_chain (see use_scheduler).
 _schedulers: dict[str, Callable[[Call, dict[str, Any]], Any]] = {}
 
 
@@ -58,6 +59,39 @@ class Call:
         """:meth:`schedule` from async code, as :func:`~django_delayq.aschedule` (no
         ``on_commit``)."""
         return await _schedulers["aschedule"](self, options)
+
+    def then(self, call: Call, **options: Any) -> Chain:
+        """A chain: this call, then ``call`` once this one succeeded (``options``:
+        ``delay``, counted from that moment, ``queue``, ``priority``, ``max_retries``).
+        Schedule it with :meth:`Chain.schedule`."""
+        return Chain(((self, {}),)).then(call, **options)
+
+
+@dataclass(frozen=True)
+class Chain:
+    """Calls run one after the other: each step is scheduled when the one before it
+    succeeded, its delay counted from then; a dead step ends the chain (``on_death`` is
+    scheduled then, if given); a cancelled one ends it too. Made by :meth:`Call.then`."""
+
+    steps: tuple[tuple[Call, dict[str, Any]], ...]
+    death: Call | None = None
+
+    def then(self, call: Call, **options: Any) -> Chain:
+        """This chain, then ``call`` (options as :meth:`Call.then`)."""
+        if not isinstance(call, Call):
+            raise TypeError(
+                f"then() takes a Call (Task.call(...) or django_delayq.call(...)), got {call!r}"
+            )
+        return Chain((*self.steps, (call, dict(options))), self.death)
+
+    def on_death(self, call: Call) -> Chain:
+        """This chain, scheduling ``call`` when one of its steps dies."""
+        return Chain(self.steps, call)
+
+    def schedule(self, **options: Any) -> Job:
+        """Schedule the first step (``options`` as :meth:`Call.schedule`); returns its
+        Job. The chain's id is the first step's id."""
+        return _schedulers["chain"](self, options)
 
 
 def use_scheduler(method: str, function: Callable[[Call, dict[str, Any]], Any]) -> None:

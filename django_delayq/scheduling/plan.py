@@ -14,7 +14,6 @@ database; only a unique key's place is read there (which row holds it).
 
 from __future__ import annotations
 
-import copy
 import math
 import re
 import time
@@ -28,12 +27,13 @@ from django.db import DEFAULT_DB_ALIAS, transaction
 from django.utils import timezone
 
 from django_delayq.conf import delayq_settings
-from django_delayq.jobs.ids import new_job_id
-from django_delayq.jobs.job import DEFERRED, PENDING, Job, decode_fields, make_job
-from django_delayq.jobs.record import FLAG_TOMBSTONE, FLAG_UNDECIDED, Fields, encode_record
+from django_delayq.jobs.record import (
+    FLAG_TOMBSTONE,
+    FLAG_UNDECIDED,
+)
 from django_delayq.outbox import rows as outbox
 from django_delayq.outbox.database_time import When
-from django_delayq.scheduling.options import check_priority, group_in_outbox, plan_group
+from django_delayq.scheduling.options import check_priority, plan_group
 from django_delayq.scheduling.registry import (
     SCHEDULE_OPTIONS,
     Task,
@@ -43,9 +43,8 @@ from django_delayq.scheduling.registry import (
     shadowing,
     unknown_task,
 )
-from django_delayq.storage.bulk import Entry
 from django_delayq.storage.queues import check_queue_name
-from django_delayq.storage.store import DONE_TTL, Scheduled
+from django_delayq.storage.store import DONE_TTL
 from django_delayq.wording import closest
 
 TASK_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_<>][\w<>]*)+")
@@ -59,7 +58,9 @@ MAX_DELAY = 100 * 365.25 * 24 * 3600
 _SOON = DONE_TTL
 _SKEW = 3600.0
 
-OPTION_NAMES = SCHEDULE_OPTIONS - {"on_commit"}
+OPTION_NAMES = frozenset(
+    {"delay", "at", "key", "on_conflict", "queue", "max_retries", "priority", "group"}
+)
 
 
 def mixed_plan(task: Any, kwargs: dict[str, Any]) -> tuple[Plan, bool | str]:
@@ -326,75 +327,3 @@ class Plan:
         if held is not None and not outbox.leftover(self.queue, held[1].id):
             return Place(True, held=held)
         return REDIS
-
-
-class Prepared:
-    """A validated schedule() call, encoded for where it goes: Redis now, or the outbox
-    (``outbox``: its record has flag 'i', see :meth:`for_outbox`)."""
-
-    __slots__ = ("args", "id", "kwargs", "outbox", "plan", "record")
-
-    def __init__(self, plan: Plan, args: tuple | list, kwargs: dict, outbox: bool = False) -> None:
-        if plan.task is not None:
-            plan.task.check_call(args, kwargs)
-        self.plan = plan
-        self.args, self.kwargs = list(args), kwargs
-        self.outbox = outbox
-        self.record = self._encode()
-        self.id = new_job_id()
-
-    def _encode(self) -> bytes:
-        plan = self.plan
-        # A record bound for the outbox may be relayed twice: flag 'i' makes a finished job
-        # leave a tombstone, so the second relay never stores it again.
-        flags = record_flags(plan.when, True, plan.policy) if self.outbox else plan.flags
-        if self.outbox and plan.group is not None:
-            raise ValueError(group_in_outbox(plan.name, plan.group))
-        return encode_record(
-            plan.name, self.args, self.kwargs, plan.key, plan.max_retries, flags, plan.priority
-        )
-
-    def for_outbox(self) -> Prepared:
-        """This call encoded for the outbox, under the same id: itself when it was (as
-        schedule() prepares it, knowing its place); schedule_many() prepares its calls before
-        the place of a keyed one is known (an earlier call may take the key)."""
-        if self.outbox:
-            return self
-        bound = copy.copy(self)
-        bound.outbox = True
-        bound.record = bound._encode()
-        return bound
-
-    @property
-    def sender(self) -> Task | str:
-        """The sender of the job's signals."""
-        return self.plan.task or self.plan.name
-
-    def entry(self) -> Entry:
-        """The job as one entry of a batch for Redis (batch.py)."""
-        plan = self.plan
-        on_conflict, group = plan.options["on_conflict"], plan.group
-        return Entry(self.id, plan.queue, self.record, plan.when, plan.key, on_conflict, group)
-
-    def job(self, result: Scheduled | None) -> Job:
-        """The Job this call stored (or kept)."""
-        plan = self.plan
-        fields = Fields(
-            plan.name, self.args, self.kwargs, plan.key, plan.max_retries, priority=plan.priority
-        )
-        if result is not None and result.record:  # kept: describe the existing job
-            fields = decode_fields(result.record)
-        status = PENDING if result is None or result.outcome != "done" else "done"
-        return make_job(
-            result.id if result else self.id,
-            plan.queue,
-            status,
-            fields,
-            delayq_settings.MAX_RETRIES,
-            score=result.due_at if result else None,
-            outcome=DEFERRED
-            if result is None
-            else "created"
-            if status == "done"
-            else result.outcome,
-        )

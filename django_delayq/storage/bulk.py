@@ -25,7 +25,8 @@ class Entry:
     when: dict[str, float]
     key: str | None = None
     on_conflict: str = "replace"
-    group: str | None = None  # limits per group (schedule.lua's ARGV[11])
+    link: str = ""  # batches/links.py: the record has flag 'l'
+    group: str | None = None  # limits per group (schedule.lua's ARGV[12])
 
 
 class Batch:
@@ -54,13 +55,14 @@ class Batch:
                 on_conflict=entry.on_conflict,
                 relay=relay,
                 adopt=relay,
+                link=entry.link,
                 group=entry.group,
             )
             self.ops.append(op)
             self._owners.append([entry.id])
         for queue, group in plain.items():
             if group:
-                jobs = [(e.id, e.record, e.when) for e in group]
+                jobs = [(e.id, e.record, e.when, e.link) for e in group]
                 self.ops.append(store.schedule_many_op(queue, jobs, relay=relay))
                 self._owners.append([e.id for e in group])
 

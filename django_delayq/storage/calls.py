@@ -76,6 +76,13 @@ class Calls(KeyNames):
             head_len=len(head),
         )
 
+    def slot_op(self, name: str, keys: Sequence[str], argv: Sequence[Any], parse: Any) -> Op:
+        """An EVALSHA of script ``name`` on ``keys`` (one slot, not a queue's: a batch's),
+        re-sent after a lost reply."""
+        lua = script(name)
+        args = (b"EVALSHA", lua.sha_bytes, b"%d" % len(keys), *(k.encode() for k in keys))
+        return Op((*args, *argv), parse, Policy.RESEND, route=args[3], script=lua)
+
     def command(self, *args: Any, route: str | None = None, policy: Policy = Policy.RESEND) -> Op:
         """A plain command (``route``: a key it touches, for a cluster)."""
         return Op(args, None, policy, route=route.encode() if route else None)

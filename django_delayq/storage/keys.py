@@ -27,9 +27,19 @@ KEY_KINDS = (
     "relayed",  # outbox rows stored by a relay whose DELETE has not committed (outbox/rows.py)
     "ranked",  # pending jobs with a priority other than 0 (storage/control.py)
     "control",  # queue control: paused, rate and concurrency limits (storage/control.py)
+    "links",  # job id -> its batch / chain link (batches/links.py), for jobs with flag 'l'
+    "forward",  # ended linked jobs whose outcome the worker has not forwarded yet
     "groups",  # job id -> its task and group, for jobs scheduled with group= (lua/claim.lua)
     "parked",  # due jobs of a group at its limit, waiting for a slot (lua/claim.lua)
     "holds",  # per task and group: its lease holders and rate state (lua/claim.lua)
+)
+
+# A batch's keys are ``{prefix}:{b:<batch id>}:<kind>``: a slot of their own (members may be in
+# any queue), touched only by the batch scripts (storage/batches.py).
+BATCH_KINDS = (
+    "batch",  # hash: callbacks, total once sealed, counts, decisions (lua/batch_ended.lua)
+    "ended",  # hash: member id -> 'succeeded' | 'dead' | 'cancelled'
+    "members",  # hash: member id -> its queue (written when sealed)
 )
 
 
@@ -70,6 +80,27 @@ class KeyNames:
     def worker_key(self, instance: str) -> str:
         """``{prefix}:worker:<instance>``: one live worker's description (roster.py)."""
         return f"{self.prefix}:worker:{instance}"
+
+    def batch_keys(self, batch_id: str) -> list[str]:
+        """A batch's keys, in the order of BATCH_KINDS (one slot: ``{b:<id>}``)."""
+        return [f"{self.prefix}:{{b:{batch_id}}}:{kind}" for kind in BATCH_KINDS]
+
+    @property
+    def batches_key(self) -> str:
+        """``{prefix}:batches``: batch id -> created (epoch ms), every batch kept (the admin's
+        list, newest first)."""
+        return f"{self.prefix}:batches"
+
+    @property
+    def open_batches_key(self) -> str:
+        """``{prefix}:batches:open``: batch id -> when a worker should look at it next (epoch
+        ms): batches whose callbacks are not all placed (batches/forwarding.py sweeps it)."""
+        return f"{self.prefix}:batches:open"
+
+    def chain_key(self, chain_id: str) -> str:
+        """``{prefix}:chain:<id>``: hash step index -> the step's call (JSON), "death" -> the
+        on_death call: a chain's steps after the first, until it ends."""
+        return f"{self.prefix}:chain:{chain_id}"
 
     def schedule_sets_key(self, kind: str) -> str:
         """``{prefix}:schedule-sets:first|seen``: when each version of

@@ -35,6 +35,9 @@ SCRIPTS = (
     "fetch",
     "upgrade",
     "occur",  # recurring schedules (storage/recurring.py)
+    "batch_seal",  # batches (storage/batches.py): keys of one batch, not of a queue
+    "batch_ended",
+    "batch_cancel",
 )
 
 # The keys of a queue (store.KEY_KINDS) and the Lua names scripts know them by.
@@ -54,9 +57,15 @@ KEY_NAMES = {
     "relayed": "X",
     "ranked": "Q",  # pending jobs with a priority (storage/control.py)
     "control": "K",  # a queue's pause state (storage/control.py)
+    "links": "L",  # batches and chains (batches/links.py)
+    "forward": "G",
     "groups": "A",  # limits per group (lua/claim.lua)
-    "parked": "B",
-    "holds": "H",
+    "parked": "Y",
+    "holds": "Z",
+    # A batch's keys (keys.BATCH_KINDS), for the batch_* scripts.
+    "batch": "B",
+    "ended": "N",
+    "members": "H",
 }
 _LUA_FUNCTION = re.compile(r"^local function (\w+)\(")
 _KEYS_LINE = re.compile(r"^-- KEYS: ([a-z ]+)$", re.MULTILINE)

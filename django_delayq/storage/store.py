@@ -75,6 +75,7 @@ class Store(Reads, Roster, OldLayout):
         relay: bool = False,
         adopt: bool = False,
         remember: bool = False,
+        link: str = "",
         group: str | None = None,
     ) -> Op:
         """``remember``: the script adds the queue to ``{prefix}:queues`` (one Redis only).
@@ -85,14 +86,14 @@ class Store(Reads, Roster, OldLayout):
         ``adopt``: the relay of an outbox row: an id marked relayed is never stored again
         (the id is marked), and a pending job of another id holding ``key`` is removed, this
         one taking the key under ``job_id`` (the row took the key in the database).
-        ``group``: the job's group (its record has flag 'g'), for the task's limits per group."""
+        ``link``: the job's link (batches/links.py; its record has flag 'l'), stored beside
+        it in the same script; ``group``: its group (flag 'g', lua/claim.lua), the same."""
         mode, value = ("delay", delay or 0.0) if at is None else ("at", at)
         argv = (job_id, record, mode, ms(value), key or "", on_conflict, now_arg(now))
         first = "1" if relay else ""
         last = "1" if adopt else ""
-        tail = (last, queue) if remember else (last,)  # ARGV[9], and ARGV[10] with KEYS[12]
-        if group:  # ARGV[11]: the job's group (limits per group, see lua/claim.lua)
-            tail = (last, queue if remember else "", group)
+        tail = (last, queue, link) if remember else (last, "", link) if link or group else (last,)
+        tail = (*tail, group) if group else tail  # ARGV[9..12]; ARGV[10] with KEYS[14]
         return self.op(
             "schedule",
             queue,
@@ -151,24 +152,25 @@ class Store(Reads, Roster, OldLayout):
     def schedule_many_op(
         self,
         queue: str,
-        jobs: Sequence[tuple[str, bytes, dict[str, float]]],
+        jobs: Sequence[tuple[Any, ...]],
         now: float | None = None,
         relay: bool = False,
     ) -> Op:
-        """One schedule_many.lua call for jobs without unique keys: (id, record, when),
-        ``when`` being ``{"delay": seconds}`` or ``{"at": epoch}``. Parses to one
+        """One schedule_many.lua call for jobs without unique keys: (id, record, when) or
+        (id, record, when, link), ``when`` being ``{"delay": seconds}`` or ``{"at": epoch}``,
+        ``link`` the job's link (batches/links.py) or "". Parses to one
         Scheduled per job, in order. ``relay``: the relay of outbox rows (as for
         :meth:`schedule_op`: a job is never stored twice, the ids are marked relayed)."""
         argv: list[Any] = []
         plan: list[tuple[str, str, int]] = []
         encoded: dict[tuple[str, float], tuple[bytes, bytes]] = {}  # jobs share a `when`
-        for job_id, record, when in jobs:
+        for job_id, record, when, *link in jobs:
             mode, seconds = ("at", when["at"]) if "at" in when else ("delay", when["delay"])
             value = ms(float(seconds or 0.0))
             when_args = encoded.get((mode, value))
             if when_args is None:
                 when_args = encoded[mode, value] = (mode.encode(), b"%d" % value)
-            argv += (job_id.encode(), record, *when_args)
+            argv += (job_id.encode(), record, *when_args, link[0] if link else "")
             plan.append((job_id, mode, value))
         now_value = now_arg(now)
         return self.op(

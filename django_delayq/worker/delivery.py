@@ -12,6 +12,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from django_delayq.batches.forwarding import forward_ids
+from django_delayq.jobs.record import FLAG_LINKED
 from django_delayq.storage.store import Store
 from django_delayq.worker.execution import Executor, Outcome
 from django_delayq.worker.holdings import Holdings
@@ -65,7 +67,7 @@ class Results:
         self.holdings.return_results(outcomes)
 
     def settle_fails(self, outcomes: list[Outcome], results: list[Any]) -> None:
-        kept = []
+        kept, linked = [], []
         for outcome, result in zip(outcomes, results, strict=True):
             if isinstance(result, Exception):
                 if outcome.resends == 0:
@@ -77,13 +79,27 @@ class Results:
             self.holdings.settle(outcome.attempt)
             what, when = result
             if what == "dead":
+                if _linked(outcome):
+                    linked.append((outcome.attempt.queue, outcome.attempt.id))
                 self.executor.died(outcome, when)
             elif what == "lost":
                 self.executor.lost(outcome)
         self.keep(kept)
+        if linked:
+            forward_ids(self.store, linked)
 
     def settle_acks(self, outcomes: list[Outcome], flags: list[int]) -> None:
+        linked = []
         for outcome, flag in zip(outcomes, flags, strict=True):
             self.holdings.settle(outcome.attempt)
             if flag == -1 or (flag == 0 and not outcome.resends):
                 self.executor.lost(outcome)  # 0 after a re-send: the lost round trip acked it
+            elif _linked(outcome):  # a batch member or chain step: its end goes on
+                linked.append((outcome.attempt.queue, outcome.attempt.id))
+        if linked:
+            forward_ids(self.store, linked)
+
+
+def _linked(outcome: Outcome) -> bool:
+    """Whether the attempt's job is linked (record flag 'l': batches/links.py)."""
+    return FLAG_LINKED in outcome.attempt.info.partition("=")[0]

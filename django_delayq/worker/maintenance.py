@@ -21,9 +21,11 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from django_delayq import signals
+from django_delayq.batches import forwarding
 from django_delayq.exceptions import ConnectionError as DelayQConnectionError
 from django_delayq.exceptions import DelayQError, LeaseLost
 from django_delayq.jobs.job import DEAD, PENDING, decode_fields, make_job
+from django_delayq.jobs.record import FLAG_LINKED
 from django_delayq.jobs.state import worker_of
 from django_delayq.scheduling.registry import sender
 from django_delayq.storage.store import RECOVER_LIMIT, Recovered, Store
@@ -154,6 +156,7 @@ class Recovery:
 
     def step(self) -> float:
         self.run_pass()
+        forwarding.sweep(self.store, self.queues)  # what a crash left of batches and chains
         return self.every
 
     def retry_in(self, exc: Exception, backoff: float) -> float:
@@ -177,6 +180,13 @@ class Recovery:
                 )
                 for recovered in batch:
                     self._settled(queue, recovered)
+                dead = [
+                    (queue, r.id)
+                    for r in batch
+                    if r.outcome == "dead" and FLAG_LINKED in decode_fields(r.record).flags
+                ]
+                if dead:  # their ends go to their batches or chains
+                    forwarding.forward_ids(self.store, dead)
                 moved += len(batch)
                 if len(batch) < RECOVER_LIMIT:
                     break
@@ -188,7 +198,9 @@ class Recovery:
         (an error reply such as WRONGTYPE: logged, and the worker exits 1 at the end).
         Raises ConnectionError when Redis is unreachable."""
         try:
-            return self.run_pass(limit=10**9)
+            moved = self.run_pass(limit=10**9)
+            forwarding.sweep(self.store, self.queues)
+            return moved
         except DelayQConnectionError:
             raise
         except DelayQError as exc:

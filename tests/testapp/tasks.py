@@ -197,3 +197,20 @@ async def async_sync_call(x):
     from asgiref.sync import sync_to_async
 
     CALLS.append(("async_sync_call", x, await sync_to_async(_thread_name)()))
+
+
+@task(retry_backoff=0)
+def record_batch(tag):
+    """Record one execution under runs:<tag>: the batch id its job reads from current_job()."""
+    from django_delayq import current_job
+
+    job = current_job()
+    record_run(tag, (job.batch_id if job is not None else None) or "-")
+
+
+@task(max_retries=0, retry_backoff=0)
+def fails_once_then_records(tag, value):
+    """Fails (no retries: dead) while runs:<tag>:armed holds a value, then records."""
+    if runs_client().lpop(f"runs:{tag}:armed") is not None:
+        raise ValueError(f"armed: {tag}")
+    record_run(tag, value)

@@ -16,9 +16,9 @@
 --                          "qhold" -> its holders (see claim.lua); "gconc:<task>" -> N,
 --                          "grate:<task>" -> "<count>/<period ms>" (limits per group),
 --                          "gsweep" -> the last group key claim.lua swept, "gscan" -> the
---                          HSCAN cursor of its clean-up of H. The whole key is
+--                          HSCAN cursor of its clean-up of Z. The whole key is
 --                          absent while a queue has no control state, so claim.lua takes
---                          today's path after one EXISTS of Q, K and B.
+--                          today's path after one EXISTS of Q, K and Y.
 --   R running  sorted set  job id -> lease_until for a job a runner has started;
 --                          lease_until - RESERVED (negative) for a job a worker claimed but has
 --                          not started yet (prefetched). A runner marks the start with a plain
@@ -43,12 +43,26 @@
 --   C claims   hash        worker instance -> "<token>\n<id> <id> ..." (its last claim) and
 --                          "<instance>/r" -> "<token>\n<id> <outcome> ..." (its last recovery),
 --                          so a call re-sent with the same token answers the same
+--   X relayed  sorted set  job id -> time a relay stored it from an outbox row (outbox promise I6):
+--                          a relay of a marked id never stores it again, however long the
+--                          row's DELETE is refused; the relayer removes the mark once the
+--                          DELETE committed (ZREM), a worker's relay sweeps old marks whose
+--                          rows are gone
+--   L links    hash        job id -> link (JSON, read only by Python: batches/links.py) of a job
+--                          whose record has flag 'l': the batch it belongs to, its place in a
+--                          chain. Kept while the job exists (a requeued dead member keeps it);
+--                          forget() deletes it with the record
+--   G forward  hash        job id -> "<outcome> <ms>\n<link>": a linked job ended (outcome
+--                          'succeeded', 'dead' or 'cancelled', at <ms>), written by the same
+--                          script as its ack, final failure, recovery to dead or cancel; the
+--                          worker deletes it once the job's batch or chain took the outcome
+--                          (batches/forwarding.py), the recovery pass takes what a crash left
 --   A groups   hash        job id -> "<task>\n<group>" (its group key) for a job scheduled with
 --                          group= (record flag 'g'); while the job is parked, the whole
---                          member of B ("<task>\n<group>\n<rank, 20 digits>\n<id>").
+--                          member of Y ("<task>\n<group>\n<rank, 20 digits>\n<id>").
 --                          Kept while the job lives (pending, running, dead), so a retry or
 --                          requeue stays in its group; forget() drops it.
---   B parked   sorted set  (every score 0, ordered by member) the due jobs of a group at its
+--   Y parked   sorted set  (every score 0, ordered by member) the due jobs of a group at its
 --                          concurrency limit (claim.lua parks them out of P/Q, so they never
 --                          block the jobs of other groups): member "<group key>\n<rank>\n<id>",
 --                          rank = ranked_score(priority, due), so a group's jobs are one
@@ -57,28 +71,24 @@
 --                          (ack, fail, release, recover: group_left) its group's first
 --                          parked job goes back to P/Q; claim.lua also sweeps one group per
 --                          call, so a slot a 0.5.0 worker freed is found too.
---   H holds    hash        group key -> "<id>|<token> ..." (the group's lease holders, checked
+--   Z holds    hash        group key -> "<id>|<token> ..." (the group's lease holders, checked
 --                          against S at every claim, as "hold:<task>" is); "\n<group key>" ->
 --                          the group's next free claim time (microseconds, GCRA as "tat:")
---   X relayed  sorted set  job id -> time a relay stored it from an outbox row (outbox promise I6):
---                          a relay of a marked id never stores it again, however long the
---                          row's DELETE is refused; the relayer removes the mark once the
---                          DELETE committed (ZREM), a worker's relay sweeps old marks whose
---                          rows are gone
 -- Times (scores, ARGV, replies) are integer epoch milliseconds: small sorted sets keep integer
 -- scores as integers, where a decimal score would be parsed on every comparison. "now" is
 -- Redis's TIME unless a test passes one. Scripts touch no other key and check the types of
 -- the keys they write before their first write, so an error never leaves a job half moved.
 -- The record header may end with '^<priority>' (an integer -100..100, absent for 0), after
 -- the unique key if any: header() returns it.
--- Record flags: 'g' has a group (in A), 'i' keep a tombstone when finished, 'k' has keyword
--- arguments, 'u' max_retries
+-- Record flags: 'g' has a group (see A), 'i' keep a tombstone when finished ('e' too: for a
+-- day, see tombstone), 'l' linked (see L), 'k' has keyword arguments, 'u' max_retries
 -- undecided (scheduled by name from a process that does not import the task: the digits are
 -- that process's MAX_RETRIES; the worker writes the task's with settle.lua as it starts the
 -- job, so a started job is decided, except one a worker older than 'u' started: scripts
 -- then read the digits, as that worker did).
 local RESERVED = 10000000000000
 local DONE_TTL = 120000
+local LONG_TTL = 86400000
 local BAND = 17592186044416
 
 local function clock(arg)
@@ -149,7 +159,7 @@ local function parked_parts(v)
 end
 
 -- The due time of a pending job (number), nil when it is not pending; its priority second.
--- A parked job (see B) is pending too.
+-- A parked job (see Y) is pending too.
 local function pending_due(id)
   local s = redis.call('ZSCORE', P, id)
   if s then return tonumber(s), 0 end
@@ -157,7 +167,7 @@ local function pending_due(id)
   if not s then
     local v = redis.call('HGET', A, id)
     local _, rank = parked_parts(v)
-    if rank and redis.call('ZSCORE', B, v) then s = rank end
+    if rank and redis.call('ZSCORE', Y, v) then s = rank end
   end
   if s then
     s = tonumber(s)
@@ -175,13 +185,13 @@ local function pend(id, due, priority)
   end
 end
 
--- Take a job out of pending (P, Q or parked in B): true when it was pending.
+-- Take a job out of pending (P, Q or parked in Y): true when it was pending.
 local function unpend(id)
   if redis.call('ZREM', P, id) == 1 then return true end
   if redis.call('ZREM', Q, id) == 1 then return true end
   local v = redis.call('HGET', A, id)
   local gkey = parked_parts(v)
-  if gkey and redis.call('ZREM', B, v) == 1 then
+  if gkey and redis.call('ZREM', Y, v) == 1 then
     redis.call('HSET', A, id, gkey)
     return true
   end
@@ -200,11 +210,11 @@ end
 -- Move up to `n` parked jobs of group key `gkey` back to pending (their due times and
 -- priorities kept; they are due, so a worker is woken). The count moved.
 local function unpark_group(gkey, n)
-  local members = redis.call('ZRANGEBYLEX', B, '[' .. gkey .. '\n', '[' .. gkey .. '\n\255', 'LIMIT', 0, n)
+  local members = redis.call('ZRANGEBYLEX', Y, '[' .. gkey .. '\n', '[' .. gkey .. '\n\255', 'LIMIT', 0, n)
   for _, m in ipairs(members) do
     local _, rank = parked_parts(m)
     local id = string.match(m, '\n([^\n]*)$')
-    redis.call('ZREM', B, m)
+    redis.call('ZREM', Y, m)
     redis.call('HSET', A, id, gkey)
     if math.floor(rank / BAND) == 100 then redis.call('ZADD', P, int(rank % BAND), id)
     else redis.call('ZADD', Q, int(rank), id) end
@@ -216,7 +226,7 @@ end
 -- A job of a group (record flag 'g' in `flags`) left running (acknowledged, failed, handed
 -- back, recovered): the first parked job of its group, if any, goes back to pending to
 -- take the slot (unless `released`: the caller did), and it leaves the group's holders in
--- H; `finished`: the job is gone (acknowledged), its A entry goes too. Nothing for a job
+-- Z; `finished`: the job is gone (acknowledged), its A entry goes too. Nothing for a job
 -- without flag 'g'.
 local function group_left(id, flags, finished, released)
   if not flags or not has(flags, 'g') then return end
@@ -225,11 +235,11 @@ local function group_left(id, flags, finished, released)
   if not v then return end
   local gkey = string.match(v, '^([^\n]*\n[^\n]*)')
   local left = {}
-  for holder in string.gmatch(redis.call('HGET', H, gkey) or '', '%S+') do
+  for holder in string.gmatch(redis.call('HGET', Z, gkey) or '', '%S+') do
     if string.match(holder, '^[^|]*') ~= id then table.insert(left, holder) end
   end
-  if #left > 0 then redis.call('HSET', H, gkey, table.concat(left, ' '))
-  else redis.call('HDEL', H, gkey) end
+  if #left > 0 then redis.call('HSET', Z, gkey, table.concat(left, ' '))
+  else redis.call('HDEL', Z, gkey) end
   if not released then unpark_group(gkey, 1) end
 end
 
@@ -319,13 +329,29 @@ local function tally(field, count)
   if count > 0 then redis.call('HINCRBY', T, field, count) end
 end
 
-local function forget(id) redis.call('HDEL', J, id) redis.call('HDEL', S, id) redis.call('HDEL', E, id) redis.call('HDEL', A, id) end
+local function forget(id)
+  redis.call('HDEL', J, id) redis.call('HDEL', S, id) redis.call('HDEL', E, id) redis.call('HDEL', L, id)
+  redis.call('HDEL', A, id)
+end
 
--- Remember for DONE_TTL that `ids` finished (flag 'i'), and drop older tombstones.
-local function tombstone(ids, now)
+-- A linked job (record flag 'l') ended with `outcome`: its link goes to G, for the worker to
+-- forward to its batch or chain (see G). Nothing for a job without a link.
+local function forward(id, outcome, now)
+  local link = redis.call('HGET', L, id)
+  if link then redis.call('HSET', G, id, outcome .. ' ' .. int(now) .. '\n' .. link) end
+end
+
+-- Remember for DONE_TTL that `ids` finished (flag 'i'), and drop older tombstones. `long`:
+-- ids whose tombstone is kept for a day (flag 'e': a batch's callback or a chain's next step,
+-- stored under an id derived from what decided it, which a forwarding re-sent after a crash
+-- must find however long ago the job ran): their score is put ahead by LONG_TTL - DONE_TTL.
+local function tombstone(ids, now, long)
   if #ids == 0 then return end
   local args, at = {}, int(now)
-  for _, id in ipairs(ids) do table.insert(args, at) table.insert(args, id) end
+  for _, id in ipairs(ids) do
+    table.insert(args, (long and long[id]) and int(now + LONG_TTL - DONE_TTL) or at)
+    table.insert(args, id)
+  end
   batched('ZADD', F, args)
   redis.call('ZREMRANGEBYSCORE', F, '-inf', '(' .. int(now - DONE_TTL))
 end
@@ -356,15 +382,18 @@ local function ack_from(first, now, out, released)
   if #ids == 0 then return end
   local states = batched('HMGET', S, ids)
   zsets(R) hashes(J, E, T)
-  local keyed, flagged = false, false
+  local keyed, flagged, linked = false, false, false
   for i = first, #ARGV, 3 do
     local info = ARGV[i + 2]
+    local flags = string.match(info, '^[^=]*')
     keyed = keyed or string.find(info, '=', 1, true) ~= nil
-    flagged = flagged or has(string.match(info, '^[^=]*'), 'i')
+    flagged = flagged or has(flags, 'i')
+    linked = linked or has(flags, 'l')
   end
   if keyed then hashes(U) end
   if flagged then zsets(F) end
-  local done, finished = {}, {}
+  if linked then hashes(L, G) end
+  local done, finished, long, links = {}, {}, {}, {}
   for j, id in ipairs(ids) do
     local i = first + (j - 1) * 3
     local token, info = ARGV[i + 1], ARGV[i + 2]
@@ -375,6 +404,8 @@ local function ack_from(first, now, out, released)
       release_key(eq and string.sub(info, eq + 1) or '', id)
       table.insert(done, id)
       if has(flags, 'i') then table.insert(finished, id) end
+      if has(flags, 'e') then long[id] = true end
+      if has(flags, 'l') then forward(id, 'succeeded', now) table.insert(links, id) end
       group_left(id, flags, true, released and released[id])
       table.insert(out, 1)
     elseif states[j] or redis.call('HEXISTS', J, id) == 1 then
@@ -388,8 +419,65 @@ local function ack_from(first, now, out, released)
     batched('HDEL', J, done)
     batched('HDEL', S, done)
     batched('HDEL', E, done)
-    tombstone(finished, now)
+    if #links > 0 then batched('HDEL', L, links) end
+    tombstone(finished, now, long)
     bump('d', #done, now)
     tally('done', #done)
   end
+end
+
+-- A batch's keys (storage/keys.py, BATCH_KINDS), in one slot of their own:
+--   B batch    hash  "cb:<kind>" -> the callback's call (JSON, Python's), kind 'death',
+--                    'success' or 'complete'; "created"; "total" and "sealed" once its
+--                    block ended (batch_seal.lua); "n:<outcome>" -> members that ended so;
+--                    "cancelled" -> when cancel_batch() ran; "fire:<kind>" -> when the
+--                    callback was decided (its job id is derived from it), "placed:<kind>"
+--                    -> when its job was stored (batches/forwarding.py)
+--   N ended    hash  member id -> 'succeeded' | 'dead' | 'cancelled' (the last outcome: a
+--                    requeued dead member that then succeeds moves to 'succeeded')
+--   H members  hash  member id -> its queue (written by batch_seal.lua)
+-- A finished batch (every member ended and every decided callback placed, or cancelled with
+-- none left to place) expires BATCH_TTL (seconds) later. decide() calls one unsealed a day
+-- (ABANDONED, ms) after it was opened finished too (no worker looks at it again; its keys
+-- stay, and a seal arriving later still decides its callbacks).
+local BATCH_TTL = 604800
+local ABANDONED = 86400000
+
+-- Decide the batch's callbacks: 'death' at its first dead member, 'success' once every member
+-- succeeded, 'complete' once every member ended (none after a cancel). A decision is taken
+-- once ("fire:<kind>" keeps its time); a decided callback is returned until Python marks it
+-- placed. Returns {finished (0|1), kind, decided ms, call, kind, ...}.
+local function decide(now)
+  local f = redis.call('HMGET', B, 'total', 'cancelled', 'n:succeeded', 'n:dead', 'n:cancelled')
+  local total, cancelled = tonumber(f[1]), f[2]
+  local s, d, c = tonumber(f[3] or '0'), tonumber(f[4] or '0'), tonumber(f[5] or '0')
+  local due = {}
+  if not cancelled then
+    due.death = d > 0
+    due.success = total ~= nil and s >= total
+    due.complete = total ~= nil and s + d + c >= total
+  end
+  local out, left = {0}, false
+  for _, kind in ipairs({'death', 'success', 'complete'}) do
+    local spec = redis.call('HGET', B, 'cb:' .. kind)
+    if spec and redis.call('HEXISTS', B, 'placed:' .. kind) == 0 then
+      local at = redis.call('HGET', B, 'fire:' .. kind)
+      if not at and due[kind] then
+        at = int(now)
+        redis.call('HSET', B, 'fire:' .. kind, at)
+      end
+      if at then
+        left = true
+        table.insert(out, kind) table.insert(out, at) table.insert(out, spec)
+      end
+    end
+  end
+  local ended = total ~= nil and s + d + c >= total
+  if not left and (ended or cancelled) then
+    out[1] = 1
+    for _, k in ipairs({B, N, H}) do redis.call('EXPIRE', k, BATCH_TTL) end
+  elseif total == nil and now - (tonumber(redis.call('HGET', B, 'created') or '') or now) > ABANDONED then
+    out[1] = 1  -- a block that never ended (its process died in it): nothing to look at
+  end
+  return out
 end

@@ -1,13 +1,14 @@
 -- cancel.lua: delete a pending job, found by id or by unique key.
--- KEYS: pending jobs state keys errors done ranked groups parked
+-- KEYS: pending jobs state keys errors done ranked links forward groups parked
 -- ARGV[1] job id, or '' to look it up by ARGV[2]
 -- ARGV[2] unique key, or ''
 -- ARGV[3] now (epoch milliseconds) or '' for Redis TIME (for the tombstone)
 -- A pending job is in `pending` or, with a priority, in `ranked`: both are looked in.
 -- Returns {id, record} when a pending job was deleted, {} otherwise (unknown, running or dead).
 -- Reads only the record's header (its unique key and flags), whatever the record's size; a
--- job with flag 'i' leaves a tombstone in `done` (see schedule.lua).
-zsets(P, Q, F) hashes(J, S, E, U)
+-- job with flag 'i' leaves a tombstone in `done` (see schedule.lua); one with flag 'l' its link
+-- in `forward`, outcome 'cancelled' (see _lib.lua).
+zsets(P, Q, F) hashes(J, S, E, U, L, G)
 local id = ARGV[1]
 if id == '' then
   id = redis.call('HGET', U, ARGV[2])
@@ -16,7 +17,9 @@ end
 if not unpend(id) then return {} end
 local record = redis.call('HGET', J, id) or ''
 local _, flags, ukey = header(record)
+local now = clock(ARGV[3])
 release_key(ukey, id)
+if has(flags, 'l') then forward(id, 'cancelled', now) end
 forget(id)
-if has(flags, 'i') then tombstone({id}, clock(ARGV[3])) end
+if has(flags, 'i') then tombstone({id}, now) end
 return {id, record}

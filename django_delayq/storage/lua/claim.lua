@@ -1,5 +1,5 @@
 -- claim.lua: acknowledge a worker's finished jobs, then lease up to `limit` due jobs to it.
--- KEYS: pending running dead jobs state keys wake stats errors done claims ranked control groups parked holds
+-- KEYS: pending running dead jobs state keys wake stats errors done claims ranked control links forward groups parked holds
 -- ARGV[1] now (epoch milliseconds) or '' for Redis TIME
 -- ARGV[2] limit (integer >= 0; 0 only acknowledges and reports the next due time)
 -- ARGV[3] lease (integer milliseconds)
@@ -95,7 +95,7 @@ local function group_holders(gkey)
     local acking = {}
     for i = 6, #ARGV, 3 do acking[ARGV[i] .. '|' .. ARGV[i + 1]] = true end
     live = {}
-    for h_id, h_token in string.gmatch(redis.call('HGET', H, gkey) or '', '([^|%s]+)|(%S+)') do
+    for h_id, h_token in string.gmatch(redis.call('HGET', Z, gkey) or '', '([^|%s]+)|(%S+)') do
       local holder = h_id .. '|' .. h_token
       if not acking[holder] and owned(h_id, h_token) then table.insert(live, holder) end
     end
@@ -107,7 +107,7 @@ end
 local function group_pace(gkey, rate, now_us)
   local tat = group_tat[gkey]
   if tat == nil then
-    tat = tonumber(redis.call('HGET', H, '\n' .. gkey) or '') or 0
+    tat = tonumber(redis.call('HGET', Z, '\n' .. gkey) or '') or 0
     group_tat[gkey] = tat
   end
   if tat > now_us + (rate < 1000 and 999 or 0) then
@@ -120,19 +120,19 @@ local function group_pace(gkey, rate, now_us)
 end
 local function write_groups()
   for gkey, live in pairs(group_live) do
-    if #live > 0 then redis.call('HSET', H, gkey, table.concat(live, ' '))
-    else redis.call('HDEL', H, gkey) end
+    if #live > 0 then redis.call('HSET', Z, gkey, table.concat(live, ' '))
+    else redis.call('HDEL', Z, gkey) end
   end
-  for gkey, _ in pairs(group_dirty) do redis.call('HSET', H, '\n' .. gkey, int(group_tat[gkey])) end
+  for gkey, _ in pairs(group_dirty) do redis.call('HSET', Z, '\n' .. gkey, int(group_tat[gkey])) end
   if next(group_dirty) then
     -- The rate state of groups that went quiet: a next free time already past counts as
     -- none, so it is dropped, 20 fields looked at per call that paces a group (cursor in
     -- `control` field "gscan"), and `holds` does not grow with every group ever seen.
-    local scan = redis.call('HSCAN', H, redis.call('HGET', K, 'gscan') or '0', 'COUNT', 20)
+    local scan = redis.call('HSCAN', Z, redis.call('HGET', K, 'gscan') or '0', 'COUNT', 20)
     for i = 1, #scan[2], 2 do
       local field = scan[2][i]
       if string.sub(field, 1, 1) == '\n' and (tonumber(scan[2][i + 1]) or 0) <= now * 1000 then
-        redis.call('HDEL', H, field)
+        redis.call('HDEL', Z, field)
       end
     end
     redis.call('HSET', K, 'gscan', scan[1])
@@ -147,7 +147,7 @@ local function park(id, gkey)
   local due, priority = pending_due(id)
   unpend(id)
   local member = gkey .. '\n' .. string.format('%020d', ranked_score(priority, due)) .. '\n' .. id
-  redis.call('ZADD', B, 0, member)
+  redis.call('ZADD', Y, 0, member)
   redis.call('HSET', A, id, member)
 end
 -- The slots this call's acknowledgements free (ARGV[6..], flag 'g' in their info, still
@@ -167,11 +167,11 @@ end
 -- group's free slots (the holders this call acknowledges still count: release_acked
 -- gave their slots).
 local function sweep_parked()
-  zsets(P, Q, B) hashes(A, H) lists(W)
+  zsets(P, Q, Y) hashes(A, Z) lists(W)
   local cursor = redis.call('HGET', K, 'gsweep')
   local first = {}
-  if cursor then first = redis.call('ZRANGEBYLEX', B, '(' .. cursor .. '\n\255', '+', 'LIMIT', 0, 1) end
-  if not first[1] then first = redis.call('ZRANGEBYLEX', B, '-', '+', 'LIMIT', 0, 1) end
+  if cursor then first = redis.call('ZRANGEBYLEX', Y, '(' .. cursor .. '\n\255', '+', 'LIMIT', 0, 1) end
+  if not first[1] then first = redis.call('ZRANGEBYLEX', Y, '-', '+', 'LIMIT', 0, 1) end
   local gkey = parked_parts(first[1])
   if not gkey then return end
   redis.call('HSET', K, 'gsweep', gkey)
@@ -179,13 +179,13 @@ local function sweep_parked()
   local free = 100
   if conc then
     free = conc
-    for h_id, h_token in string.gmatch(redis.call('HGET', H, gkey) or '', '([^|%s]+)|(%S+)') do
+    for h_id, h_token in string.gmatch(redis.call('HGET', Z, gkey) or '', '([^|%s]+)|(%S+)') do
       if owned(h_id, h_token) then free = free - 1 end
     end
   end
   if free > 0 then unpark_group(gkey, free) end
 end
-local controlled = redis.call('EXISTS', Q, K, B) > 0
+local controlled = redis.call('EXISTS', Q, K, Y) > 0
 if not controlled then
   if limit > 0 and not resend then
     ids = redis.call('ZRANGEBYSCORE', P, '-inf', int(now), 'LIMIT', 0, limit)
@@ -215,7 +215,7 @@ else
   end
   queue_hold_was = qhold
   local function later(due) if not next_due or due < next_due then next_due = due end end
-  if want > 0 and redis.call('EXISTS', B) == 1 then release_acked() sweep_parked() end
+  if want > 0 and redis.call('EXISTS', Y) == 1 then release_acked() sweep_parked() end
   local pending_read = false
   local function from_p()
     pending_read = true
@@ -259,7 +259,7 @@ if #ids > 0 then
 end
 if controlled and #ids > 0 then
   -- Rate limits: jobs over their task's limit stay pending, due when it allows them.
-  zsets(R, B) hashes(T, A, H)
+  zsets(R, Y) hashes(T, A, Z)
   local rates, deferred, held = {}, {}, 0
   local slots, holders = {}, {}  -- per task: the limit (false: none), live holders
   local now_us = now * 1000

@@ -1,5 +1,5 @@
 -- fail.lua: an attempt failed: retry later, or dead-letter when attempts are used up.
--- KEYS: pending running dead jobs state keys wake stats errors ranked groups parked holds
+-- KEYS: pending running dead jobs state keys wake stats errors ranked links forward groups parked holds
 -- ARGV[1] now (epoch milliseconds) or '' for Redis TIME
 -- ARGV[2] job id
 -- ARGV[3] lease token
@@ -17,10 +17,11 @@
 -- (the token stays in the job's state until the job is claimed again).
 -- A retry goes back to `pending`, or to `ranked` for a job with a priority (its header's).
 -- A retry takes the unique key back; if another pending job holds it (scheduled with that
--- key while this one ran), this job is dead-lettered with a 'Superseded' error instead.
+-- key while this one ran), this job is dead-lettered with a 'Superseded' error instead. A dead
+-- job with flag 'l' leaves its link in `forward`, outcome 'dead' (see _lib.lua).
 local id, token, err, delay = ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
 local now = clock(ARGV[1])
-zsets(P, Q, R, D) hashes(J, S, U, T, E) lists(W)
+zsets(P, Q, R, D) hashes(J, S, U, T, E, L, G) lists(W)
 local n = owned(id, token)
 if not n then
   local _, t, running = state_of(id)
@@ -55,6 +56,7 @@ if retry then
   return {'retry', due}
 end
 release_key(ukey, id)
+if has(flags, 'l') then forward(id, 'dead', now) end
 redis.call('ZADD', D, int(now), id)
 tally('dead', 1)
 trim_dead(now, tonumber(ARGV[7]), tonumber(ARGV[8]))

@@ -1,6 +1,6 @@
 -- recover.lua: jobs whose lease expired (their worker died or was cut off) go back to pending,
 -- due now (in `ranked` for a job with a priority), or to the dead-letter set when they have used all their attempts.
--- KEYS: pending running dead jobs state keys wake stats errors claims ranked groups parked holds
+-- KEYS: pending running dead jobs state keys wake stats errors claims ranked links forward groups parked holds
 -- ARGV[1] now (epoch milliseconds) or '' for Redis TIME
 -- ARGV[2] limit (integer): at most this many jobs per call
 -- ARGV[3] token of this recovery (string, unique per call)
@@ -22,11 +22,11 @@
 -- lease that expired; error the JSON of the last error recorded by this call ('' for a
 -- refund). Idempotent: sent again with the same token, it moves nothing and returns the same
 -- jobs (lost_token and error ''). Counts every job it moves in the stats' totals (recovered,
--- and retried or dead).
+-- and retried or dead). A job moved to dead leaves its link, if any, in `forward` (_lib.lua).
 local now = clock(ARGV[1])
 local limit, token, instance, default_max = tonumber(ARGV[2]), ARGV[3], ARGV[4], tonumber(ARGV[5])
 local max_kept = tonumber(ARGV[8])
-zsets(P, Q, R, D) hashes(J, S, U, E, C, T) lists(W)
+zsets(P, Q, R, D) hashes(J, S, U, E, C, T, L, G) lists(W)
 local out = {}
 local last = redis.call('HGET', C, instance .. '/r')
 if last and string.match(last, '^([^\n]*)\n') == token then
@@ -51,6 +51,7 @@ local function move(id, outcome, n, lost, record, ukey, err, priority)
   end
   if outcome == 'dead' then
     release_key(ukey, id)
+    forward(id, 'dead', now)
     redis.call('ZADD', D, int(now), id)
     tally('dead', 1)
   else

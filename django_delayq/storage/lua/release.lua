@@ -1,14 +1,15 @@
 -- release.lua: a stopping worker hands back jobs it will not finish: running -> pending,
 -- due now, and the attempt is not counted (the job did not fail).
--- KEYS: pending running dead jobs state keys wake stats errors claims ranked groups parked holds
+-- KEYS: pending running dead jobs state keys wake stats errors claims ranked links forward groups parked holds
 -- ARGV[1] now (epoch milliseconds) or '' for Redis TIME
 -- ARGV[2] worker instance whose `claims` entries to drop (it stops), or ''
 -- ARGV[3..] pairs: job id, lease token
 -- Returns one integer per job: 1 back in pending; 2 dead-lettered instead, with a 'Superseded'
 -- error, because another pending job holds its unique key; 0 not running under that token
 -- (nothing changed). Idempotent: sent again after a lost reply, it answers 1 or 2 again.
+-- A job dead-lettered here leaves its link, if any, in `forward` (_lib.lua).
 local now = clock(ARGV[1])
-zsets(P, Q, R, D) hashes(J, S, U, E, C, T) lists(W)
+zsets(P, Q, R, D) hashes(J, S, U, E, C, T, L, G) lists(W)
 local out, back = {}, false
 for i = 3, #ARGV, 2 do
   local id, token = ARGV[i], ARGV[i + 1]
@@ -24,6 +25,7 @@ for i = 3, #ARGV, 2 do
       back = true
     else
       push_error(id, superseded(ukey, now), 10)
+      forward(id, 'dead', now)
       redis.call('ZADD', D, int(now), id)
       tally('dead', 1)
       table.insert(out, 2)

@@ -1,5 +1,5 @@
 -- schedule.lua: store a new job as pending, honouring its unique key.
--- KEYS: pending jobs state keys wake done errors relayed ranked groups parked
+-- KEYS: pending jobs state keys wake done errors relayed ranked links forward groups parked
 -- ARGV[1] job id (string, ULID)
 -- ARGV[2] job record (bytes: header "\n" body, see jobs/job.py)
 -- ARGV[3] 'delay' (ARGV[4] is milliseconds from Redis's now) or 'at' (ARGV[4] is an epoch in
@@ -19,12 +19,16 @@
 --         'i', as cancel.lua leaves) and this job is created under ARGV[1], so it runs
 --         under the id the row had; with on_conflict 'keep' the holder is kept as without
 --         ARGV[9]. Idempotent: sent again it finds its mark and changes nothing.
--- ARGV[10] the queue's name, with KEYS[12] (both optional, one Redis only): KEYS[12] is the
+-- ARGV[10] the queue's name, with KEYS[14] (both optional, one Redis only): KEYS[14] is the
 --         registry of queues, {prefix}:queues, in no queue's slot (so never sent on a cluster,
 --         where the caller sends its SADD beside the script); the queue is added to it (SADD)
 --         before anything else, whatever the outcome, so a lost registry heals with the
---         queue's next job. Idempotent.
--- ARGV[11] the job's group (string, '' or absent for none; see `groups` in _lib.lua): the new
+--         queue's next job. Idempotent. ARGV[10] is '' when a later one is given without KEYS[14].
+-- ARGV[11] the job's link (JSON: its batch, its place in a chain; see `links` in _lib.lua), or
+--         '' or absent for none; its record then has flag 'l'. Written under the id that holds
+--         the record: a new job's, or a replaced key holder's (whose own link, if any, is
+--         forwarded as 'cancelled': its batch or chain loses it). Not written for 'kept'.
+-- ARGV[12] the job's group (string, '' or absent for none; see `groups` in _lib.lua): the new
 --         job, or the job a replace rewrites, joins it (its record has flag 'g').
 -- A job whose record's header has a priority ('^<n>', see _lib.lua) waits in `ranked`, others
 -- in `pending`; a replace moves the key's job to where its new record's priority puts it.
@@ -42,7 +46,8 @@
 local id, record, mode, value, ukey, on_conflict = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5], ARGV[6]
 local now = clock(ARGV[7])
 local adopt = ARGV[9] == '1'
-if KEYS[12] then redis.call('SADD', KEYS[12], ARGV[10]) end
+local link = ARGV[11] or ''
+if KEYS[14] then redis.call('SADD', KEYS[14], ARGV[10]) end
 -- The reply, with the id marked as relayed in relay mode.
 local function finish(reply)
   if adopt then redis.call('ZADD', X, int(now), id) end
@@ -91,9 +96,10 @@ if score then
   end
   if adopt then
     -- The holder goes (as cancel.lua removes it); the new job below takes the key.
-    zsets(F) hashes(S, E)
+    zsets(F) hashes(S, E, L, G)
     local _, held_flags = header(redis.call('HGET', J, existing) or '')
     unpend(existing)
+    forward(existing, 'cancelled', now)
     forget(existing)
     if held_flags and has(held_flags, 'i') then tombstone({existing}, now) end
     score = nil
@@ -106,10 +112,13 @@ if score then
   local _, flags = header(record)
   if earliest then lists(W) end
   if has(flags, 'i') then zsets(F) end
+  hashes(L, G)
   unpend(existing)
+  forward(existing, 'cancelled', now)
+  if link ~= '' then redis.call('HSET', L, existing, link) else redis.call('HDEL', L, existing) end
   redis.call('HSET', J, existing, record)
   pend(existing, due, priority)
-  group_join(existing, record, ARGV[11] or '')
+  group_join(existing, record, ARGV[12] or '')
   if n > 0 then set_state(existing, 0, token) end
   -- The replaced job may finish before this call, sent again after a lost reply, arrives:
   -- this call's id then answers 'done' (a tombstone, like a finished job's).
@@ -119,6 +128,7 @@ if score then
 end
 -- A new job (the key's job, if any, is running, dead or gone: the new job takes the key).
 if earliest then lists(W) end
+if link ~= '' then hashes(L) end
 if redis.call('HSETNX', J, id, record) == 0 then
   if redis.call('HGET', J, id) == record then  -- this very call, sent again
     return finish({'created', id, pending_due(id) or due, ''})
@@ -126,7 +136,8 @@ if redis.call('HSETNX', J, id, record) == 0 then
   return redis.error_reply('DELAYQ_DUPLICATE_ID ' .. id)
 end
 if ukey ~= '' then redis.call('HSET', U, ukey, id) end
+if link ~= '' then redis.call('HSET', L, id, link) end
 pend(id, due, priority)
-if ARGV[11] and ARGV[11] ~= '' then group_join(id, record, ARGV[11]) end
+if ARGV[12] and ARGV[12] ~= '' then group_join(id, record, ARGV[12]) end
 if earliest then wake() end
 return finish({'created', id, due, ''})

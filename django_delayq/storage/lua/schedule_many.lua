@@ -1,13 +1,14 @@
 -- schedule_many.lua: store a batch of new jobs without unique keys as pending, in one call
 -- (schedule_many() sends jobs with a unique key through schedule.lua).
--- KEYS: pending jobs wake done relayed ranked groups parked
+-- KEYS: pending jobs wake done relayed ranked links groups parked
 -- ARGV[1] now (epoch milliseconds) or '' for Redis TIME
 -- ARGV[2] '1' when this call is sent again because the reply to an earlier one was lost;
 --         'relay' for the relay of outbox rows (outbox/rows.py): as '1', and run once (outbox promise
 --         I6): a job whose id is marked in `relayed` is never stored again (listed, as one
 --         an earlier send created), and every job of the batch is marked (ZADD relayed now)
--- ARGV[3..] quadruples: job id (string, ULID), job record (bytes), 'delay' or 'at', integer
---           (milliseconds from now for 'delay', an epoch in milliseconds for 'at')
+-- ARGV[3..] quintuples: job id (string, ULID), job record (bytes), 'delay' or 'at', integer
+--           (milliseconds from now for 'delay', an epoch in milliseconds for 'at'), the job's
+--           link (JSON, see `links` in _lib.lua; its record has flag 'l') or ''
 -- A job whose record's header has a priority waits in `ranked` (see schedule.lua).
 -- Returns {now, i1, due_at1, i2, due_at2, ...} (epoch milliseconds): every job not listed was
 -- created with due_at = now + max(delay, 0) or max(at, now) (the caller computes it, saving
@@ -25,13 +26,13 @@ local out, plan, earliest = {now}, {}, nil
 zsets(P) lists(W)
 if relay then zsets(X) end
 local marks = {}
-for i = 3, #ARGV, 4 do
+for i = 3, #ARGV, 5 do
   local id, record, value = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 3])
   local due
   if ARGV[i + 2] == 'delay' then due = now + math.max(value, 0) else due = math.max(value, now) end
   if not (due < RESERVED) then return redis.error_reply('DELAYQ_BAD_DUE ' .. tostring(due)) end
   local stored = redis.call('HGET', J, id)
-  local index = (i + 1) / 4
+  local index = (i + 2) / 5
   if relay then table.insert(marks, int(now)) table.insert(marks, id) end
   if relay and redis.call('ZSCORE', X, id) then  -- relayed before: never stored again
     table.insert(out, index)
@@ -45,15 +46,16 @@ for i = 3, #ARGV, 4 do
     table.insert(out, index)
     table.insert(out, '')
   else
-    table.insert(plan, {id, record, due})
+    table.insert(plan, {id, record, due, ARGV[i + 4]})
     if not earliest or due < earliest then earliest = due end
   end
 end
 if #plan > 0 then
   local wakes = #redis.call('ZRANGEBYSCORE', P, '-inf', '(' .. int(earliest), 'LIMIT', 0, 1) == 0
-  local fields, scores, ranked = {}, {}, {}
+  local fields, scores, ranked, links = {}, {}, {}, {}
   for _, job in ipairs(plan) do
     table.insert(fields, job[1]) table.insert(fields, job[2])
+    if job[4] ~= '' then table.insert(links, job[1]) table.insert(links, job[4]) end
     local _, _, _, priority = header(job[2])
     if priority == 0 then
       table.insert(scores, int(job[3])) table.insert(scores, job[1])
@@ -62,7 +64,9 @@ if #plan > 0 then
     end
   end
   if #ranked > 0 then zsets(Q) end
+  if #links > 0 then hashes(L) end
   batched('HSET', J, fields)
+  if #links > 0 then batched('HSET', L, links) end
   if #scores > 0 then batched('ZADD', P, scores) end
   if #ranked > 0 then batched('ZADD', Q, ranked) end
   if wakes then wake() end

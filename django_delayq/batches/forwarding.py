@@ -1,0 +1,165 @@
+"""Forwarding: a linked job's end (the `forward` entry its script wrote, in its own queue)
+taken to its chain and its batch, then deleted, in that order, so a crash anywhere between
+leaves the entry for the next try and nothing is lost or done twice:
+
+1. its chain: a success stores the next step (under an id derived from the ended job's id:
+   a second try finds it, or its tombstone), a death the chain's on_death; the chain's last
+   end, a death or a cancel deletes the chain's hash;
+2. its batch (when it is a member, or the last step of a member chain): batch_ended.lua
+   records the outcome and decides callbacks once; each decided callback is stored under an
+   id derived from the batch id, its kind and the decision's time, then marked placed;
+3. the entry is deleted.
+
+The worker forwards what it just acked or dead-lettered at once (:func:`forward_ids`); its
+recovery duty sweeps entries older than a few seconds (a crash, an outage) and batches whose
+callbacks were decided but not placed (:func:`sweep`). Callers never see an exception: what
+could not be forwarded stays for the sweep, and is logged.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from django_delayq.batches import links
+from django_delayq.batches.chains import step_fields
+from django_delayq.batches.steps import store_step
+from django_delayq.scheduling import api
+from django_delayq.storage import batches as stored
+from django_delayq.storage.batches import Decided, Ended
+from django_delayq.storage.store import Store
+
+logger = logging.getLogger("django_delayq.batches")
+
+LEFTOVER_AFTER = 10.0  # seconds: a forward entry older than this was left by a crash
+SWEEP_ENTRIES = 1000  # forward entries looked at per queue and sweep
+SWEEP_BATCHES = 100  # open batches looked at per sweep
+LOOK_AGAIN_MS = 60_000  # an open batch is looked at again this much later
+KEEP_LISTED_MS = 30 * 86_400_000  # the list of batches forgets batches older than this
+
+
+def forward_ids(store: Store, ended: Iterable[tuple[str, str]]) -> None:
+    """Forward the entries of (queue, job id) pairs: jobs this process just ended."""
+    by_queue: dict[str, list[str]] = {}
+    for queue, job_id in ended:
+        by_queue.setdefault(queue, []).append(job_id)
+    entries: list[Ended] = []
+    try:
+        for queue, ids in by_queue.items():
+            entries += stored.read_forward(store, queue, ids)
+    except Exception as exc:
+        logger.warning("batches and chains: outcomes left for the sweep (%s)", exc)
+        return
+    forward(store, entries)
+
+
+def forward(store: Store, entries: Sequence[Ended]) -> None:
+    """Take each entry to its chain and batch, then delete it (see the module docstring)."""
+    for_batches: dict[str, list[tuple[str, str]]] = {}
+    taken: list[Ended] = []
+    for entry in entries:
+        link = links.loads(entry.link)
+        try:
+            counts = _chain_end(store, entry, link)
+        except Exception as exc:
+            logger.warning("job %s: its chain's next step not stored yet (%s)", entry.id, exc)
+            continue
+        batch_id = link.get("b")
+        if isinstance(batch_id, str) and counts:
+            for_batches.setdefault(batch_id, []).append((link.get("m") or entry.id, entry.outcome))
+        taken.append(entry)
+    refused: set[str] = set()
+    for batch_id, outcomes in for_batches.items():
+        try:
+            decided = store.call(stored.ended_op(store, batch_id, outcomes))
+            place_decided(store, batch_id, decided)
+        except Exception as exc:
+            logger.warning("batch %s: outcomes not recorded yet (%s)", batch_id, exc)
+            refused.add(batch_id)
+    _drop(store, [e for e in taken if links.loads(e.link).get("b") not in refused])
+
+
+def _drop(store: Store, entries: Sequence[Ended]) -> None:
+    by_queue: dict[str, list[str]] = {}
+    for entry in entries:
+        by_queue.setdefault(entry.queue, []).append(entry.id)
+    ops = [stored.drop_forward_op(store, queue, ids) for queue, ids in by_queue.items()]
+    if ops:
+        for result in store.run(ops, 1.0):
+            if isinstance(result, Exception):  # forwarded again by the sweep: harmless
+                logger.info("batches and chains: forward entries left (%s)", result)
+
+
+def _chain_end(store: Store, entry: Ended, link: dict[str, Any]) -> bool:
+    """A chain step ended: store what follows. True when the end counts for the job's batch
+    (it is not a chain step, or the chain ended with it)."""
+    chain_id = link.get("c")
+    if not isinstance(chain_id, str):
+        return True
+    index = int(link.get("i") or 0)
+    if entry.outcome == "succeeded":
+        (following,) = store.call(stored.read_chain_op(store, chain_id, [str(index + 1)]))
+        if following is not None:
+            step_link = links.dumps({**link, "i": index + 1})
+            new_id = links.derived_id(entry.id, "next", entry.at_ms)
+            store_step(json.loads(following), new_id, step_link, entry.at_ms, store)
+            return False
+    elif entry.outcome == "dead":
+        (death,) = store.call(stored.read_chain_op(store, chain_id, ["death"]))
+        if death is not None:
+            batch_id = links.batch_of(link)
+            death_link = links.dumps({"of": batch_id}) if batch_id else ""
+            new_id = links.derived_id(entry.id, "death", entry.at_ms)
+            store_step(json.loads(death), new_id, death_link, entry.at_ms, store)
+    store.call(stored.drop_chain_op(store, chain_id))
+    return True
+
+
+def place_decided(store: Store, batch_id: str, decided: Decided) -> None:
+    """Store the callbacks a batch script decided, then mark them placed."""
+    now_ms = int(time.time() * 1000)
+    for callback in decided.callbacks:
+        spec = json.loads(callback.call)
+        job_id = links.derived_id(batch_id, callback.kind, callback.decided_ms)
+        link: dict[str, Any] = {"of": batch_id}
+        fields = step_fields(spec)
+        if fields or len(spec["steps"]) > 1:
+            store.call(stored.write_chain_op(store, job_id, fields))
+            link.update({"c": job_id, "i": 0})
+        store_step(spec["steps"][0], job_id, links.dumps(link), callback.decided_ms, store)
+    if decided.callbacks:
+        kinds = [c.kind for c in decided.callbacks]
+        store.call(stored.placed_op(store, batch_id, kinds, now_ms))
+    if decided.finished:
+        store.call(stored.close_op(store, [batch_id]))
+
+
+def sweep(store: Store, queues: Iterable[str], now: float | None = None) -> int:
+    """Forward entries a crash or an outage left (older than LEFTOVER_AFTER) in ``queues``,
+    and look at open batches due (callbacks decided and not placed: a crash after a seal);
+    returns how many entries were forwarded. Raises what Redis raises (a duty's backoff)."""
+    now = time.time() if now is None else now
+    cutoff = int((now - LEFTOVER_AFTER) * 1000)
+    forwarded = 0
+    for queue in queues:
+        cursor, seen = 0, 0
+        while True:
+            cursor, entries = stored.scan_forward(store, queue, cursor, 200)
+            old = [e for e in entries if e.at_ms < cutoff]
+            if old:
+                forward(store, old)
+                forwarded += len(old)
+            seen += len(entries)
+            if cursor == 0 or seen >= SWEEP_ENTRIES:
+                break
+    now_ms = int(now * 1000)
+    for batch_id in stored.due_open(store, now_ms, SWEEP_BATCHES, LOOK_AGAIN_MS):
+        place_decided(store, batch_id, store.call(stored.ended_op(store, batch_id, [])))
+    store.call(stored.trim_batches_op(store, now_ms - KEEP_LISTED_MS))
+    return forwarded
+
+
+api.use_forwarding(forward_ids)  # cancel() forwards a cancelled member's end at once

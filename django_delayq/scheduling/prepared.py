@@ -1,0 +1,112 @@
+"""A validated schedule() call encoded for where it goes (:class:`Prepared`): the record
+(with the open batch's link, if any: membership.py), its id, and what the batch of bulk
+stores and the outbox need of it. Its :class:`~.plan.Plan` decided the rest."""
+
+from __future__ import annotations
+
+import copy
+
+from django_delayq.conf import delayq_settings
+from django_delayq.jobs.ids import new_job_id
+from django_delayq.jobs.job import DEFERRED, PENDING, Job, decode_fields, make_job
+from django_delayq.jobs.record import FLAG_LINKED, Fields, encode_record
+from django_delayq.scheduling import membership
+from django_delayq.scheduling.options import group_in_outbox
+from django_delayq.scheduling.plan import Plan, record_flags
+from django_delayq.scheduling.registry import Task
+from django_delayq.storage.bulk import Entry
+from django_delayq.storage.store import Scheduled
+
+
+class Prepared:
+    """A validated schedule() call, encoded for where it goes: Redis now, or the outbox
+    (``outbox``: its record has flag 'i', see :meth:`for_outbox`)."""
+
+    __slots__ = ("args", "id", "kwargs", "link", "outbox", "plan", "record")
+
+    def __init__(
+        self,
+        plan: Plan,
+        args: tuple | list,
+        kwargs: dict,
+        outbox: bool = False,
+        link: str | None = None,
+        job_id: str | None = None,
+    ) -> None:
+        if plan.task is not None:
+            plan.task.check_call(args, kwargs)
+        self.plan = plan
+        self.args, self.kwargs = list(args), kwargs
+        self.outbox = outbox
+        if link is None:  # the open batch's, if any (membership.py)
+            member_of = membership.current()
+            link = "" if member_of is None else member_of.link
+        self.link = link
+        self.record = self._encode()
+        self.id = new_job_id() if job_id is None else job_id
+
+    def _encode(self) -> bytes:
+        plan = self.plan
+        # A record bound for the outbox may be relayed twice: flag 'i' makes a finished job
+        # leave a tombstone, so the second relay never stores it again.
+        flags = record_flags(plan.when, True, plan.policy) if self.outbox else plan.flags
+        if self.link:
+            flags += FLAG_LINKED
+        if self.outbox and plan.group is not None:
+            raise ValueError(group_in_outbox(plan.name, plan.group))
+        return encode_record(
+            plan.name, self.args, self.kwargs, plan.key, plan.max_retries, flags, plan.priority
+        )
+
+    def for_outbox(self) -> Prepared:
+        """This call encoded for the outbox, under the same id: itself when it was (as
+        schedule() prepares it, knowing its place); schedule_many() prepares its calls before
+        the place of a keyed one is known (an earlier call may take the key)."""
+        if self.outbox:
+            return self
+        bound = copy.copy(self)
+        bound.outbox = True
+        bound.record = bound._encode()
+        return bound
+
+    @property
+    def sender(self) -> Task | str:
+        """The sender of the job's signals."""
+        return self.plan.task or self.plan.name
+
+    def entry(self) -> Entry:
+        """The job as one entry of a batch for Redis (batch.py)."""
+        plan = self.plan
+        return Entry(
+            self.id,
+            plan.queue,
+            self.record,
+            plan.when,
+            plan.key,
+            plan.options["on_conflict"],
+            self.link,
+            plan.group,
+        )
+
+    def job(self, result: Scheduled | None) -> Job:
+        """The Job this call stored (or kept)."""
+        plan = self.plan
+        fields = Fields(
+            plan.name, self.args, self.kwargs, plan.key, plan.max_retries, priority=plan.priority
+        )
+        if result is not None and result.record:  # kept: describe the existing job
+            fields = decode_fields(result.record)
+        status = PENDING if result is None or result.outcome != "done" else "done"
+        return make_job(
+            result.id if result else self.id,
+            plan.queue,
+            status,
+            fields,
+            delayq_settings.MAX_RETRIES,
+            score=result.due_at if result else None,
+            outcome=DEFERRED
+            if result is None
+            else "created"
+            if status == "done"
+            else result.outcome,
+        )

@@ -1,0 +1,242 @@
+"""Storage of batches and chains (django_delayq.batches): the batch scripts, a chain's steps,
+and the `forward` entries that linked jobs leave when they end.
+
+A batch's keys live in a slot of their own (``{prefix}:{b:<id>}:...``, keys.BATCH_KINDS), so
+its members may be in any queue, on any node of a cluster: a member's script (ack, fail,
+recover, cancel) writes its outcome to its own queue's `forward` hash, in the same script as
+the transition, and the worker then sends it to the batch (batch_ended.lua) and deletes the
+entry, in that order (batches/forwarding.py). A chain's steps after the first are one hash,
+``{prefix}:chain:<id>``, read when a step succeeded. Everything here may be re-sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django_delayq.storage.milliseconds import now_arg
+from django_delayq.storage.replies import pairs, text
+from django_delayq.storage.store import Store
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A callback of a batch that was decided and is not placed yet: ``kind`` ('death',
+    'success', 'complete'), when it was decided (epoch ms: its job's id is derived from it)
+    and its call (JSON, as :mod:`django_delayq.batches.calls` wrote it)."""
+
+    kind: str
+    decided_ms: int
+    call: str
+
+
+@dataclass(frozen=True)
+class Decided:
+    """A batch script's answer: whether the batch needs no more attention, and the callbacks
+    to place."""
+
+    finished: bool
+    callbacks: tuple[Decision, ...]
+
+
+def _decided(reply: list) -> Decided:
+    found = tuple(
+        Decision(text(reply[i]), int(reply[i + 1]), text(reply[i + 2]))
+        for i in range(1, len(reply), 3)
+    )
+    return Decided(int(reply[0]) == 1, found)
+
+
+def open_ops(store: Store, batch_id: str, callbacks: dict[str, str], now_ms: int) -> list:
+    """Ops that create a batch: its hash (created, the callbacks' calls), its entry in the
+    list of batches, and in the open batches (looked at by a worker from ``now_ms`` + a
+    minute: a batch whose block never ended stays open, harmlessly)."""
+    batch_key = store.batch_keys(batch_id)[0]
+    fields: list[Any] = ["created", now_ms]
+    for kind, call in callbacks.items():
+        fields += [f"cb:{kind}", call]
+    return [
+        store.command(b"HSET", batch_key, *fields, route=batch_key),
+        store.command(b"ZADD", store.batches_key, now_ms, batch_id, route=store.batches_key),
+        store.command(
+            b"ZADD", store.open_batches_key, now_ms + 60_000, batch_id, route=store.open_batches_key
+        ),
+    ]
+
+
+def seal_op(
+    store: Store, batch_id: str, members: Iterable[tuple[str, str]], now: float | None = None
+):
+    argv: list[Any] = [now_arg(now)]
+    for job_id, queue in members:
+        argv += (job_id, queue)
+    return store.slot_op("batch_seal", store.batch_keys(batch_id), argv, _decided)
+
+
+def ended_op(
+    store: Store, batch_id: str, outcomes: Iterable[tuple[str, str]], now: float | None = None
+):
+    argv: list[Any] = [now_arg(now)]
+    for job_id, outcome in outcomes:
+        argv += (job_id, outcome)
+    return store.slot_op("batch_ended", store.batch_keys(batch_id), argv, _decided)
+
+
+def placed_op(store: Store, batch_id: str, kinds: Sequence[str], now_ms: int):
+    """Mark callbacks placed (their jobs are stored): no batch script returns them again."""
+    key = store.batch_keys(batch_id)[0]
+    fields: list[Any] = []
+    for kind in kinds:
+        fields += [f"placed:{kind}", now_ms]
+    return store.command(b"HSET", key, *fields, route=key)
+
+
+def cancel_op(store: Store, batch_id: str, now: float | None = None):
+    def parse(reply: list) -> tuple[bool, list[tuple[str, str]]]:
+        rest = [text(r) for r in reply[1:]]
+        return int(reply[0]) == 1, list(zip(rest[::2], rest[1::2], strict=True))
+
+    return store.slot_op("batch_cancel", store.batch_keys(batch_id), [now_arg(now)], parse)
+
+
+def close_op(store: Store, batch_ids: Sequence[str]):
+    """The batches need no more attention: out of the open batches."""
+    return store.command(b"ZREM", store.open_batches_key, *batch_ids, route=store.open_batches_key)
+
+
+def due_open(store: Store, now_ms: int, limit: int, again_ms: int) -> list[str]:
+    """Up to ``limit`` open batches due to be looked at; each is put off by ``again_ms``
+    (so every open batch is looked at in turn, a few per pass)."""
+    key = store.open_batches_key
+    ids = store.call(
+        store.command(b"ZRANGEBYSCORE", key, b"-inf", now_ms, b"LIMIT", 0, limit, route=key)
+    )
+    ids = [text(i) for i in ids]
+    if ids:
+        later: list[Any] = []
+        for batch_id in ids:
+            later += [now_ms + again_ms, batch_id]
+        store.call(store.command(b"ZADD", key, b"XX", *later, route=key))
+    return ids
+
+
+def read_batch(store: Store, batch_id: str) -> dict[str, str] | None:
+    """The batch's hash (see _lib.lua), None when it is unknown."""
+    key = store.batch_keys(batch_id)[0]
+    found = store.call(store.command(b"HGETALL", key, route=key))
+    fields = {text(k): text(v) for k, v in pairs(found)}
+    return fields or None
+
+
+def read_outcomes(store: Store, batch_id: str) -> tuple[dict[str, str], dict[str, str]]:
+    """(member id -> queue, member id -> outcome) of a batch: its members and those that
+    ended (two HGETALLs: as big as the batch, for the admin's page of one batch)."""
+    _, ended, members = store.batch_keys(batch_id)
+    got = store.run(
+        [
+            store.command(b"HGETALL", members, route=members),
+            store.command(b"HGETALL", ended, route=ended),
+        ]
+    )
+    for reply in got:
+        if isinstance(reply, Exception):
+            raise reply
+    queues = {text(k): text(v) for k, v in pairs(got[0])}
+    outcomes = {text(k): text(v) for k, v in pairs(got[1])}
+    return queues, outcomes
+
+
+def list_batches(store: Store, offset: int, limit: int) -> list[tuple[str, int]]:
+    """(batch id, created ms), newest first."""
+    key = store.batches_key
+    reply = store.call(
+        store.command(b"ZREVRANGE", key, offset, offset + limit - 1, b"WITHSCORES", route=key)
+    )
+    return [(text(m), int(float(s))) for m, s in pairs(reply)]
+
+
+def count_batches(store: Store) -> int:
+    return int(store.call(store.command(b"ZCARD", store.batches_key, route=store.batches_key)))
+
+
+def trim_batches_op(store: Store, before_ms: int):
+    """Forget batches created before ``before_ms`` in the list of batches (their keys expire
+    on their own once finished)."""
+    key = store.batches_key
+    return store.command(b"ZREMRANGEBYSCORE", key, b"-inf", f"({before_ms}", route=key)
+
+
+# -- forward entries (a queue's `forward` hash) --------------------------------------------
+
+
+@dataclass(frozen=True)
+class Ended:
+    """A linked job that ended: its id, queue, outcome, when (epoch ms) and link (JSON)."""
+
+    id: str
+    queue: str
+    outcome: str
+    at_ms: int
+    link: str
+
+
+def _entry(job_id: str, queue: str, raw: Any) -> Ended | None:
+    if raw is None:
+        return None
+    head, _, link = text(raw).partition("\n")
+    outcome, _, at = head.partition(" ")
+    try:
+        return Ended(job_id, queue, outcome, int(at), link)
+    except ValueError:
+        return Ended(job_id, queue, outcome, 0, link)
+
+
+def read_forward(store: Store, queue: str, ids: Sequence[str]) -> list[Ended]:
+    """The forward entries of ``ids`` that are there."""
+    key = store.key(queue, "forward")
+    reply = store.call(store.command(b"HMGET", key, *ids, route=key))
+    found = [_entry(job_id, queue, raw) for job_id, raw in zip(ids, reply, strict=True)]
+    return [e for e in found if e is not None]
+
+
+def scan_forward(store: Store, queue: str, cursor: int, count: int) -> tuple[int, list[Ended]]:
+    """One HSCAN step over the queue's forward entries (the sweep of what a crash left)."""
+    key = store.key(queue, "forward")
+    reply = store.call(store.command(b"HSCAN", key, cursor, b"COUNT", count, route=key))
+    entries = [_entry(text(k), queue, v) for k, v in pairs(reply[1])]
+    return int(reply[0]), [e for e in entries if e is not None]
+
+
+def read_link(store: Store, queue: str, job_id: str) -> str | None:
+    """The link stored beside a job (None for none)."""
+    key = store.key(queue, "links")
+    found = store.call(store.command(b"HGET", key, job_id, route=key))
+    return None if found is None else text(found)
+
+
+def drop_forward_op(store: Store, queue: str, ids: Sequence[str]):
+    key = store.key(queue, "forward")
+    return store.command(b"HDEL", key, *ids, route=key)
+
+
+# -- chains ---------------------------------------------------------------------------------
+
+
+def write_chain_op(store: Store, chain_id: str, steps: dict[str, str]):
+    """A chain's steps after the first (field index -> call JSON, "death" -> on_death)."""
+    key = store.chain_key(chain_id)
+    fields: list[Any] = []
+    for name, call in steps.items():
+        fields += [name, call]
+    return store.command(b"HSET", key, *fields, route=key)
+
+
+def read_chain_op(store: Store, chain_id: str, fields: Sequence[str]):
+    key = store.chain_key(chain_id)
+    return store.command(b"HMGET", key, *fields, route=key)
+
+
+def drop_chain_op(store: Store, chain_id: str):
+    key = store.chain_key(chain_id)
+    return store.command(b"DEL", key, route=key)

@@ -1,0 +1,21 @@
+-- batch_ended.lua: members of a batch ended; decide its callbacks.
+-- KEYS: batch ended members
+-- ARGV[1] now (epoch milliseconds) or '' for Redis TIME
+-- ARGV[2..] pairs: member job id, outcome ('succeeded', 'dead' or 'cancelled')
+-- A member's last outcome counts: one that was dead and ends again (requeued from the admin)
+-- moves to its new outcome.
+-- Returns decide()'s reply (_lib.lua): {finished, kind, decided ms, call, ...}, the callbacks
+-- decided and not placed yet. Idempotent: an outcome sent again changes nothing, and the
+-- reply lists the decided callbacks until they are marked placed.
+local now = clock(ARGV[1])
+hashes(B, N, H)
+for i = 2, #ARGV, 2 do
+  local id, outcome = ARGV[i], ARGV[i + 1]
+  local was = redis.call('HGET', N, id)
+  if was ~= outcome then
+    redis.call('HSET', N, id, outcome)
+    redis.call('HINCRBY', B, 'n:' .. outcome, 1)
+    if was then redis.call('HINCRBY', B, 'n:' .. was, -1) end
+  end
+end
+return decide(now)

@@ -1,0 +1,223 @@
+"""Batches and chains (django_delayq.batches): callbacks once, after the last member, through
+the worker, on fakeredis and the real Redis."""
+
+from __future__ import annotations
+
+import pytest
+
+import django_delayq
+from django_delayq import batch, cancel, cancel_batch, get_batch, get_job
+from django_delayq.batches import forwarding
+from django_delayq.batches.links import derived_id
+from django_delayq.storage import batches as stored
+from django_delayq.worker.dispatch import Worker
+from tests.testapp import tasks as t
+
+
+@pytest.fixture(autouse=True)
+def _runs(store):
+    client = t.runs_client()
+    keys = list(client.scan_iter(match="runs:b-*"))
+    if keys:
+        client.delete(*keys)
+    yield
+    keys = list(client.scan_iter(match="runs:b-*"))
+    if keys:
+        client.delete(*keys)
+
+
+def runs(tag: str) -> list[str]:
+    return [v.decode() for v in t.runs_client().lrange(f"runs:{tag}", 0, -1)]
+
+
+def burst(queues=("default",)) -> None:
+    assert Worker(list(queues), burst=True).run() == 0
+
+
+def test_callbacks_run_once_after_every_member(store):
+    with batch(
+        on_success=t.record_batch.call("b-success"),
+        on_complete=t.record_batch.call("b-complete"),
+        on_death=t.record_batch.call("b-death"),
+    ) as b:
+        for i in range(5):
+            t.record.schedule("b-member", str(i))
+        django_delayq.schedule_many(t.record, [("b-member", "m1"), ("b-member", "m2")])
+    state = get_batch(b.id)
+    assert (state.total, state.pending, state.succeeded, state.done) == (7, 7, 0, False)
+    burst()
+    burst()  # callbacks stored by the first run's forwarding
+    assert sorted(runs("b-member")) == sorted([*map(str, range(5)), "m1", "m2"])
+    assert runs("b-success") == [b.id]
+    assert runs("b-complete") == [b.id]
+    assert runs("b-death") == []
+    state = get_batch(b.id)
+    assert (state.total, state.pending, state.succeeded, state.dead, state.done) == (
+        7,
+        0,
+        7,
+        0,
+        True,
+    )
+    assert state.callbacks == {"success": "scheduled", "complete": "scheduled", "death": None}
+
+
+def test_a_dead_member_runs_on_death_and_on_complete_never_on_success(store):
+    with batch(
+        on_success=t.record.call("b-success", "x"),
+        on_complete=t.record.call("b-complete", "x"),
+        on_death=t.record.call("b-death", "x"),
+    ) as b:
+        t.record.schedule("b-member", "ok")
+        t.runs_client().rpush("runs:b-flaky:armed", "1")
+        dying = t.fails_once_then_records.schedule("b-flaky", "later")
+    burst()
+    burst()
+    assert runs("b-death") == ["x"] and runs("b-complete") == ["x"] and runs("b-success") == []
+    state = get_batch(b.id)
+    assert (state.succeeded, state.dead, state.pending, state.done) == (1, 1, 0, True)
+    # Requeued from the admin, the dead member succeeds: the batch succeeded after all.
+    assert store.requeue("default", [dying.id]) == [1]
+    burst()
+    burst()
+    assert runs("b-flaky") == ["later"]
+    assert runs("b-success") == ["x"] and runs("b-complete") == ["x"] and runs("b-death") == ["x"]
+    state = get_batch(b.id)
+    assert (state.succeeded, state.dead) == (2, 0)
+
+
+def test_an_empty_batch_runs_its_callbacks_when_its_block_ends(store):
+    with batch(on_complete=t.record.call("b-complete", "empty")) as b:
+        pass
+    burst()
+    assert runs("b-complete") == ["empty"]
+    assert get_batch(b.id).total == 0
+
+
+def test_forwarding_twice_stores_each_callback_once(store):
+    """A forwarding re-sent (a crash before the entry's delete): nothing twice."""
+    with batch(on_complete=t.record.call("b-complete", "once")) as b:
+        job = t.record.schedule("b-member", "1")
+    claim = store.claim("default", 1, lease=30, token="w#1")
+    (claimed,) = claim.jobs
+    assert store.ack("default", [(job.id, "w#1", "l")]) == [1]
+    entries = stored.read_forward(store, "default", [job.id])
+    assert len(entries) == 1 and entries[0].outcome == "succeeded"
+    forwarding.forward(store, entries)
+    forwarding.forward(store, entries)  # the same entries again, as after a crash
+    assert stored.read_forward(store, "default", [job.id]) == []
+    burst()
+    forwarding.forward(store, entries)  # after the callback ran: its tombstone holds
+    burst()
+    assert runs("b-complete") == ["once"]
+    assert claimed.id == job.id and get_batch(b.id).done
+
+
+def test_a_cancelled_member_ends_and_a_cancelled_batch_runs_no_callback(store):
+    with batch(on_complete=t.record.call("b-complete", "one")) as b:
+        first = t.record.schedule("b-member", "1", delay=60)
+        t.record.schedule("b-member", "2")
+    assert cancel(first.id)
+    burst()
+    burst()
+    assert runs("b-complete") == ["one"]
+    assert get_batch(b.id).cancelled == 1
+
+    with batch(on_complete=t.record.call("b-complete", "two")) as b2:
+        late = [t.record.schedule("b-member", str(i), delay=60) for i in range(3)]
+    assert cancel_batch(b2.id) == 3
+    assert all(get_job(j.id) is None for j in late)
+    burst()
+    burst()
+    assert runs("b-complete") == ["one"]
+    state = get_batch(b2.id)
+    assert state.done and state.cancelled == 3 and state.callbacks == {"complete": None}
+    with pytest.raises(LookupError, match="no batch"):
+        cancel_batch("nope")
+
+
+def test_a_chain_runs_its_steps_in_order_and_a_dead_step_ends_it(store):
+    chain = (
+        t.record.call("b-chain", "1")
+        .then(t.record.call("b-chain", "2"))
+        .then(t.record.call("b-chain", "3"), queue="default")
+    )
+    first = chain.schedule()
+    for _ in range(4):
+        burst()
+    assert runs("b-chain") == ["1", "2", "3"]
+    assert store.client.exists(store.chain_key(first.id)) == 0
+
+    t.runs_client().rpush("runs:b-dies:armed", "1")
+    dying = (
+        t.record.call("b-chain2", "1")
+        .then(t.fails_once_then_records.call("b-dies", "x"))
+        .then(t.record.call("b-chain2", "never"))
+        .on_death(t.record.call("b-chain2", "death"))
+    )
+    dying.schedule()
+    for _ in range(4):
+        burst()
+    assert runs("b-chain2") == ["1", "death"]
+
+
+def test_a_batch_of_chains_ends_when_every_chain_ended(store):
+    """A chain scheduled in a batch is one member: the batch ends with its last step."""
+    with batch(on_complete=t.record.call("b-order", "complete")) as b:
+        for i in range(2):
+            t.record.call("b-order", f"{i}a").then(t.record.call("b-order", f"{i}b")).schedule()
+    burst()
+    burst()
+    order = runs("b-order")
+    assert sorted(order[:4]) == ["0a", "0b", "1a", "1b"] and order[4:] == ["complete"]
+    state = get_batch(b.id)
+    assert (state.total, state.succeeded, state.done) == (2, 2, True)
+
+
+def test_bad_callbacks_fail_in_the_batch_call(store):
+    with pytest.raises(TypeError, match="on_complete must be a Call"), batch(on_complete=t.record):
+        pass
+    with pytest.raises(TypeError), batch(on_complete=t.record.call("only-one-argument")):
+        pass
+    with pytest.raises(TypeError, match="not 'key'"):
+        t.record.call("a", "b").then(t.record.call("c", "d"), key="k").schedule()
+
+
+def test_derived_ids_are_ulid_shaped_and_stable():
+    a = derived_id("01ABC", "next", 1_700_000_000_000)
+    assert a == derived_id("01ABC", "next", 1_700_000_000_000)
+    assert a != derived_id("01ABC", "death", 1_700_000_000_000)
+    assert len(a) == 26
+    from django_delayq.jobs.ids import id_timestamp
+
+    assert id_timestamp(a) == 1_700_000_000.0
+
+
+def test_the_sweep_takes_what_a_crash_left(store):
+    """A process died after a seal decided a callback (before storing it), a worker after an
+    ack (before forwarding it): a later sweep does both, once; a block that never ended is
+    let go after a day."""
+    import time
+
+    now = time.time()
+    with batch(on_complete=t.record.call("b-complete", "sealed")) as b:
+        pass
+    store.client.hdel(store.batch_keys(b.id)[0], "placed:complete")  # as if it died there
+    with batch(on_complete=t.record.call("b-complete", "acked")) as b2:
+        job = t.record.schedule("b-member", "1", queue="b-q")
+    store.claim("b-q", 1, lease=30, token="w#1")
+    assert store.ack("b-q", [(job.id, "w#1", "l")]) == [1]  # no forwarding: a crash
+    forwarding.sweep(store, ["b-q"], now=now)  # too early for both
+    assert stored.read_forward(store, "b-q", [job.id]) != []
+    forwarding.sweep(store, ["b-q"], now=now + 120)
+    forwarding.sweep(store, ["b-q"], now=now + 240)
+    assert stored.read_forward(store, "b-q", [job.id]) == []
+    burst()
+    assert sorted(runs("b-complete")) == ["acked", "sealed"]
+    assert get_batch(b2.id).done
+
+    ops = stored.open_ops(store, "abandoned", {}, int((now - 2 * 86400) * 1000))
+    store.run(ops)
+    assert store.client.zscore(store.open_batches_key, "abandoned") is not None
+    forwarding.sweep(store, ["default"], now=now)
+    assert store.client.zscore(store.open_batches_key, "abandoned") is None
