@@ -91,8 +91,10 @@ processes_push           the same with task 1, 5k jobs
 groups_*                 limits per group (bench/groups.py): 4,000 jobs of 10 ms over
                          1,000 keys at group_concurrency=1, 5 hot keys x 100 jobs due
                          first, one worker of 8 threads: drain jobs/s, share of the slots
-                         busy, worker CPU s per 1,000 jobs, Redis us per job (no targets);
-                         baseline: the same jobs without group=
+                         busy, worker CPU s per 1,000 jobs, Redis us per job (no targets;
+                         baseline: the same jobs without group=); groups_backlog_cold_s:
+                         5 keys x 600 due first, 1,000 jobs of others behind: seconds
+                         until those ended (baseline: 1,000 x 10 ms / 8 slots)
 outbox_memory            (issue 12, PostgreSQL + a dedicated redis-server) Redis memory
                          growth with 100k jobs due in 7 days and HORIZON = 1 day
                          (constant, <= 64 KB); baseline: HORIZON off
