@@ -15,7 +15,8 @@ from django_delayq.jobs.ids import new_job_id
 from django_delayq.jobs.record import encode_record
 from django_delayq.scheduling.options import check_group
 from django_delayq.storage import control
-from tests.test_async_api import astore, run  # noqa: F401 - the astore fixture
+from tests.test_async_api import astore as astore  # the fixture
+from tests.test_async_api import run
 from tests.test_store import DEAD_OPTS, T0, members
 
 Q = "default"
@@ -82,8 +83,9 @@ def test_fail_release_and_recover_free_the_slot(store):
     assert len(got) == 1 and got[0] in (b, c)
     # The holder's worker dies (no ack): recovery frees the slot once the lease expired.
     assert ids(claim(store, T0 + 3, "w#4")) == []
-    store.recover(Q, token="r#1", instance="rescuer", default_max_retries=3, now=T0 + 40,
-                  **DEAD_OPTS)
+    store.recover(
+        Q, token="r#1", instance="rescuer", default_max_retries=3, now=T0 + 40, **DEAD_OPTS
+    )
     again = ids(claim(store, T0 + 40, "w#5"))
     assert len(again) == 1
     holders = store.client.hget(store.key(Q, "holds"), f"{GROUPED}\ng").decode().split()
@@ -200,8 +202,8 @@ def test_schedule_api_stores_the_group(store):
 def test_parked_jobs_are_counted_and_listed_as_pending(store):
     limit(store, conc=1)
     plain = put(store, None)
-    a, b, c = (put(store, "g") for _ in range(3))
-    claim(store, T0, "w#1", limit=2)  # plain and a
+    _, b, c = (put(store, "g") for _ in range(3))
+    claim(store, T0, "w#1", limit=2)  # plain and the first
     assert ids(claim(store, T0, "w#2")) == []  # b and c parked
     late = put(store, None, delay=60)
     assert parked(store) == 2

@@ -70,7 +70,7 @@ class Model:
             for job_id in new:
                 self.held[job_id] = f"w#{token_before}"
             got += new
-            if len(got) >= want or not new and not self.due_behind_free_slot():
+            if len(got) >= want or (not new and not self.due_behind_free_slot()):
                 break
         if len(got) < want:
             assert not self.due_behind_free_slot(), "a group with a free slot was passed over"
@@ -124,7 +124,11 @@ class Model:
         """Every worker dies: their leases expire and recovery hands the jobs back."""
         self.now += 31
         self.store.recover(
-            Q, token=self.token(), instance="rescuer", default_max_retries=100, now=self.now,
+            Q,
+            token=self.token(),
+            instance="rescuer",
+            default_max_retries=100,
+            now=self.now,
             **DEAD_OPTS,
         )
         self.held.clear()

@@ -90,13 +90,13 @@ def plan_group(group: Any, task: Any, name: str) -> str | None:
     would limit nothing and is refused as a mistake. A task scheduled by name that this
     process does not import (``CHECK_NAMES`` off) is trusted: its workers know its limits."""
     group = check_group(group)
-    if group is not None and task is not None:
-        if task.group_concurrency is None and task.group_rate is None:
-            raise ValueError(
-                f"group={group!r} given for task {name}, which has no limits per group: "
-                f"declare @task(group_concurrency=N) and/or @task(group_rate='10/s') on it, "
-                f"or schedule it without group="
-            )
+    limited = task is None or task.group_concurrency or task.group_rate
+    if group is not None and not limited:
+        raise ValueError(
+            f"group={group!r} given for task {name}, which has no limits per group: "
+            f"declare @task(group_concurrency=N) and/or @task(group_rate='10/s') on it, "
+            f"or schedule it without group="
+        )
     return group
 
 

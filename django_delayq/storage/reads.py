@@ -147,8 +147,9 @@ class Reads(Calls):
     def counts(self, queue: str, now: float) -> dict[str, Any]:
         """Set sizes, the due-now backlog, jobs claimed but not started, the oldest due
         time, whether the queue is paused, the priorities of its prioritised pending jobs
-        (control.Band, highest first) and how many due jobs wait for their group's slot: O(log N) each, one round trip (and one per priority
-        present, when some are)."""
+        (control.Band, highest first) and how many due jobs wait for their group's slot
+        (``parked``): O(log N) each, one round trip (and one per priority present, when
+        some are)."""
         pending, running, dead = (self.key(queue, s) for s in STATUS_KINDS)
         ranked, paused = self.key(queue, "ranked"), self.key(queue, "control")
         parked = self.key(queue, "parked")
