@@ -74,118 +74,124 @@ local ids, from_pending, from_ranked, next_due = {}, {}, {}, nil
 -- The queue's concurrency limit (nil: none), its live holders, whether it capped this claim,
 -- and the "qhold" field as read.
 local qslots, queue_held, queue_full, queue_hold_was = nil, nil, false, nil
--- Limits per group: a task's ({conc = N or nil, rate = microseconds or nil}), the live
--- holders of a group key (read once per call, written back after the limits are applied),
--- its rate state (as stored, as advanced by the jobs this call holds back, written or not).
-local group_limit_of, group_live, group_tat, group_virtual, group_dirty = {}, {}, {}, {}, {}
-local function group_limits(task)
-  local l = group_limit_of[task]
-  if l == nil then
-    local conc, rate = unpack(redis.call('HMGET', K, 'gconc:' .. task, 'grate:' .. task))
-    local count, period = string.match(rate or '', '^(%d+)/(%d+)$')
-    l = {conc = tonumber(conc or '')}
-    if count and tonumber(count) > 0 then l.rate = math.ceil(tonumber(period) * 1000 / tonumber(count)) end
-    group_limit_of[task] = l
-  end
-  return l
-end
-local function group_holders(gkey)
-  local live = group_live[gkey]
-  if not live then
-    local acking = {}
-    for i = 6, #ARGV, 3 do acking[ARGV[i] .. '|' .. ARGV[i + 1]] = true end
-    live = {}
-    for h_id, h_token in string.gmatch(redis.call('HGET', Z, gkey) or '', '([^|%s]+)|(%S+)') do
-      local holder = h_id .. '|' .. h_token
-      if not acking[holder] and owned(h_id, h_token) then table.insert(live, holder) end
+-- The helpers of limits per group, made only on the general path (a Lua function costs
+-- each call that makes it, and the fast path needs none of them).
+local group_limits, group_holders, group_pace, write_groups, group_of, park, release_acked, sweep_parked
+local group_limit_of, group_live, group_tat, group_virtual, group_dirty
+local released = {}
+local controlled = redis.call('EXISTS', Q, K, Y) > 0
+if controlled then
+  -- Limits per group: a task's ({conc = N or nil, rate = microseconds or nil}), the live
+  -- holders of a group key (read once per call, written back after the limits are applied),
+  -- its rate state (as stored, as advanced by the jobs this call holds back, written or not).
+  group_limit_of, group_live, group_tat, group_virtual, group_dirty = {}, {}, {}, {}, {}
+  group_limits = function(task)
+    local l = group_limit_of[task]
+    if l == nil then
+      local conc, rate = unpack(redis.call('HMGET', K, 'gconc:' .. task, 'grate:' .. task))
+      local count, period = string.match(rate or '', '^(%d+)/(%d+)$')
+      l = {conc = tonumber(conc or '')}
+      if count and tonumber(count) > 0 then l.rate = math.ceil(tonumber(period) * 1000 / tonumber(count)) end
+      group_limit_of[task] = l
     end
-    group_live[gkey] = live
+    return l
   end
-  return live
-end
--- nil when the group's rate allows a claim now (taking it), else when it will.
-local function group_pace(gkey, rate, now_us)
-  local tat = group_tat[gkey]
-  if tat == nil then
-    tat = tonumber(redis.call('HGET', Z, '\n' .. gkey) or '') or 0
-    group_tat[gkey] = tat
+  group_holders = function(gkey)
+    local live = group_live[gkey]
+    if not live then
+      local acking = {}
+      for i = 6, #ARGV, 3 do acking[ARGV[i] .. '|' .. ARGV[i + 1]] = true end
+      live = {}
+      for h_id, h_token in string.gmatch(redis.call('HGET', Z, gkey) or '', '([^|%s]+)|(%S+)') do
+        local holder = h_id .. '|' .. h_token
+        if not acking[holder] and owned(h_id, h_token) then table.insert(live, holder) end
+      end
+      group_live[gkey] = live
+    end
+    return live
   end
-  if tat > now_us + (rate < 1000 and 999 or 0) then
-    local at = math.max(group_virtual[gkey] or tat, tat)
-    group_virtual[gkey] = at + rate
-    return math.ceil(at / 1000)
+  -- nil when the group's rate allows a claim now (taking it), else when it will.
+  group_pace = function(gkey, rate, now_us)
+    local tat = group_tat[gkey]
+    if tat == nil then
+      tat = tonumber(redis.call('HGET', Z, '\n' .. gkey) or '') or 0
+      group_tat[gkey] = tat
+    end
+    if tat > now_us + (rate < 1000 and 999 or 0) then
+      local at = math.max(group_virtual[gkey] or tat, tat)
+      group_virtual[gkey] = at + rate
+      return math.ceil(at / 1000)
+    end
+    group_tat[gkey], group_dirty[gkey] = math.max(tat, now_us) + rate, true
+    return nil
   end
-  group_tat[gkey], group_dirty[gkey] = math.max(tat, now_us) + rate, true
-  return nil
-end
-local function write_groups()
-  for gkey, live in pairs(group_live) do
-    if #live > 0 then redis.call('HSET', Z, gkey, table.concat(live, ' '))
-    else redis.call('HDEL', Z, gkey) end
+  write_groups = function()
+    for gkey, live in pairs(group_live) do
+      if #live > 0 then redis.call('HSET', Z, gkey, table.concat(live, ' '))
+      else redis.call('HDEL', Z, gkey) end
+    end
+    for gkey, _ in pairs(group_dirty) do redis.call('HSET', Z, '\n' .. gkey, int(group_tat[gkey])) end
+    if next(group_dirty) then
+      -- The rate state of groups that went quiet: a next free time already past counts as
+      -- none, so it is dropped, 20 fields looked at per call that paces a group (cursor in
+      -- `control` field "gscan"), and `holds` does not grow with every group ever seen.
+      local scan = redis.call('HSCAN', Z, redis.call('HGET', K, 'gscan') or '0', 'COUNT', 20)
+      for i = 1, #scan[2], 2 do
+        local field = scan[2][i]
+        if string.sub(field, 1, 1) == '\n' and (tonumber(scan[2][i + 1]) or 0) <= now * 1000 then
+          redis.call('HDEL', Z, field)
+        end
+      end
+      redis.call('HSET', K, 'gscan', scan[1])
+    end
   end
-  for gkey, _ in pairs(group_dirty) do redis.call('HSET', Z, '\n' .. gkey, int(group_tat[gkey])) end
-  if next(group_dirty) then
-    -- The rate state of groups that went quiet: a next free time already past counts as
-    -- none, so it is dropped, 20 fields looked at per call that paces a group (cursor in
-    -- `control` field "gscan"), and `holds` does not grow with every group ever seen.
-    local scan = redis.call('HSCAN', Z, redis.call('HGET', K, 'gscan') or '0', 'COUNT', 20)
-    for i = 1, #scan[2], 2 do
-      local field = scan[2][i]
-      if string.sub(field, 1, 1) == '\n' and (tonumber(scan[2][i + 1]) or 0) <= now * 1000 then
-        redis.call('HDEL', Z, field)
+  group_of = function(id)
+    local v = redis.call('HGET', A, id)
+    return v and string.match(v, '^([^\n]*\n[^\n]*)')
+  end
+  -- A due job of a full group leaves pending for `parked` (see _lib.lua).
+  park = function(id, gkey)
+    local due, priority = pending_due(id)
+    unpend(id)
+    local member = gkey .. '\n' .. string.format('%020d', ranked_score(priority, due)) .. '\n' .. id
+    redis.call('ZADD', Y, 0, member)
+    redis.call('HSET', A, id, member)
+  end
+  -- The slots this call's acknowledgements free (ARGV[6..], flag 'g' in their info, still
+  -- holding their lease): each group's first parked job goes back to pending before the
+  -- jobs are read, so this very call can claim it (ack_from then only drops the holder).
+  release_acked = function()
+    for i = 6, #ARGV, 3 do
+      local id = ARGV[i]
+      if has(string.match(ARGV[i + 2], '^[^=]*'), 'g') and owned(id, ARGV[i + 1]) then
+        local gkey = group_of(id)
+        if gkey then unpark_group(gkey, 1) released[id] = true end
       end
     end
-    redis.call('HSET', K, 'gscan', scan[1])
   end
-end
-local function group_of(id)
-  local v = redis.call('HGET', A, id)
-  return v and string.match(v, '^([^\n]*\n[^\n]*)')
-end
--- A due job of a full group leaves pending for `parked` (see _lib.lua).
-local function park(id, gkey)
-  local due, priority = pending_due(id)
-  unpend(id)
-  local member = gkey .. '\n' .. string.format('%020d', ranked_score(priority, due)) .. '\n' .. id
-  redis.call('ZADD', Y, 0, member)
-  redis.call('HSET', A, id, member)
-end
--- The slots this call's acknowledgements free (ARGV[6..], flag 'g' in their info, still
--- holding their lease): each group's first parked job goes back to pending before the
--- jobs are read, so this very call can claim it (ack_from then only drops the holder).
-local released = {}
-local function release_acked()
-  for i = 6, #ARGV, 3 do
-    local id = ARGV[i]
-    if has(string.match(ARGV[i + 2], '^[^=]*'), 'g') and owned(id, ARGV[i + 1]) then
-      local gkey = group_of(id)
-      if gkey then unpark_group(gkey, 1) released[id] = true end
+  -- One group of `parked` (the one after the cursor): its jobs go back to pending for the
+  -- group's free slots (the holders this call acknowledges still count: release_acked
+  -- gave their slots).
+  sweep_parked = function()
+    zsets(P, Q, Y) hashes(A, Z) lists(W)
+    local cursor = redis.call('HGET', K, 'gsweep')
+    local first = {}
+    if cursor then first = redis.call('ZRANGEBYLEX', Y, '(' .. cursor .. '\n\255', '+', 'LIMIT', 0, 1) end
+    if not first[1] then first = redis.call('ZRANGEBYLEX', Y, '-', '+', 'LIMIT', 0, 1) end
+    local gkey = parked_parts(first[1])
+    if not gkey then return end
+    redis.call('HSET', K, 'gsweep', gkey)
+    local conc = group_limits(string.match(gkey, '^[^\n]*')).conc
+    local free = 100
+    if conc then
+      free = conc
+      for h_id, h_token in string.gmatch(redis.call('HGET', Z, gkey) or '', '([^|%s]+)|(%S+)') do
+        if owned(h_id, h_token) then free = free - 1 end
+      end
     end
+    if free > 0 then unpark_group(gkey, free) end
   end
 end
--- One group of `parked` (the one after the cursor): its jobs go back to pending for the
--- group's free slots (the holders this call acknowledges still count: release_acked
--- gave their slots).
-local function sweep_parked()
-  zsets(P, Q, Y) hashes(A, Z) lists(W)
-  local cursor = redis.call('HGET', K, 'gsweep')
-  local first = {}
-  if cursor then first = redis.call('ZRANGEBYLEX', Y, '(' .. cursor .. '\n\255', '+', 'LIMIT', 0, 1) end
-  if not first[1] then first = redis.call('ZRANGEBYLEX', Y, '-', '+', 'LIMIT', 0, 1) end
-  local gkey = parked_parts(first[1])
-  if not gkey then return end
-  redis.call('HSET', K, 'gsweep', gkey)
-  local conc = group_limits(string.match(gkey, '^[^\n]*')).conc
-  local free = 100
-  if conc then
-    free = conc
-    for h_id, h_token in string.gmatch(redis.call('HGET', Z, gkey) or '', '([^|%s]+)|(%S+)') do
-      if owned(h_id, h_token) then free = free - 1 end
-    end
-  end
-  if free > 0 then unpark_group(gkey, free) end
-end
-local controlled = redis.call('EXISTS', Q, K, Y) > 0
 if not controlled then
   if limit > 0 and not resend then
     ids = redis.call('ZRANGEBYSCORE', P, '-inf', int(now), 'LIMIT', 0, limit)
