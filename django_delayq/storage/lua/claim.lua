@@ -61,8 +61,12 @@
 -- the group's rate allows it, the jobs of one group held back by one call spread one rate
 -- interval apart. Each call also sweeps one group of `parked` (round robin, cursor in
 -- `control` field "gsweep"): its parked jobs go back to pending for the group's free slots, which
--- heals a slot no hook freed (a 0.5.0 worker's ack, a limit raised or removed). The fast
--- path above is taken only while `parked` does not exist either.
+-- heals a slot no hook freed (a 0.5.0 worker's ack, a limit raised or removed). While
+-- `parked` exists, a call reads up to 8 times its room (at most 64 more) so the jobs it
+-- parks do not leave the room empty: it leases what the room allows, and the due jobs it
+-- read past the room and did not park stay pending untouched (next_due is then now, or
+-- CONC_GAP ahead when the queue's own limit is full). The fast path above is taken only
+-- while `parked` does not exist either.
 local CONC_GAP = 250
 local limit, lease, token, instance = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], ARGV[5]
 local now = clock(ARGV[1])
@@ -74,6 +78,8 @@ local ids, from_pending, from_ranked, next_due = {}, {}, {}, nil
 -- The queue's concurrency limit (nil: none), its live holders, whether it capped this claim,
 -- and the "qhold" field as read.
 local qslots, queue_held, queue_full, queue_hold_was = nil, nil, false, nil
+-- The claim's room when it reads past it (jobs of full groups about: see below), else nil.
+local room = nil
 -- The helpers of limits per group, made only on the general path (a Lua function costs
 -- each call that makes it, and the fast path needs none of them).
 local group_limits, group_holders, group_pace, write_groups, group_of, park, release_acked, sweep_parked
@@ -221,7 +227,14 @@ else
   end
   queue_hold_was = qhold
   local function later(due) if not next_due or due < next_due then next_due = due end end
-  if want > 0 and redis.call('EXISTS', Y) == 1 then release_acked() sweep_parked() end
+  if want > 0 and redis.call('EXISTS', Y) == 1 then
+    release_acked()
+    sweep_parked()
+    -- Groups at their limit are about: read past the jobs that will be parked (at most 8
+    -- times the room, 64 more), so one call fills its room; the jobs read beyond it that
+    -- it does not park are left pending as they are.
+    room, want = want, math.min(want * 8, want + 64)
+  end
   local pending_read = false
   local function from_p()
     pending_read = true
@@ -271,12 +284,14 @@ if controlled and #ids > 0 then
   local now_us = now * 1000
   local kept_ids, kept_records, kept_states = {}, {}, {}
   for i, id in ipairs(ids) do
-    local wait, gkey, parked = nil, nil, false
+    local wait, gkey, parked, untouched = nil, nil, false, false
     local task = records[i] and string.match(records[i], '^[^\n]*\n([^\n]*)')
     if task and has((select(2, header(records[i]))), 'g') then gkey = group_of(id) end
     local glimit = gkey and group_limits(task)
     if glimit and glimit.conc and #group_holders(gkey) >= glimit.conc then
       parked = true
+    elseif room and #kept_ids >= room then
+      untouched = true
     elseif task then
       local rate = rates[task]
       if rate == nil then
@@ -322,6 +337,10 @@ if controlled and #ids > 0 then
       park(id, gkey)
       deferred[id] = true
       held = held + 1
+    elseif untouched then
+      deferred[id] = true  -- not removed from pending below, not leased
+      local at = queue_full and now + CONC_GAP or now
+      if not next_due or at < next_due then next_due = at end
     elseif wait then
       local _, _, _, priority = header(records[i])
       pend(id, wait, priority)
