@@ -282,3 +282,26 @@ def test_a_claim_reads_past_the_jobs_it_parks(store):
     assert store.client.hget(state, cold[1]) is None
     assert store.client.llen(store.key(Q, "wake")) >= 1
     assert ids(claim(store, T0, "w#4", limit=5)) == cold[1:]
+
+
+def test_a_dead_job_keeps_its_group_until_deleted(store):
+    limit(store, conc=1)
+    a, b = put(store, "g"), put(store, "g")
+    assert ids(claim(store, T0, "w#1")) == [a]
+    error = {"type": "x", "message": "y"}
+    outcome = store.fail(
+        Q, a, "w#1", error, delay=-1, default_max_retries=0, now=T0 + 1, **DEAD_OPTS
+    )
+    assert outcome[0] == "dead"
+    groups = store.key(Q, "groups")
+    assert store.client.hget(groups, a) == f"{GROUPED}\ng".encode()  # kept for a requeue
+    assert ids(claim(store, T0 + 1, "w#2")) == [b]  # a's slot went to b
+    assert store.requeue(Q, [a], now=T0 + 2) == [1]
+    assert ids(claim(store, T0 + 2, "w#3")) == []  # b holds the group's slot: a is parked
+    assert store.fetch(Q, a).status == "pending"
+    # b leaves: the claim that acknowledges it takes a back from parked, in the same call.
+    assert ids(claim(store, T0 + 3, "w#4", acks=[(b, "w#2", "g")])) == [a]
+    store.fail(Q, a, "w#4", error, delay=-1, default_max_retries=0, now=T0 + 5, **DEAD_OPTS)
+    assert store.delete_dead(Q, [a], now=T0 + 6) == [True]
+    assert store.client.hget(groups, a) is None
+    assert not store.client.exists(groups, store.key(Q, "parked"), store.key(Q, "holds"))
