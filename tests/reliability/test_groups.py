@@ -64,3 +64,37 @@ def test_group_limit_across_three_worker_processes(
     assert sum(1 for i in hot_done if i < last_cold) < 8, done
     assert store.client.zcard(store.key("default", "parked")) == 0
     assert not store.client.exists(store.key("default", "groups"))
+
+
+def test_a_sigkilled_holders_slot_frees_by_recovery(
+    servers, runs_server, runs_client, workers, prefix, tag, report
+):
+    """group_concurrency=2: a worker process holds both slots of group "g" (two jobs that
+    would run an hour) and is SIGKILLed. Its leases expire (VISIBILITY_TIMEOUT 5 s), the
+    other worker's recovery hands the jobs back, and the group's other jobs, parked behind
+    the dead holders, run: the slots did not leak."""
+    data = servers.redis("data")
+    store = Store(data.client(), prefix)
+    env = worker_env(data.url, runs_server.url, prefix)
+    victim = workers.start(env, "--concurrency", "2", name="victim")
+    with installed(store):
+        for i in range(2):
+            grouped_span.call(tag, "g", f"long{i}", -1.0).schedule(group="g")
+        wait_until(lambda: len(runs(runs_client, f"{tag}:peak")) >= 2, 60, "both to start")
+        for i in range(4):
+            grouped_span.call(tag, "g", f"short{i}", 0.05).schedule(group="g")
+    victim.signal(signal.SIGKILL)
+    victim.wait(30)
+    # The dead worker's two runs left their counter up: start the count again.
+    runs_client.delete(f"runs:{tag}:now:g", f"runs:{tag}:peak")
+    rescuer = workers.start(env, "--concurrency", "4", name="rescuer")
+    wait_until(lambda: len(runs(runs_client, tag)) >= 6, 120, "every job to run")
+    rescuer.signal(signal.SIGTERM)
+    assert rescuer.wait(60) == 0, rescuer.output()
+    done = sorted(v.split()[0] for v in runs(runs_client, tag))
+    peaks = [int(v.split()[1]) for v in runs(runs_client, f"{tag}:peak")]
+    report(scenario="groups: a SIGKILLed holder's slots free by recovery", jobs=6, kills=1)
+    assert done == ["long0", "long1", "short0", "short1", "short2", "short3"], done
+    assert max(peaks) <= 2, peaks
+    assert not store.client.exists(store.key("default", "parked"))
+    assert not store.client.exists(store.key("default", "holds"))
