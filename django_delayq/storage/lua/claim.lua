@@ -62,7 +62,7 @@
 -- interval apart. Each call also sweeps one group of `parked` (round robin, cursor in
 -- `control` field "gsweep"): its parked jobs go back to pending for the group's free slots, which
 -- heals a slot no hook freed (a 0.5.0 worker's ack, a limit raised or removed). While
--- `parked` exists, a call reads up to 8 times its room (at most 64 more) so the jobs it
+-- `parked` exists, a call reads up to twice its room (at most 16 more) so the jobs it
 -- parks do not leave the room empty: it leases what the room allows, and the due jobs it
 -- read past the room and did not park stay pending untouched (next_due is then now, or
 -- CONC_GAP ahead when the queue's own limit is full). The fast path above is taken only
@@ -230,10 +230,10 @@ else
   if want > 0 and redis.call('EXISTS', Y) == 1 then
     release_acked()
     sweep_parked()
-    -- Groups at their limit are about: read past the jobs that will be parked (at most 8
-    -- times the room, 64 more), so one call fills its room; the jobs read beyond it that
+    -- Groups at their limit are about: read past the jobs that will be parked (at most 2
+    -- times the room, 16 more), so one call fills its room; the jobs read beyond it that
     -- it does not park are left pending as they are.
-    room, want = want, math.min(want * 8, want + 64)
+    room, want = want, math.min(want * 2, want + 16)
   end
   local pending_read = false
   local function from_p()
