@@ -119,6 +119,9 @@ def test_sweep_heals_a_slot_no_hook_freed(store):
     store.ack(Q, [(a, "w#1", "")], now=T0 + 1)  # info without 'g': as 0.5.0 sends it
     assert ids(claim(store, T0 + 1, "w#2")) == [b]
     assert parked(store) == 0
+    # At most one sweep per 50 ms: the next may come at T0 + 1.05 s.
+    at = store.client.hget(store.key(Q, "control"), "gsweep_at")
+    assert int(at) == int((T0 + 1) * 1000) + 50
 
 
 def test_raising_the_limit_releases_parked_jobs(store):

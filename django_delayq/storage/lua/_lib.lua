@@ -15,7 +15,8 @@
 --                          "<id>|<token> ..."; "qconc" -> N (the queue's own limit),
 --                          "qhold" -> its holders (see claim.lua); "gconc:<task>" -> N,
 --                          "grate:<task>" -> "<count>/<period ms>" (limits per group),
---                          "gsweep" -> the last group key claim.lua swept, "gscan" -> the
+--                          "gsweep" -> the last group key claim.lua swept, "gsweep_at" ->
+--                          when it may sweep again (ms), "gscan" -> the
 --                          HSCAN cursor of its clean-up of Z. The whole key is
 --                          absent while a queue has no control state, so claim.lua takes
 --                          today's path after one EXISTS of Q, K and Y.
@@ -69,8 +70,8 @@
 --                          range in claim order. A parked job is pending: pending_due,
 --                          unpend and pend see it. When a holder of a group leaves running
 --                          (ack, fail, release, recover: group_left) its group's first
---                          parked job goes back to P/Q; claim.lua also sweeps one group per
---                          call, so a slot a 0.5.0 worker freed is found too.
+--                          parked job goes back to P/Q; claim.lua also sweeps one group (at
+--                          most 20 a second), so a slot a 0.5.0 worker freed is found too.
 --   Z holds    hash        group key -> "<id>|<token> ..." (the group's lease holders, checked
 --                          against S at every claim, as "hold:<task>" is); "\n<group key>" ->
 --                          the group's next free claim time (microseconds, GCRA as "tat:")

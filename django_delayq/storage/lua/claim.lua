@@ -59,15 +59,17 @@
 -- slot frees (the next claims read the jobs behind it: no head-of-line blocking, and no
 -- claim reads a parked job twice). A due job over its group's rate stays pending, due when
 -- the group's rate allows it, the jobs of one group held back by one call spread one rate
--- interval apart. Each call also sweeps one group of `parked` (round robin, cursor in
--- `control` field "gsweep"): its parked jobs go back to pending for the group's free slots, which
--- heals a slot no hook freed (a 0.5.0 worker's ack, a limit raised or removed). While
+-- interval apart. A call also sweeps one group of `parked` (round robin, cursor in `control`
+-- field "gsweep"; at most one sweep per SWEEP_GAP ms, "gsweep_at"): its parked jobs go back
+-- to pending for the group's free slots, which heals a slot no hook freed (a 0.5.0 worker's
+-- ack, a limit raised or removed). While
 -- `parked` exists, a call reads up to twice its room (at most 16 more) so the jobs it
 -- parks do not leave the room empty: it leases what the room allows, and the due jobs it
 -- read past the room and did not park stay pending untouched (next_due is then now, or
 -- CONC_GAP ahead when the queue's own limit is full). The fast path above is taken only
 -- while `parked` does not exist either.
 local CONC_GAP = 250
+local SWEEP_GAP = 50
 local limit, lease, token, instance = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], ARGV[5]
 local now = clock(ARGV[1])
 -- Reads first (they check their keys' types too); then the keys this call will write
@@ -179,14 +181,15 @@ if controlled then
   -- group's free slots (the holders this call acknowledges still count: release_acked
   -- gave their slots).
   sweep_parked = function()
+    local cursor, at = unpack(redis.call('HMGET', K, 'gsweep', 'gsweep_at'))
+    if now < (tonumber(at or '') or 0) then return end
     zsets(P, Q, Y) hashes(A, Z) lists(W)
-    local cursor = redis.call('HGET', K, 'gsweep')
     local first = {}
     if cursor then first = redis.call('ZRANGEBYLEX', Y, '(' .. cursor .. '\n\255', '+', 'LIMIT', 0, 1) end
     if not first[1] then first = redis.call('ZRANGEBYLEX', Y, '-', '+', 'LIMIT', 0, 1) end
     local gkey = parked_parts(first[1])
     if not gkey then return end
-    redis.call('HSET', K, 'gsweep', gkey)
+    redis.call('HSET', K, 'gsweep', gkey, 'gsweep_at', int(now + SWEEP_GAP))
     local conc = group_limits(string.match(gkey, '^[^\n]*')).conc
     local free = 100
     if conc then
