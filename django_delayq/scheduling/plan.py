@@ -28,6 +28,7 @@ from django.utils import timezone
 
 from django_delayq.conf import delayq_settings
 from django_delayq.jobs.record import (
+    FLAG_GROUPED,
     FLAG_TOMBSTONE,
     FLAG_UNDECIDED,
 )
@@ -300,8 +301,8 @@ class Plan:
             priority = found.priority if found is not None else 0
         self.priority = check_priority(priority)
         self.when = when(options.get("delay"), options.get("at"))
-        self.group = plan_group(options.get("group"), found, self.name)  # record flag 'g'
-        self.flags = record_flags(self.when, False, self.policy) + ("g" if self.group else "")
+        self.group = group = plan_group(options.get("group"), found, self.name)
+        self.flags = record_flags(self.when, False, self.policy) + (FLAG_GROUPED if group else "")
         self.options = {**self.when, "key": key, "on_conflict": on_conflict, "group": self.group}
 
     def due(self, now: float) -> float:
