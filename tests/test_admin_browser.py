@@ -569,3 +569,58 @@ def test_recurring_schedules_page_fits_and_shows_the_settings_schedules(
                 browser.close()
     finally:
         unregister(sweep.name)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_operator_opens_a_batch_and_cancels_it_in_a_browser(
+    real_store, live_server, settings, tmp_path
+):
+    """The Batches tab lists a batch; its page shows its callbacks and members; Cancel
+    batch asks on a page of its own, then cancels the members not ended."""
+    sync_playwright = _browser_or_skip()
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    operator = User.objects.create_user("operator", password="s3cret-pass", is_staff=True)
+    operator.user_permissions.add(
+        *Permission.objects.filter(
+            content_type__app_label="django_delayq", codename__in=["view_job", "cancel_job"]
+        )
+    )
+    with django_delayq.batch(on_complete=testtasks.add.call(40, 2)) as b:
+        members = [testtasks.add.schedule(i, i, delay=600) for i in range(4)]
+    assert django_delayq.cancel(members[0].id)  # one ended already: 3 left to cancel
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            page.set_default_timeout(10_000)
+            _login(page, live_server.url, "operator", "s3cret-pass", "/admin/django_delayq/job/")
+            page.wait_for_selector("#dq-dashboard")
+            page.click('.dq-tabs a:has-text("Batches")')
+            row = page.locator(f'#dq-batches tr[data-batch-id="{b.id}"]')
+            assert "25%" in row.inner_text()
+            assert "on complete: not decided" in row.inner_text()
+            page.screenshot(path=str(tmp_path / "admin-batches.png"), full_page=True)
+            row.locator("a.dq-batch-link").click()
+            page.wait_for_selector("#dq-batch")
+            counts = page.locator("#dq-batch-counts").inner_text()
+            assert "4 in all: 3 not ended, 0 succeeded, 0 dead, 1 cancelled" in counts
+            assert page.locator("#dq-members tbody tr").count() == 4
+            # A member not ended links to its job page, which names the batch.
+            page.click(f'#dq-members tr[data-job-id="{members[1].id}"] a')
+            assert b.id in page.locator("#dq-job-batch").inner_text()
+            page.click("#dq-job-batch a")
+            page.click("#dq-cancel-batch")
+            page.wait_for_selector("#dq-confirm")
+            assert "3 members have not ended." in page.locator("#dq-confirm").inner_text()
+            assert all(real_store.fetch(Q, m.id) for m in members[1:])  # nothing yet
+            page.click("#dq-confirm-yes")
+            page.wait_for_selector("ul.messagelist")
+            message = page.locator("ul.messagelist").inner_text()
+            assert f"Batch {b.id} cancelled: 3 pending members cancelled." in message
+            assert page.locator("#dq-batch-status").inner_text() == "cancelled"
+            assert page.locator("#dq-cancel-batch").count() == 0
+            assert not any(real_store.fetch(Q, m.id) for m in members)
+            page.screenshot(path=str(tmp_path / "admin-batch.png"), full_page=True)
+        finally:
+            browser.close()

@@ -221,3 +221,22 @@ def test_the_sweep_takes_what_a_crash_left(store):
     assert store.client.zscore(store.open_batches_key, "abandoned") is not None
     forwarding.sweep(store, ["default"], now=now)
     assert store.client.zscore(store.open_batches_key, "abandoned") is None
+
+
+def test_cancel_batch_cuts_a_member_chain_between_steps(store):
+    with batch(on_complete=t.record.call("b-complete", "x")) as b:
+        first = t.record.call("b-cut", "1")
+        first.then(t.record.call("b-cut", "2"), delay=60).then(
+            t.record.call("b-cut", "3")
+        ).schedule()
+        t.record.call("b-cut", "solo").schedule(delay=60)
+    burst()  # the first step runs; the second waits 60 s
+    assert runs("b-cut") == ["1"]
+    assert cancel_batch(b.id) == 1  # the solo member; the chain's waiting step is no member id
+    (waiting,) = store.page_ids("default", "pending", 0, 10)
+    assert store.run_now("default", [waiting]) == [True]
+    burst()  # the waiting step runs; the chain stops there
+    burst()
+    assert runs("b-cut") == ["1", "2"] and runs("b-complete") == []
+    state = get_batch(b.id)
+    assert (state.cancelled, state.pending, state.done) == (2, 0, True)

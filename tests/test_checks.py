@@ -221,3 +221,11 @@ def test_outbox_checks_run_with_check_deploy_database(monkeypatch):
     with pytest.raises(SystemCheckError, match=r"delayq\.E011"):
         call_command("check", deploy=True, databases=["default"], fail_level="ERROR")
     assert check_outbox(databases=["pg"]) == []  # only the databases named are looked at
+
+
+def test_the_migrations_describe_the_models():
+    """A model change without its migration (0006 added the outbox's link column) fails
+    here, not in a user's `migrate`."""
+    from django.core.management import call_command
+
+    call_command("makemigrations", "django_delayq", "--check", "--dry-run", verbosity=0)

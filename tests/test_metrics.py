@@ -49,7 +49,8 @@ def values(families) -> tuple[dict[str, str], dict[tuple[str, str], float]]:
     for family in families:
         types[family.name] = family.type
         for sample in family.samples:
-            samples[sample.name, sample.labels["queue"]] = sample.value
+            label = sample.labels.get("queue", sample.labels.get("state"))
+            samples[sample.name, label] = sample.value
     return types, samples
 
 
@@ -95,6 +96,7 @@ def test_per_queue_gauges_and_counters_parsed_by_prometheus_client(store, client
         **dict.fromkeys(GAUGES, "gauge"),
         **dict.fromkeys(COUNTERS, "counter"),
         **schedules,  # recurring schedules (none here: no samples)
+        "delayq_batches": "gauge",
     }
     assert samples["delayq_jobs_done_total", "default"] == 2
     assert samples["delayq_attempts_failed_total", "default"] == 3
@@ -114,6 +116,38 @@ def test_per_queue_gauges_and_counters_parsed_by_prometheus_client(store, client
     assert samples["delayq_lag_seconds", "emails"] == 0
     # a registry of its own per request: the process's global one stays clean
     assert not any(n.startswith("delayq_") for n in prometheus_client.REGISTRY._names_to_collectors)
+
+
+def test_batches_per_state(store, client):
+    """delayq_batches: open (a member not ended) and done, from two ZCARDs."""
+    from django_delayq import batch, cancel_batch
+    from django_delayq.batches import forwarding
+
+    def scrape() -> dict:
+        with more_settings(store, METRICS_TOKEN=TOKEN):
+            response = client.get(URL, HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
+        assert response.status_code == 200
+        return values(text_string_to_metric_families(response.content.decode()))[1]
+
+    assert scrape()["delayq_batches", "open"] == scrape()["delayq_batches", "done"] == 0
+    with batch(on_complete=t.add.call(1, 2)):
+        t.add.schedule(1, 1)
+    with batch() as waiting:
+        t.add.schedule(2, 2, delay=600)
+    with batch():
+        pass  # no member, no callback: done when sealed
+    samples = scrape()
+    assert (samples["delayq_batches", "open"], samples["delayq_batches", "done"]) == (2, 1)
+    assert Worker(["default"], burst=True).run() == 0  # the first batch's member, its callback
+    # Done, but open until a worker's sweep looks at it again (a minute later at most).
+    assert scrape()["delayq_batches", "open"] == 2
+    forwarding.sweep(store, ["default"], now=time.time() + 61)
+    samples = scrape()
+    assert (samples["delayq_batches", "open"], samples["delayq_batches", "done"]) == (1, 2)
+    assert cancel_batch(waiting.id) == 1
+    forwarding.sweep(store, ["default"], now=time.time() + 122)
+    samples = scrape()
+    assert (samples["delayq_batches", "open"], samples["delayq_batches", "done"]) == (0, 3)
 
 
 def test_the_limited_counter_says_it_counts_hold_backs():

@@ -100,5 +100,5 @@ def test_one_schedule_is_one_command_with_one_reply_off_a_cluster(store, monkeyp
     schedule(t.add, 1, 2, queue="elsewhere")
     assert [[op.name for op in ops] for ops in sent] == [["schedule"]]
     head = sent[0][0].args
-    assert head[2] == b"10" and head[12] == store.queues_key.encode()  # 9 keys + the registry
+    assert head[2] == b"12" and head[14] == store.queues_key.encode()  # 11 keys + the registry
     assert "elsewhere" in store.queues()

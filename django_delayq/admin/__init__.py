@@ -7,6 +7,7 @@
 - ``views``: what the pages read and show.
 - ``actions``: what the actions do.
 - ``workers``: the Workers tab.
+- ``batch_pages``: the Batches pages; ``batch_views``: what they read and show.
 - ``texts``: the texts the pages show.
 - ``schedules``: the Recurring schedules page (the Schedule model's admin);
   ``settings_schedules``: its read-only table of ``DELAYQ["SCHEDULES"]``.

@@ -11,6 +11,9 @@ pending / running / dead lists, the job pages, the actions and the purge page:
     <admin>/django_delayq/job/action/                the actions (POST)
     <admin>/django_delayq/job/purge/?queue=q         purge a queue's dead jobs
     <admin>/django_delayq/job/workers/               the live workers and their jobs
+    <admin>/django_delayq/job/batches/               the batches (django_delayq.batch())
+    <admin>/django_delayq/job/batch/?id=...          a batch's page
+    <admin>/django_delayq/job/cancel-batch/?id=...   cancel a batch (asks first)
 
 Every path but a job page's has one segment, so no queue name can shadow another page.
 Every view runs through ``admin_site.admin_view`` (active staff only, CSRF, never
@@ -24,7 +27,8 @@ Workers tab, find and the job pages. :class:`JobAdmin` inherits the rest:
   page shares;
 - :mod:`django_delayq.admin.list_pages`: the pending / running / dead lists;
 - :mod:`django_delayq.admin.action_pages`: the action endpoint, its confirmation page and
-  the purge page.
+  the purge page;
+- :mod:`django_delayq.admin.batch_pages`: the Batches pages.
 
 What the pages read is in :mod:`django_delayq.admin.views`, what the actions do in
 :mod:`django_delayq.admin.actions`, their texts in :mod:`django_delayq.admin.texts`;
@@ -48,6 +52,8 @@ from django.utils.translation import gettext
 from django_delayq.admin import actions as actions
 from django_delayq.admin import views as views
 from django_delayq.admin.action_pages import ActionPages
+from django_delayq.admin.batch_pages import BatchPages
+from django_delayq.admin.batch_views import job_link
 from django_delayq.admin.list_pages import ListPages
 from django_delayq.admin.pages import URL_PREFIX
 from django_delayq.admin.texts import STATUS_TITLES
@@ -59,7 +65,7 @@ from django_delayq.storage.connection import get_store
 
 
 @admin.register(Job)
-class JobAdmin(ListPages, ActionPages):
+class JobAdmin(ListPages, ActionPages, BatchPages):
     """The dashboard and its pages (see the module docstring)."""
 
     # -- urls ------------------------------------------------------------------
@@ -73,6 +79,9 @@ class JobAdmin(ListPages, ActionPages):
             path("purge/", view(self.purge_view), name=f"{URL_PREFIX}_purge"),
             path("workers/", view(self.workers_view), name=f"{URL_PREFIX}_workers"),
             path("queue/", view(self.queue_view), name=f"{URL_PREFIX}_queue"),
+            path("batches/", view(self.batches_view), name=f"{URL_PREFIX}_batches"),
+            path("batch/", view(self.batch_view), name=f"{URL_PREFIX}_batch"),
+            path("cancel-batch/", view(self.cancel_batch_view), name=f"{URL_PREFIX}_cancel_batch"),
             *(
                 path(
                     f"{status}/",
@@ -212,7 +221,10 @@ class JobAdmin(ListPages, ActionPages):
             actions=[a for a in actions.actions_for(status) if self._perm(request, a.permission)],
             action_url=self._url("action"),
             here=request.get_full_path(),
+            link=job_link(store, raw),  # its batch or chain: one HGET, for a linked job only
         )
+        if context["link"] is not None and context["link"].batch_id:
+            context["batch_url"] = self._url("batch", id=context["link"].batch_id)
         if status in STATUSES:
             crumbs.append(self._list_crumb(status, queue))
         context["crumbs"] = [*crumbs, (job_id, "")]

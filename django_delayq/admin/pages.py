@@ -80,6 +80,7 @@ class AdminPages(admin.ModelAdmin):
             "find_url": self._url("find"),
             "list_urls": [(s, STATUS_TITLES[s], self._url(s)) for s in STATUSES],
             "workers_url": self._url("workers"),
+            "batches_url": self._url("batches"),
             # Django 6.1's admin has <ol class="breadcrumbs">; earlier ones a <div>.
             "ol_breadcrumbs": django.VERSION >= (6, 1),
             **extra,

@@ -63,13 +63,13 @@ def forward(store: Store, entries: Sequence[Ended]) -> None:
     for entry in entries:
         link = links.loads(entry.link)
         try:
-            counts = _chain_end(store, entry, link)
+            outcome = _chain_end(store, entry, link)
         except Exception as exc:
             logger.warning("job %s: its chain's next step not stored yet (%s)", entry.id, exc)
             continue
         batch_id = link.get("b")
-        if isinstance(batch_id, str) and counts:
-            for_batches.setdefault(batch_id, []).append((link.get("m") or entry.id, entry.outcome))
+        if isinstance(batch_id, str) and outcome is not None:
+            for_batches.setdefault(batch_id, []).append((link.get("m") or entry.id, outcome))
         taken.append(entry)
     refused: set[str] = set()
     for batch_id, outcomes in for_batches.items():
@@ -93,21 +93,30 @@ def _drop(store: Store, entries: Sequence[Ended]) -> None:
                 logger.info("batches and chains: forward entries left (%s)", result)
 
 
-def _chain_end(store: Store, entry: Ended, link: dict[str, Any]) -> bool:
-    """A chain step ended: store what follows. True when the end counts for the job's batch
-    (it is not a chain step, or the chain ended with it)."""
+def _chain_end(store: Store, entry: Ended, link: dict[str, Any]) -> str | None:
+    """A chain step ended: store what follows. Returns the outcome the job's batch counts
+    (the entry's, for a job that is no chain step or whose chain ended with it; 'cancelled'
+    for a member chain cut by cancel_batch()), or None while the chain goes on."""
     chain_id = link.get("c")
     if not isinstance(chain_id, str):
-        return True
+        return entry.outcome
     index = int(link.get("i") or 0)
-    if entry.outcome == "succeeded":
+    outcome = entry.outcome
+    if outcome == "succeeded":
         (following,) = store.call(stored.read_chain_op(store, chain_id, [str(index + 1)]))
+        batch_id = link.get("b")
+        if (
+            following is not None
+            and isinstance(batch_id, str)
+            and stored.cancelled(store, batch_id)
+        ):
+            outcome, following = "cancelled", None  # its batch was cancelled: no next step
         if following is not None:
             step_link = links.dumps({**link, "i": index + 1})
             new_id = links.derived_id(entry.id, "next", entry.at_ms)
             store_step(json.loads(following), new_id, step_link, entry.at_ms, store)
-            return False
-    elif entry.outcome == "dead":
+            return None
+    elif outcome == "dead":
         (death,) = store.call(stored.read_chain_op(store, chain_id, ["death"]))
         if death is not None:
             batch_id = links.batch_of(link)
@@ -115,7 +124,7 @@ def _chain_end(store: Store, entry: Ended, link: dict[str, Any]) -> bool:
             new_id = links.derived_id(entry.id, "death", entry.at_ms)
             store_step(json.loads(death), new_id, death_link, entry.at_ms, store)
     store.call(stored.drop_chain_op(store, chain_id))
-    return True
+    return outcome
 
 
 def place_decided(store: Store, batch_id: str, decided: Decided) -> None:

@@ -12,9 +12,12 @@ counters ``delayq_jobs_done_total``, ``delayq_attempts_failed_total``,
          scripts since the queue began; the last counts hold-backs, not jobs: its name is
          kept for the dashboards that use it)
 
-each labelled ``queue``. Rendered by ``prometheus_client`` (the ``prometheus`` extra) from a
-collector registered in a registry of its own per request, never in the global one, in the
-format the scraper asks for (Prometheus text or OpenMetrics).
+each labelled ``queue``; and ``delayq_batches`` (gauge, labelled ``state``: ``open``, the
+batches a worker still looks after, and ``done``, the other batches of the list of the
+last 30 days: two ZCARDs whatever the number of batches). Rendered by ``prometheus_client``
+(the ``prometheus`` extra) from a collector registered in a registry of its own per
+request, never in the global one, in the format the scraper asks for (Prometheus text or
+OpenMetrics).
 
 Who may read it: a request with ``Authorization: Bearer <DELAYQ["METRICS_TOKEN"]>``, or a
 logged-in user with the ``django_delayq.view_job`` permission; otherwise 401 (no or a wrong
@@ -36,6 +39,7 @@ from django_delayq.conf import delayq_settings
 from django_delayq.exceptions import ConfigurationError, DelayQError
 from django_delayq.monitoring import health
 from django_delayq.recurring.status import ScheduleCollector, safe_report
+from django_delayq.storage.batches import batch_counts
 from django_delayq.storage.connection import get_store
 
 try:
@@ -100,6 +104,25 @@ class QueueCollector:
             yield counter
 
 
+class BatchCollector:
+    """``delayq_batches`` by state, from (batches listed, batches open): two ZCARDs."""
+
+    def __init__(self, listed: int, opened: int) -> None:
+        self.listed, self.opened = listed, opened
+
+    def collect(self) -> Iterator[Any]:
+        gauge = GaugeMetricFamily(
+            "delayq_batches",
+            "Batches (django_delayq.batch()) by state: open (a member not ended, or a decided "
+            "callback not stored yet), done (the other batches of the last 30 days).",
+            labels=["state"],
+        )
+        gauge.add_metric(["open"], float(self.opened))
+        # An open batch may outlive its line in the list (30 days): never below 0.
+        gauge.add_metric(["done"], float(max(self.listed - self.opened, 0)))
+        yield gauge
+
+
 def _denied(request: HttpRequest) -> HttpResponse | None:
     """None when the request may read the metrics, else the 401 or 403 to answer."""
     token = delayq_settings.METRICS_TOKEN
@@ -134,11 +157,13 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
         return denied
     try:
         report = health.report(get_store(), totals=True)
+        batches = batch_counts(get_store())
     except DelayQError as exc:
         logger.warning("metrics: Redis cannot be read: %s", exc)
         return HttpResponse(f"Redis cannot be read: {exc}\n", status=503, content_type="text/plain")
     registry = CollectorRegistry(auto_describe=False)
     registry.register(QueueCollector(report))
+    registry.register(BatchCollector(*batches))
     registry.register(ScheduleCollector(safe_report(get_store())))  # recurring schedules
     encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
     return HttpResponse(encoder(registry), content_type=content_type)

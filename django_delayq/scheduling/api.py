@@ -283,13 +283,22 @@ def _cancel_redis(queue: str, *, job_id: str | None = None, key: str | None = No
     found = get_store().cancel(queue, job_id=job_id, key=key)
     if found is None:
         return False
-    cancelled_id, record = found
-    fields = decode_fields(record)
-    if FLAG_LINKED in fields.flags:  # its batch or chain learns it ended (batches/)
-        forward_cancelled(get_store(), [(queue, cancelled_id)])
-    job = make_job(cancelled_id, queue, "cancelled", fields, delayq_settings.MAX_RETRIES)
-    signals.send(signals.job_cancelled, sender(job.task), job=job)
+    announce_cancelled(queue, [found])
     return True
+
+
+def announce_cancelled(queue: str, cancelled: list[tuple[str, bytes]]) -> None:
+    """Jobs cancel.lua removed ((id, record) pairs): job_cancelled for each; the ends of
+    linked ones go to their batches and chains (batches/forwarding.py)."""
+    linked = []
+    for cancelled_id, record in cancelled:
+        fields = decode_fields(record)
+        if FLAG_LINKED in fields.flags:
+            linked.append((queue, cancelled_id))
+        job = make_job(cancelled_id, queue, "cancelled", fields, delayq_settings.MAX_RETRIES)
+        signals.send(signals.job_cancelled, sender(job.task), job=job)
+    if linked:
+        forward_cancelled(get_store(), linked)
 
 
 def _no_forwarding(store: Any, ended: list[tuple[str, str]]) -> None:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django_delayq.storage.milliseconds import now_arg
+from django_delayq.storage.ops import Op
 from django_delayq.storage.replies import pairs, text
 from django_delayq.storage.store import Store
 
@@ -67,20 +68,25 @@ def open_ops(store: Store, batch_id: str, callbacks: dict[str, str], now_ms: int
 
 def seal_op(
     store: Store, batch_id: str, members: Iterable[tuple[str, str]], now: float | None = None
-):
-    argv: list[Any] = [now_arg(now)]
-    for job_id, queue in members:
-        argv += (job_id, queue)
-    return store.slot_op("batch_seal", store.batch_keys(batch_id), argv, _decided)
+) -> Op:
+    """batch_seal.lua: (member id, queue) pairs, each member once."""
+    return _decide_op(store, "batch_seal", batch_id, members, now)
 
 
 def ended_op(
     store: Store, batch_id: str, outcomes: Iterable[tuple[str, str]], now: float | None = None
-):
+) -> Op:
+    """batch_ended.lua: (member id, outcome) pairs; none to only decide (the sweep)."""
+    return _decide_op(store, "batch_ended", batch_id, outcomes, now)
+
+
+def _decide_op(
+    store: Store, name: str, batch_id: str, pairs_: Iterable[tuple[str, str]], now: float | None
+) -> Op:
     argv: list[Any] = [now_arg(now)]
-    for job_id, outcome in outcomes:
-        argv += (job_id, outcome)
-    return store.slot_op("batch_ended", store.batch_keys(batch_id), argv, _decided)
+    for first, second in pairs_:
+        argv += (first, second)
+    return store.slot_op(name, store.batch_keys(batch_id), argv, _decided)
 
 
 def placed_op(store: Store, batch_id: str, kinds: Sequence[str], now_ms: int):
@@ -129,6 +135,12 @@ def read_batch(store: Store, batch_id: str) -> dict[str, str] | None:
     return fields or None
 
 
+def cancelled(store: Store, batch_id: str) -> bool:
+    """Whether cancel_batch() ran on the batch."""
+    key = store.batch_keys(batch_id)[0]
+    return bool(store.call(store.command(b"HEXISTS", key, b"cancelled", route=key)))
+
+
 def read_outcomes(store: Store, batch_id: str) -> tuple[dict[str, str], dict[str, str]]:
     """(member id -> queue, member id -> outcome) of a batch: its members and those that
     ended (two HGETALLs: as big as the batch, for the admin's page of one batch)."""
@@ -145,6 +157,43 @@ def read_outcomes(store: Store, batch_id: str) -> tuple[dict[str, str], dict[str
     queues = {text(k): text(v) for k, v in pairs(got[0])}
     outcomes = {text(k): text(v) for k, v in pairs(got[1])}
     return queues, outcomes
+
+
+def read_batches(store: Store, batch_ids: Sequence[str]) -> list[dict[str, str] | None]:
+    """The hashes of ``batch_ids`` (read_batch for each, one round trip: a page of the
+    admin's list of batches); None for a batch that expired."""
+    keys = [store.batch_keys(batch_id)[0] for batch_id in batch_ids]
+    got = store.run([store.command(b"HGETALL", key, route=key) for key in keys])
+    found: list[dict[str, str] | None] = []
+    for reply in got:
+        if isinstance(reply, Exception):
+            raise reply
+        found.append({text(k): text(v) for k, v in pairs(reply)} or None)
+    return found
+
+
+def count_members(store: Store, batch_id: str) -> int:
+    """How many members the batch's seal recorded (HLEN: 0 before the seal); the admin reads
+    them whole (read_outcomes) only up to a limit."""
+    members = store.batch_keys(batch_id)[2]
+    return int(store.call(store.command(b"HLEN", members, route=members)))
+
+
+def batch_counts(store: Store) -> tuple[int, int]:
+    """(batches listed, batches open): two ZCARDs, for the metrics. Listed: the list of
+    batches (created in the last 30 days, forwarding.KEEP_LISTED_MS); open: those a worker
+    still looks after (a member not ended, or a decided callback not stored yet)."""
+    listed, opened = store.batches_key, store.open_batches_key
+    got = store.run(
+        [
+            store.command(b"ZCARD", listed, route=listed),
+            store.command(b"ZCARD", opened, route=opened),
+        ]
+    )
+    for reply in got:
+        if isinstance(reply, Exception):
+            raise reply
+    return int(got[0]), int(got[1])
 
 
 def list_batches(store: Store, offset: int, limit: int) -> list[tuple[str, int]]:
@@ -194,6 +243,8 @@ def _entry(job_id: str, queue: str, raw: Any) -> Ended | None:
 
 def read_forward(store: Store, queue: str, ids: Sequence[str]) -> list[Ended]:
     """The forward entries of ``ids`` that are there."""
+    if not ids:
+        return []
     key = store.key(queue, "forward")
     reply = store.call(store.command(b"HMGET", key, *ids, route=key))
     found = [_entry(job_id, queue, raw) for job_id, raw in zip(ids, reply, strict=True)]

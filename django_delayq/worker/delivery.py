@@ -94,7 +94,9 @@ class Results:
             self.holdings.settle(outcome.attempt)
             if flag == -1 or (flag == 0 and not outcome.resends):
                 self.executor.lost(outcome)  # 0 after a re-send: the lost round trip acked it
-            elif _linked(outcome):  # a batch member or chain step: its end goes on
+            if flag >= 0 and _linked(outcome):
+                # A batch member or chain step: its end goes on. 0 too: gone may be this very
+                # ack, re-sent by the transport after a lost reply (its entry is there then).
                 linked.append((outcome.attempt.queue, outcome.attempt.id))
         if linked:
             forward_ids(self.store, linked)

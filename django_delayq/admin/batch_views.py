@@ -1,0 +1,232 @@
+"""What the admin's Batches pages read and show, without HTML or request handling: the rows
+of the list of batches, a batch's callbacks and members, and the batch or chain a job's
+link names (its page's "Batch" line).
+
+Costs: a page of the list is one ZCARD, one ZREVRANGE and one round trip of HGETALLs (one
+per batch shown); a batch's page is one HGETALL, one HLEN, and, up to MEMBERS_READ_LIMIT
+members, its two member hashes whole (storage/batches.py read_outcomes), sorted and paged
+here; a bigger batch's members are not listed. The pages that use this are in
+:mod:`django_delayq.admin.batch_pages`. The templates autoescape everything from here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.utils.functional import Promise
+from django.utils.translation import gettext_lazy as _
+
+from django_delayq.admin.views import arguments_text
+from django_delayq.batches import links
+from django_delayq.batches.api import BatchState, state_of
+from django_delayq.jobs.job import decode_fields, to_datetime
+from django_delayq.jobs.record import FLAG_LINKED
+from django_delayq.storage import batches as stored
+from django_delayq.storage.reads import RawJob
+from django_delayq.storage.store import Store
+
+PER_PAGE = 50
+MEMBERS_PER_PAGE = 100
+# A batch's page lists its members (read whole, two HGETALLs) up to this many.
+MEMBERS_READ_LIMIT = 20_000
+
+KIND_TITLES = {"success": _("on success"), "complete": _("on complete"), "death": _("on death")}
+CALLBACK_STATES = {
+    None: _("not decided"),
+    "decided": _("decided"),
+    "scheduled": _("scheduled"),
+}
+# A member's outcome; "" is a member that has not ended. Listed in this order.
+OUTCOMES = {
+    "": _("not ended"),
+    "dead": _("dead"),
+    "cancelled": _("cancelled"),
+    "succeeded": _("succeeded"),
+}
+
+
+@dataclass
+class CallbackRow:
+    """One callback of a batch: its kind, its state, and (on the batch's page) its call."""
+
+    kind: str
+    title: Promise
+    state: str | None
+    state_title: Promise
+    task: str = ""
+    arguments: str = ""
+    more_steps: int = 0  # a chain: its steps after the first
+    job_id: str = ""  # decided: the id its job gets (links.derived_id), the find link's query
+    job_url: str = ""
+
+
+@dataclass
+class BatchRow:
+    """One batch as the list or its own page shows it; ``state`` None: it expired (its keys
+    are gone a week after it finished), only its entry in the list is left."""
+
+    id: str
+    created_at: datetime | None
+    state: BatchState | None
+    callbacks: list[CallbackRow] = field(default_factory=list)
+    url: str = ""
+
+    @property
+    def ended(self) -> int:
+        s = self.state
+        return 0 if s is None else s.succeeded + s.dead + s.cancelled
+
+    @property
+    def percent(self) -> int | None:
+        """Members ended, in percent of the total (None before the seal: no total yet)."""
+        if self.state is None or self.state.total is None:
+            return None
+        total = self.state.total
+        return 100 if total == 0 else min(self.ended * 100 // total, 100)
+
+    @property
+    def status(self) -> Promise:
+        s = self.state
+        if s is None:
+            return _("expired")
+        if s.cancelled_at is not None:
+            return _("cancelled")
+        if s.done:
+            return _("done")
+        if s.total is None:
+            return _("being filled (its block has not ended)")
+        return _("in progress")
+
+    @property
+    def cancellable(self) -> bool:
+        return self.state is not None and self.state.cancelled_at is None and not self.state.done
+
+
+def callback_rows(
+    state: BatchState, fields: dict[str, str], find_url: Callable[[str], str] | None = None
+) -> list[CallbackRow]:
+    """The batch's callbacks in the order of KIND_TITLES; with ``find_url`` (the batch's
+    page) each with its call and, once decided, a link to its job."""
+    rows = []
+    for kind, title in KIND_TITLES.items():
+        if kind not in state.callbacks:
+            continue
+        found = state.callbacks[kind]
+        row = CallbackRow(kind, title, found, CALLBACK_STATES.get(found, _("not decided")))
+        if find_url is not None:
+            _describe(row, fields.get(f"cb:{kind}", ""))
+            fired = fields.get(f"fire:{kind}", "")
+            if fired.isdigit():
+                row.job_id = links.derived_id(state.id, kind, int(fired))
+                row.job_url = find_url(row.job_id)
+        rows.append(row)
+    return rows
+
+
+def _describe(row: CallbackRow, spec_json: str) -> None:
+    """The callback's first call and how many steps follow it (steps.py's JSON)."""
+    try:
+        spec = json.loads(spec_json)
+        steps = spec["steps"]
+        first = steps[0]
+        row.task = str(first.get("t") or "")
+        args, kwargs = first.get("a") or [], first.get("k") or {}
+        row.arguments = arguments_text(list(args), dict(kwargs))
+        row.more_steps = len(steps) - 1
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+        row.task = spec_json[:200]  # not the JSON steps.py writes: shown as it is
+
+
+class BatchSlice(Sequence):
+    """The list of batches, newest first, as a lazy sequence for the Paginator: ``len()``
+    is one ZCARD, a slice one ZREVRANGE plus one round trip of HGETALLs."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._size: int | None = None
+
+    def __len__(self) -> int:
+        if self._size is None:
+            self._size = stored.count_batches(self.store)
+        return self._size
+
+    def __getitem__(self, index: Any) -> Any:
+        if not isinstance(index, slice) or index.step not in (None, 1):
+            raise TypeError("BatchSlice supports only contiguous slices")
+        start, stop = max(index.start or 0, 0), index.stop
+        stop = len(self) if stop is None else stop
+        if stop <= start:
+            return []
+        listed = stored.list_batches(self.store, start, stop - start)
+        hashes = stored.read_batches(self.store, [batch_id for batch_id, _ in listed])
+        return [
+            batch_row(batch_id, created_ms, fields)
+            for (batch_id, created_ms), fields in zip(listed, hashes, strict=True)
+        ]
+
+
+def batch_row(batch_id: str, created_ms: int | None, fields: dict[str, str] | None) -> BatchRow:
+    """A batch's row from its hash (None: expired), its callbacks without their calls."""
+    if fields is None:
+        created = to_datetime(created_ms / 1000) if created_ms is not None else None
+        return BatchRow(batch_id, created, None)
+    state = state_of(batch_id, fields)
+    return BatchRow(batch_id, state.created_at, state, callback_rows(state, fields))
+
+
+@dataclass
+class MemberRow:
+    id: str
+    queue: str  # "" when the batch recorded no queue for it (an outcome before the seal)
+    outcome: str  # "" for a member that has not ended
+    outcome_title: Promise
+    url: str = ""
+
+
+def member_rows(queues: dict[str, str], outcomes: dict[str, str]) -> list[MemberRow]:
+    """Every member (those the seal recorded, and any outcome recorded without one): the
+    members not ended first, then the dead, the cancelled and the succeeded, each by id
+    (ULIDs: by the time they were scheduled)."""
+    order = {outcome: i for i, outcome in enumerate(OUTCOMES)}
+    rows = [
+        MemberRow(member, queues.get(member, ""), outcome, OUTCOMES.get(outcome, _("not ended")))
+        for member in {**queues, **outcomes}
+        for outcome in [outcomes.get(member, "")]
+    ]
+    rows.sort(key=lambda row: (order.get(row.outcome, len(order)), row.id))
+    return rows
+
+
+def outcome_counts(rows: Sequence[MemberRow]) -> dict[str, int]:
+    counts = dict.fromkeys(OUTCOMES, 0)
+    for row in rows:
+        counts[row.outcome if row.outcome in counts else ""] += 1
+    return counts
+
+
+@dataclass(frozen=True)
+class JobLink:
+    """What a job's link says (its page's "Batch" and "Chain" lines)."""
+
+    batch_id: str | None
+    callback: bool  # it is a callback of the batch, not a member
+    chain_id: str | None
+    step: int | None  # its place in the chain, from 1
+
+
+def job_link(store: Store, raw: RawJob) -> JobLink | None:
+    """The link of a linked job (record flag 'l': one HGET; none for others), or None."""
+    if FLAG_LINKED not in decode_fields(raw.record).flags:
+        return None
+    link = links.loads(stored.read_link(store, raw.queue, raw.id))
+    batch_id = links.batch_of(link)
+    chain_id = link.get("c") if isinstance(link.get("c"), str) else None
+    if batch_id is None and chain_id is None:
+        return None
+    index = link.get("i")
+    step = index + 1 if isinstance(index, int) and chain_id else None
+    return JobLink(batch_id, "b" not in link, chain_id, step)

@@ -1,0 +1,240 @@
+"""A hypothesis state machine over one batch: members scheduled, claimed, acked (the ack sent
+twice), failed to dead, cancelled, requeued from dead; their forward entries taken at once,
+late (a crash: left for the sweep) or twice; the block's seal at any point (its callbacks
+placed at once, or left decided by a crash for the sweep); cancel_batch. Checked against a
+model of the documented rules (batches/api.py) after every step, on fakeredis and the real
+Redis:
+
+- each callback job is stored at most once, whatever is re-sent or left by a crash;
+- a callback is stored only once its rule held at a forwarding: 'death' a member dead,
+  'success' the block sealed and every member succeeded, 'complete' the block sealed and every
+  member ended; none decided after cancel_batch;
+- once every entry is forwarded and the sweep ran, every callback whose rule held is stored.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import fakeredis
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from django_delayq.batches import forwarding, links
+from django_delayq.jobs.ids import new_job_id
+from django_delayq.jobs.record import encode_record
+from django_delayq.storage import batches as stored
+from django_delayq.storage.store import Store
+from tests.conftest import delete_keys, real_redis
+from tests.testapp import tasks as t
+
+Q = "default"
+KINDS = ("death", "success", "complete")
+
+
+def callback(kind: str) -> str:
+    step = {"t": t.record.name, "a": ["cb", kind], "k": {}, "o": {}}
+    return json.dumps({"steps": [step], "death": None})
+
+
+class BatchMachine(RuleBasedStateMachine):
+    client_factory = staticmethod(lambda: fakeredis.FakeRedis(server=fakeredis.FakeServer()))
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.store = Store(self.client_factory(), prefix=f"dqm-{new_job_id().lower()}")
+        self.batch_id = new_job_id()
+        self.store.run(
+            stored.open_ops(self.store, self.batch_id, {k: callback(k) for k in KINDS}, 0)
+        )
+        self.members: dict[str, str] = {}  # id -> pending | running | succeeded | dead | cancelled
+        self.tokens: dict[str, str] = {}
+        self.counter = itertools.count()
+        self.sealed = False
+        self.cancelled = False
+        self.fired: dict[str, bool] = dict.fromkeys(KINDS, False)  # the model's decisions
+        self.forwarded: dict[str, str] = {}  # the batch's view: id -> last outcome taken
+
+    def teardown(self) -> None:
+        delete_keys(self.store.client, self.store.prefix)
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _decide(self) -> None:
+        """The model's rules, applied where the code decides: a forwarding, a seal."""
+        if self.cancelled:
+            return
+        outcomes = list(self.forwarded.values())
+        if "dead" in outcomes:
+            self.fired["death"] = True
+        if self.sealed:
+            total = len(self.members)
+            if len(outcomes) >= total:
+                self.fired["complete"] = True
+            if outcomes.count("succeeded") >= total:
+                self.fired["success"] = True
+
+    def _forward(self, ids: list[str], twice: bool) -> None:
+        entries = stored.read_forward(self.store, Q, ids)
+        for e in entries:
+            self.forwarded[e.id] = e.outcome
+        forwarding.forward(self.store, entries)
+        if twice:
+            forwarding.forward(self.store, entries)
+        if entries:
+            self._decide()
+
+    def _stored_callbacks(self) -> dict[str, int]:
+        records = self.store.client.hvals(self.store.key(Q, "jobs"))
+        found = dict.fromkeys(KINDS, 0)
+        for record in records:
+            if b'"cb",' in record:
+                kind = record.rsplit(b'"', 2)[-2].decode()
+                found[kind] += 1
+        return found
+
+    # -- rules -----------------------------------------------------------------------------
+
+    @precondition(lambda self: not self.sealed and len(self.members) < 6)
+    @rule()
+    def add_member(self) -> None:
+        job_id = new_job_id()
+        record = encode_record(t.record.name, ["m", job_id], {}, None, 0, "l")
+        link = links.dumps({"b": self.batch_id})
+        self.store.schedule(Q, job_id, record, delay=0, link=link)
+        self.members[job_id] = "pending"
+
+    @precondition(lambda self: not self.sealed and len(self.members) >= 2)  # empty: test_batches
+    @rule(crash=st.booleans())
+    def seal(self, crash: bool) -> None:
+        self.sealed = True
+        decided = self.store.call(
+            stored.seal_op(self.store, self.batch_id, list((i, Q) for i in self.members))
+        )
+        if not crash:
+            forwarding.place_decided(self.store, self.batch_id, decided)
+        self._decide()
+
+    @precondition(lambda self: "pending" in self.members.values())
+    @rule()
+    def claim(self) -> None:
+        token = f"w#{next(self.counter)}"
+        got = self.store.claim(Q, 10, lease=60, token=token, instance="w")
+        for job in got.jobs:
+            if job.id in self.members:
+                self.members[job.id] = "running"
+                self.tokens[job.id] = token
+            else:  # a callback: put back, nothing runs callbacks here
+                self.store.release(Q, [(job.id, token)], instance="w")
+
+    @precondition(lambda self: "running" in self.members.values())
+    @rule(data=st.data(), twice=st.booleans(), late=st.booleans())
+    def ack(self, data: st.DataObject, twice: bool, late: bool) -> None:
+        job_id = data.draw(st.sampled_from([i for i, s in self.members.items() if s == "running"]))
+        entry = (job_id, self.tokens[job_id], "l")
+        assert self.store.ack(Q, [entry]) == [1]
+        if twice:
+            assert self.store.ack(Q, [entry]) == [0]  # a re-sent ack: gone, nothing twice
+        self.members[job_id] = "succeeded"
+        if not late:
+            self._forward([job_id], twice)
+
+    @precondition(lambda self: "running" in self.members.values())
+    @rule(data=st.data(), late=st.booleans())
+    def fail(self, data: st.DataObject, late: bool) -> None:
+        job_id = data.draw(st.sampled_from([i for i, s in self.members.items() if s == "running"]))
+        error = {"type": "ValueError", "message": "boom"}
+        got = self.store.fail(
+            Q, job_id, self.tokens[job_id], error, delay=0, default_max_retries=0,
+            dead_max_age=3600, dead_max_count=100, max_errors=3,
+        )  # fmt: skip
+        assert got[0] == "dead"
+        self.members[job_id] = "dead"
+        if not late:
+            self._forward([job_id], False)
+
+    @precondition(lambda self: "pending" in self.members.values())
+    @rule(data=st.data())
+    def cancel(self, data: st.DataObject) -> None:
+        job_id = data.draw(st.sampled_from([i for i, s in self.members.items() if s == "pending"]))
+        assert self.store.cancel(Q, job_id=job_id) is not None
+        self.members[job_id] = "cancelled"
+        self._forward([job_id], False)
+
+    @precondition(lambda self: "dead" in self.members.values())
+    @rule(data=st.data())
+    def requeue(self, data: st.DataObject) -> None:
+        job_id = data.draw(st.sampled_from([i for i, s in self.members.items() if s == "dead"]))
+        assert self.store.requeue(Q, [job_id]) == [1]
+        self.members[job_id] = "pending"
+
+    @rule()
+    def sweep(self) -> None:
+        """Every entry left (a crash) is forwarded, open batches looked at."""
+        left = self.store.client.hkeys(self.store.key(Q, "forward"))
+        self._forward([k.decode() for k in left], False)
+        forwarding.sweep(self.store, [Q], now=10**10)  # far ahead: every open batch is due
+        if self.sealed or self.cancelled:
+            self._decide()
+
+    @precondition(lambda self: not self.cancelled)
+    @rule()
+    def cancel_batch(self) -> None:
+        self._forward(
+            [k.decode() for k in self.store.client.hkeys(self.store.key(Q, "forward"))], False
+        )
+        found, pending = self.store.call(stored.cancel_op(self.store, self.batch_id))
+        assert found
+        self.cancelled = True
+        for job_id, queue in pending:
+            if self.store.cancel(queue, job_id=job_id) is not None:
+                self.members[job_id] = "cancelled"
+                self.forwarded[job_id] = "cancelled"
+        forwarding.forward(self.store, stored.read_forward(self.store, Q, list(self.members)))
+
+    # -- invariants ------------------------------------------------------------------------
+
+    @invariant()
+    def each_callback_at_most_once_and_only_when_its_rule_held(self) -> None:
+        found = self._stored_callbacks()
+        for kind in KINDS:
+            assert found[kind] <= 1, (kind, found)
+            if found[kind]:
+                assert self.fired[kind], (kind, self.forwarded, self.sealed)
+
+    @invariant()
+    def decided_callbacks_are_stored_once_nothing_is_left(self) -> None:
+        if self.store.client.hlen(self.store.key(Q, "forward")):
+            return  # entries left for the sweep
+        fields = self.store.client.hgetall(self.store.batch_keys(self.batch_id)[0])
+        found = self._stored_callbacks()
+        for kind in KINDS:
+            placed = f"placed:{kind}".encode() in fields
+            assert placed == bool(found[kind]), (kind, fields, found)
+
+
+def _run(machine: type, examples: int) -> None:
+    from hypothesis.stateful import run_state_machine_as_test
+
+    run_state_machine_as_test(
+        machine,
+        settings=settings(
+            max_examples=examples,
+            stateful_step_count=40,
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
+        ),
+    )
+
+
+def test_the_batch_machine_on_fakeredis():
+    _run(BatchMachine, 150)
+
+
+def test_the_batch_machine_on_redis():
+    class Machine(BatchMachine):
+        client_factory = staticmethod(real_redis)
+
+    _run(Machine, 15)
