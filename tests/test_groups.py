@@ -308,3 +308,21 @@ def test_a_dead_job_keeps_its_group_until_deleted(store):
     assert store.delete_dead(Q, [a], now=T0 + 6) == [True]
     assert store.client.hget(groups, a) is None
     assert not store.client.exists(groups, store.key(Q, "parked"), store.key(Q, "holds"))
+
+
+def test_a_replace_by_unique_key_moves_a_parked_job_to_its_new_group(store):
+    limit(store, conc=1)
+
+    def keyed(group):
+        record = encode_record(GROUPED, [1], {}, "the-key", 3, "g")
+        return store.schedule(Q, new_job_id(), record, now=T0, key="the-key", group=group)
+
+    a = put(store, "old")
+    held = keyed("old").id
+    assert ids(claim(store, T0, "w#1")) == [a]
+    assert ids(claim(store, T0, "w#2")) == []  # the keyed job is parked behind a
+    replaced = keyed("new")
+    assert (replaced.outcome, replaced.id) == ("replaced", held)
+    assert parked(store) == 0  # out of parked, pending in its new group
+    assert store.client.hget(store.key(Q, "groups"), held) == f"{GROUPED}\nnew".encode()
+    assert ids(claim(store, T0 + 1, "w#3")) == [held]  # "new" has a free slot
