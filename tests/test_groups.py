@@ -6,11 +6,12 @@ failed, handed back, recovered), and claim.lua's sweep heals a slot no hook free
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
 
-from django_delayq import schedule, task
+from django_delayq import get_job, schedule, task
 from django_delayq.jobs.ids import new_job_id
 from django_delayq.jobs.record import encode_record
 from django_delayq.scheduling.options import check_group
@@ -18,6 +19,7 @@ from django_delayq.storage import control
 from tests.test_async_api import astore as astore  # the fixture
 from tests.test_async_api import run
 from tests.test_store import DEAD_OPTS, T0, members
+from tests.testapp import tasks as t
 
 Q = "default"
 GROUPED = "tests.grouped"
@@ -200,6 +202,14 @@ def test_schedule_api_stores_the_group(store):
     stored = store.client.hget(store.key(Q, "groups"), job.id).decode()
     assert stored == f"{grouped.name}\nshop:42"
     assert b"g" in store.client.hget(store.key(Q, "jobs"), job.id).split(b"\n")[0]
+    assert job.group == "shop:42" and get_job(job.id).group == "shop:42"
+    other = grouped.schedule(2, group="shop:42")
+    limit(store, conc=1, task_name=grouped.name)  # as a worker publishes it
+    claim(store, time.time() + 1, "w#1")  # job runs, other is parked behind it
+    assert parked(store) == 1
+    parked_job = get_job(other.id)
+    assert (parked_job.status, parked_job.group) == ("pending", "shop:42")
+    assert schedule(t.add, 1, 2).group is None
 
 
 def test_parked_jobs_are_counted_and_listed_as_pending(store):

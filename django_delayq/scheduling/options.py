@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from django_delayq.jobs import job as _job
+from django_delayq.storage import control
 from django_delayq.storage.control import PRIORITY_MAX, PRIORITY_MIN
 
 
@@ -107,3 +109,13 @@ def group_in_outbox(name: str, group: str) -> str:
         f"schedule it with on_commit=False (or from transaction.on_commit yourself), due "
         f"within DELAYQ['HORIZON']"
     )
+
+
+def _group_lookup(queue: str, job_id: str) -> str | None:
+    """Job.group (jobs/job.py): the group stored beside the job in Redis."""
+    from django_delayq.storage.connection import get_store
+
+    return control.group_of(get_store(), queue, job_id)
+
+
+_job.group_lookup = _group_lookup

@@ -267,6 +267,15 @@ def publish_group_limits(
     _publish(store, queues, "grate", rates)
 
 
+def group_of(store: Store, queue: str, job_id: str) -> str | None:
+    """The group ``job_id`` was scheduled with (the ``groups`` hash: ``<task>\n<group>``, or
+    its member of ``parked`` while parked, lua/_lib.lua); None for none."""
+    key = store.key(queue, "groups")
+    value = store.call(store.command(b"HGET", key, job_id, route=key))
+    parts = _text(value).split("\n") if value is not None else []
+    return parts[1] if len(parts) > 1 else None
+
+
 def publish_queue_limits(store: Store, limits: dict[str, int | None]) -> None:
     """HSET ``qconc`` = N in the control hash of each queue of ``limits`` with a concurrency
     limit (DELAYQ['QUEUES']), HDEL it where the limit is None (one round trip). claim.lua
