@@ -235,12 +235,12 @@ local function group_left(id, flags, finished, released)
   if finished then redis.call('HDEL', A, id) end
   if not v then return end
   local gkey = string.match(v, '^([^\n]*\n[^\n]*)')
-  local left = {}
+  local left, gone = {}, false
   for holder in string.gmatch(redis.call('HGET', Z, gkey) or '', '%S+') do
-    if string.match(holder, '^[^|]*') ~= id then table.insert(left, holder) end
+    if string.match(holder, '^[^|]*') ~= id then table.insert(left, holder) else gone = true end
   end
-  if #left > 0 then redis.call('HSET', Z, gkey, table.concat(left, ' '))
-  else redis.call('HDEL', Z, gkey) end
+  if gone and #left > 0 then redis.call('HSET', Z, gkey, table.concat(left, ' '))
+  elseif gone then redis.call('HDEL', Z, gkey) end
   if not released then unpark_group(gkey, 1) end
 end
 
