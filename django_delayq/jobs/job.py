@@ -132,6 +132,8 @@ def _no_batches(queue: str, job_id: str) -> str | None:
 
 # The batch a job belongs to: django_delayq.batches sets it when imported.
 batch_lookup: Callable[[str, str], str | None] = _no_batches
+
+
 def _no_group(queue: str, job_id: str) -> str | None:
     return None
 
