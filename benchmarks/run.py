@@ -88,6 +88,13 @@ processes_noop           (issue 21) the no-op drain by ``delayq_worker --process
                          the jobs scheduled once the children are up (no target; the
                          issue asks >= 1.8x); baseline: --processes 1, same run
 processes_push           the same with task 1, 5k jobs
+groups_*                 limits per group (bench/groups.py): 4,000 jobs of 10 ms over
+                         1,000 keys at group_concurrency=1, 5 hot keys x 100 jobs due
+                         first, one worker of 8 threads: drain jobs/s, share of the slots
+                         busy, worker CPU s per 1,000 jobs, Redis us per job (no targets;
+                         baseline: the same jobs without group=); groups_backlog_cold_s:
+                         5 keys x 600 due first, 1,000 jobs of others behind: seconds
+                         until those ended (baseline: 1,000 x 10 ms / 8 slots)
 outbox_memory            (issue 12, PostgreSQL + a dedicated redis-server) Redis memory
                          growth with 100k jobs due in 7 days and HORIZON = 1 day
                          (constant, <= 64 KB); baseline: HORIZON off
@@ -156,7 +163,7 @@ ENGINE = (
 )
 # Minutes of wall-clock time (it waits for minute boundaries): run only when asked for.
 SLOW = ("recurring_scale",)
-REAL = ("push", "orm", "sleep", "async_sleep", "idle", "lateness_push", "processes")
+REAL = ("push", "orm", "sleep", "async_sleep", "idle", "lateness_push", "processes", "groups")
 ALL = ENGINE + REAL + SLOW
 MATRIX = ("push", "orm", "sleep", "idle")
 RESULTS = ROOT / "benchmarks" / "results"
@@ -216,6 +223,7 @@ def measure(args: argparse.Namespace, argv: list[str]) -> int:
         asyncloop,
         common,
         engine,
+        groups,
         latency,
         processes,
         real,
@@ -342,6 +350,7 @@ def measure(args: argparse.Namespace, argv: list[str]) -> int:
                             "processes": lambda: processes.bench_processes(
                                 own, p, size, slow, d, env
                             ),
+                            "groups": lambda: groups.bench_groups(own, p, size, slow, d, env),
                         }
                         for name in REAL:
                             if name in only:

@@ -118,3 +118,23 @@ async def async_sleep_io(n: int) -> None:
     import asyncio
 
     await asyncio.sleep(0.1)
+
+
+def _span(n: int, seconds: float) -> None:
+    started = time.time()
+    time.sleep(seconds)
+    _stamp_line(f"{n} {started:.6f} {time.time():.6f}\n")
+
+
+@task(group_concurrency=1)
+def grouped_io(n: int, seconds: float) -> None:
+    """Sleeps ``seconds`` with ``@task(group_concurrency=1)`` (bench/groups.py: one running
+    job per group= key at a time), then appends ``"<n> <start> <end>"`` to
+    ``$DELAYQ_BENCH_STAMPS/<pid>.txt``."""
+    _span(n, seconds)
+
+
+@task
+def plain_io(n: int, seconds: float) -> None:
+    """grouped_io without any limit: the baseline drain of bench/groups.py."""
+    _span(n, seconds)

@@ -569,6 +569,7 @@ def test_counts_page_and_throughput(store):
         "oldest_due_at": T0,
         "paused": False,
         "priorities": [],
+        "parked": 0,
     }
     page = store.page(Q, "pending", 1, 2)
     assert [r.id for r in page] == ids[1:] and page[0].score == T0 + 10

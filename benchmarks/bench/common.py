@@ -38,6 +38,9 @@ SIZES: dict[str, dict[str, Any]] = {
         "push": 5_000,
         "orm": 3_000,
         "sleep": 4_000,
+        "groups": 4_000,  # bench/groups.py: jobs over 1,000 keys, 5 hot keys x groups_hot
+        "groups_hot": 100,
+        "groups_backlog": (600, 1_000),  # 5 hot keys x 600 due first, 1,000 jobs of others
         "async_sleep": 2_000,  # issue 21: async tasks on the worker's event loop
         # issue 21: task 1 under --processes 1 and 2 (a 5,000-job drain lasts under a
         # second at two processes, mostly the prefetch's ramp-up)
@@ -72,6 +75,9 @@ SIZES: dict[str, dict[str, Any]] = {
         "push": 300,
         "orm": 300,
         "sleep": 400,
+        "groups": 400,
+        "groups_hot": 10,
+        "groups_backlog": (60, 100),
         "async_sleep": 400,
         "processes_push": 300,
         "idle_worker_seconds": 3.0,

@@ -114,6 +114,13 @@ class Job:
         link in Redis, while the job exists), then kept on this Job."""
         return batch_lookup(self.queue, self.id)
 
+    @cached_property
+    def group(self) -> str | None:
+        """The group this job was scheduled with (``schedule(..., group=...)``, the key the
+        task's limits per group count by); None for a job without one. Read on first access
+        (one HGET in Redis, while the job exists), then kept on this Job."""
+        return group_lookup(self.queue, self.id)
+
 
 def _no_schedules(job_id: str) -> str | None:
     return None
@@ -125,6 +132,14 @@ def _no_batches(queue: str, job_id: str) -> str | None:
 
 # The batch a job belongs to: django_delayq.batches sets it when imported.
 batch_lookup: Callable[[str, str], str | None] = _no_batches
+
+
+def _no_group(queue: str, job_id: str) -> str | None:
+    return None
+
+
+# The group a job was scheduled with: scheduling/options.py sets it when imported.
+group_lookup: Callable[[str, str], str | None] = _no_group
 
 
 # The schedule an occurrence's id belongs to: django_delayq.recurring.names sets it when

@@ -17,8 +17,9 @@ The header is everything scripts need (``header()`` in ``lua/_lib.lua``), so the
 decode user data, whatever its size or nesting: ``max_retries`` (decided once, when the job is
 scheduled), flags (``i``: keep a tombstone when it finishes, see ``store.py``; ``k``: has
 keyword arguments; ``u``: max_retries undecided, see below; ``l``: linked, a member of a batch
-or a step of a chain, its link stored beside the record; ``e``: its tombstone is kept a day)
-and the unique key.
+or a step of a chain, its link stored beside the record; ``e``: its tombstone is kept a day;
+``g``: scheduled with ``group=``, its group stored beside the record, for the task's limits
+per group) and the unique key.
 
 A process that schedules a task by name without importing it (``CHECK_NAMES`` off) does not
 know the task's ``max_retries``: it writes its ``MAX_RETRIES`` setting and flag ``u``, and
@@ -47,6 +48,7 @@ FLAG_KWARGS = "k"
 FLAG_UNDECIDED = "u"
 FLAG_LINKED = "l"  # a link beside the record: a batch member or chain step (lua/_lib.lua)
 FLAG_LONG_TOMBSTONE = "e"  # with 'i': the tombstone is kept a day (a callback, a next step)
+FLAG_GROUPED = "g"  # a group beside the record (schedule(group=...), lua/_lib.lua's A)
 
 
 def encode_record(

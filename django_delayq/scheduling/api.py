@@ -126,7 +126,8 @@ def schedule_many(
     """Schedule many jobs of one task, one round trip per 1,000.
 
     Each call is a tuple/list of positional arguments, or a dict with ``args``,
-    ``kwargs`` and per-job ``delay`` / ``at`` / ``key`` / ``priority`` overriding ``options``.
+    ``kwargs`` and per-job ``delay`` / ``at`` / ``key`` / ``priority`` / ``group`` overriding
+    ``options``.
     Every call is validated before anything is stored. Jobs without a unique key
     go to Redis in one script call per queue and chunk (schedule_many.lua), jobs
     with one through schedule.lua, all in the chunk's one round trip. A chunk whose
@@ -198,7 +199,7 @@ def _split_call(call: Any, options: dict[str, Any]) -> tuple[tuple, dict, dict]:
     """(args, kwargs, options) of one schedule_many() call; ``options`` itself when the
     call overrides none."""
     if isinstance(call, dict):
-        unknown = set(call) - {"args", "kwargs", "delay", "at", "key", "priority"}
+        unknown = set(call) - {"args", "kwargs", "delay", "at", "key", "priority", "group"}
         if unknown:
             raise TypeError(f"unknown key {sorted(unknown)[0]!r} in a schedule_many() call")
         args, kwargs = tuple(call.get("args", ())), dict(call.get("kwargs", {}))

@@ -1,14 +1,18 @@
-"""The checks of a job's options that @task and schedule() share: priority, concurrency, rate.
+"""The checks of a job's options that @task and schedule() share: priority, concurrency, rate,
+and the limits per group (``group=``, ``@task(group_concurrency=, group_rate=)``).
 
 A priority (``schedule(..., priority=N)``, ``@task(priority=N)``) is an int in -100..100,
 Django's range: among due jobs, higher is claimed first (``storage/control.py``). The
-concurrency and rate of a task hold across all workers of a queue, checked inside the claim.
+concurrency and rate of a task hold across all workers of a queue, checked inside the claim;
+its group limits hold for each group (a string key such as ``"shop:42"``) on its own.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from django_delayq.jobs import job as _job
+from django_delayq.storage import control
 from django_delayq.storage.control import PRIORITY_MAX, PRIORITY_MIN
 
 
@@ -30,27 +34,88 @@ def check_priority(priority: Any, where: str = "priority=") -> int:
 _PERIODS = {"s": 1000, "m": 60_000, "h": 3_600_000}
 
 
-def parse_rate(rate: Any) -> tuple[int, int] | None:
-    """``"10/s"`` (also ``/m``, ``/h``) -> (10, 1000): at most 10 claims of the task in any
-    second, across all workers of a queue; None for None."""
+def parse_rate(rate: Any, option: str = "rate") -> tuple[int, int] | None:
+    """``"10/s"`` (also ``/m``, ``/h``) -> (10, 1000): at most 10 claims of the task (of one
+    group, for ``group_rate``) in any second, across all workers of a queue; None for None."""
     if rate is None:
         return None
     count, _, unit = rate.partition("/") if isinstance(rate, str) else ("", "", "")
     if unit in _PERIODS and count.isdigit() and 0 < int(count) <= 10**6:
         return int(count), _PERIODS[unit]
     raise ValueError(
-        f"@task(rate=...) must be a string like '10/s', '100/m' or '1000/h' (a count from 1 "
-        f"to 1,000,000 per second, minute or hour), got {rate!r}"
+        f"@task({option}=...) must be a string like '10/s', '100/m' or '1000/h' (a count from "
+        f"1 to 1,000,000 per second, minute or hour), got {rate!r}"
     )
 
 
-def check_concurrency(concurrency: Any) -> int | None:
+def check_concurrency(concurrency: Any, option: str = "concurrency") -> int | None:
     """``concurrency`` if it is None or an int >= 1, else an error naming it."""
     if concurrency is None:
         return None
     if type(concurrency) is not int or concurrency < 1:
+        what = "of one group " if option.startswith("group") else ""
         raise ValueError(
-            f"@task(concurrency=...) must be an int >= 1 (attempts of the task running at "
+            f"@task({option}=...) must be an int >= 1 (attempts of the task {what}running at "
             f"once across all workers), got {concurrency!r}"
         )
     return concurrency
+
+
+GROUP_MAX = 256  # characters of a group name
+
+
+def check_group(group: Any) -> str | None:
+    """``group`` if it is None or a usable group name: a str of 1 to 256 characters without
+    control characters (a newline separates the names in Redis), encodable as UTF-8."""
+    if group is None:
+        return None
+    if type(group) is not str:
+        raise TypeError(
+            f"group= must be a str such as 'shop:42' (the key the task's group limits count "
+            f"by), got {type(group).__name__} {group!r}"
+        )
+    if not 0 < len(group) <= GROUP_MAX or not group.isprintable():
+        raise ValueError(
+            f"group= must be 1 to {GROUP_MAX} printable characters (no newline or other "
+            f"control character), got {group!r}"
+        )
+    try:
+        group.encode()
+    except UnicodeEncodeError:
+        raise ValueError(f"group= must be encodable as UTF-8, got {group!r}") from None
+    return group
+
+
+def plan_group(group: Any, task: Any, name: str) -> str | None:
+    """A schedule() call's ``group=``, checked: a task this process imports must declare
+    limits per group (``@task(group_concurrency=..., group_rate=...)``), else the group
+    would limit nothing and is refused as a mistake. A task scheduled by name that this
+    process does not import (``CHECK_NAMES`` off) is trusted: its workers know its limits."""
+    group = check_group(group)
+    limited = task is None or task.group_concurrency or task.group_rate
+    if group is not None and not limited:
+        raise ValueError(
+            f"group={group!r} given for task {name}, which has no limits per group: "
+            f"declare @task(group_concurrency=N) and/or @task(group_rate='10/s') on it, "
+            f"or schedule it without group="
+        )
+    return group
+
+
+def group_in_outbox(name: str, group: str) -> str:
+    """Why a job with a group cannot go through the database outbox (yet)."""
+    return (
+        f"group={group!r} (task {name}) cannot be stored through the database outbox yet: "
+        f"schedule it with on_commit=False (or from transaction.on_commit yourself), due "
+        f"within DELAYQ['HORIZON']"
+    )
+
+
+def _group_lookup(queue: str, job_id: str) -> str | None:
+    """Job.group (jobs/job.py): the group stored beside the job in Redis."""
+    from django_delayq.storage.connection import get_store
+
+    return control.group_of(get_store(), queue, job_id)
+
+
+_job.group_lookup = _group_lookup

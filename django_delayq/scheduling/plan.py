@@ -28,12 +28,13 @@ from django.utils import timezone
 
 from django_delayq.conf import delayq_settings
 from django_delayq.jobs.record import (
+    FLAG_GROUPED,
     FLAG_TOMBSTONE,
     FLAG_UNDECIDED,
 )
 from django_delayq.outbox import rows as outbox
 from django_delayq.outbox.database_time import When
-from django_delayq.scheduling.options import check_priority
+from django_delayq.scheduling.options import check_priority, plan_group
 from django_delayq.scheduling.registry import (
     SCHEDULE_OPTIONS,
     Task,
@@ -58,7 +59,9 @@ MAX_DELAY = 100 * 365.25 * 24 * 3600
 _SOON = DONE_TTL
 _SKEW = 3600.0
 
-OPTION_NAMES = frozenset({"delay", "at", "key", "on_conflict", "queue", "max_retries", "priority"})
+OPTION_NAMES = frozenset(
+    {"delay", "at", "key", "on_conflict", "queue", "max_retries", "priority", "group"}
+)
 
 
 def mixed_plan(task: Any, kwargs: dict[str, Any]) -> tuple[Plan, bool | str]:
@@ -250,6 +253,7 @@ class Plan:
 
     __slots__ = (
         "flags",
+        "group",
         "key",
         "max_retries",
         "name",
@@ -297,8 +301,9 @@ class Plan:
             priority = found.priority if found is not None else 0
         self.priority = check_priority(priority)
         self.when = when(options.get("delay"), options.get("at"))
-        self.flags = record_flags(self.when, outbox=False, policy=self.policy)
-        self.options = {**self.when, "key": key, "on_conflict": on_conflict}
+        self.group = group = plan_group(options.get("group"), found, self.name)
+        self.flags = record_flags(self.when, False, self.policy) + (FLAG_GROUPED if group else "")
+        self.options = {**self.when, "key": key, "on_conflict": on_conflict, "group": self.group}
 
     def due(self, now: float) -> float:
         """The due time (epoch seconds) as this process's clock sees it."""

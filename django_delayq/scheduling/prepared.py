@@ -11,6 +11,7 @@ from django_delayq.jobs.ids import new_job_id
 from django_delayq.jobs.job import DEFERRED, PENDING, Job, decode_fields, make_job
 from django_delayq.jobs.record import FLAG_LINKED, Fields, encode_record
 from django_delayq.scheduling import membership
+from django_delayq.scheduling.options import group_in_outbox
 from django_delayq.scheduling.plan import Plan, record_flags
 from django_delayq.scheduling.registry import Task
 from django_delayq.storage.bulk import Entry
@@ -51,6 +52,8 @@ class Prepared:
         flags = record_flags(plan.when, True, plan.policy) if self.outbox else plan.flags
         if self.link:
             flags += FLAG_LINKED
+        if self.outbox and plan.group is not None:
+            raise ValueError(group_in_outbox(plan.name, plan.group))
         return encode_record(
             plan.name, self.args, self.kwargs, plan.key, plan.max_retries, flags, plan.priority
         )
@@ -82,6 +85,7 @@ class Prepared:
             plan.key,
             plan.options["on_conflict"],
             self.link,
+            plan.group,
         )
 
     def job(self, result: Scheduled | None) -> Job:

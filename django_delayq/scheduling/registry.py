@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 # schedule()'s own keyword arguments: a task parameter with one of these names cannot be
 # given by keyword to schedule(task, ...) (Task.call(...).schedule(...) can give it).
 SCHEDULE_OPTIONS = frozenset(
-    {"delay", "at", "key", "on_conflict", "on_commit", "queue", "max_retries", "priority"}
+    {"delay", "at", "key", "on_conflict", "on_commit", "queue", "max_retries", "priority", "group"}
 )
 
 _registry: dict[str, Task] = {}
@@ -52,6 +52,8 @@ class Task:
         rate: str | None = None,
         concurrency: int | None = None,
         timeout: float | None = None,
+        group_concurrency: int | None = None,
+        group_rate: str | None = None,
     ) -> None:
         if not callable(func):
             raise TypeError(f"@task needs a function, got {func!r}")
@@ -69,6 +71,9 @@ class Task:
         self.priority = check_priority(priority, "@task(priority=...)")
         self.rate = parse_rate(rate)  # (count, period in ms) or None
         self.concurrency = check_concurrency(concurrency)  # attempts at once, or None
+        # The same, for each group= on its own (claim.lua, "gconc:" / "grate:").
+        self.group_concurrency = check_concurrency(group_concurrency, "group_concurrency")
+        self.group_rate = parse_rate(group_rate, "group_rate")
         self.timeout = check_timeout(timeout)
         self.func = func
         self.name = name or f"{func.__module__}.{func.__qualname__}"
@@ -149,6 +154,8 @@ def task(
     rate: str | None = ...,
     concurrency: int | None = ...,
     timeout: float | None = ...,
+    group_concurrency: int | None = ...,
+    group_rate: str | None = ...,
 ) -> Callable[[Callable[..., Any]], Task]: ...
 
 
@@ -196,6 +203,8 @@ TASK_OPTIONS = (
     "rate",
     "concurrency",
     "timeout",
+    "group_concurrency",
+    "group_rate",
 )
 ELSEWHERE = {
     "retry_delay": "retry_backoff",
@@ -204,6 +213,8 @@ ELSEWHERE = {
     "time_limit": "timeout",
     "job_timeout": "timeout",
     "rate_limit": "rate",
+    "group_limit": "group_concurrency",
+    "partition_limit": "group_concurrency",
 }
 
 

@@ -2,8 +2,8 @@
 schedule_many() (api.py) and by the outbox relay (relaying.py).
 
 A batch is one SADD per queue (the registry of queues), one schedule_many.lua call per
-queue for the jobs without a unique key, and one schedule.lua call per job with one; every
-op may be re-sent (the scripts answer the same on a repeat).
+queue for the jobs without a unique key or group, and one schedule.lua call per job with
+one; every op may be re-sent (the scripts answer the same on a repeat).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ class Entry:
     key: str | None = None
     on_conflict: str = "replace"
     link: str = ""  # batches/links.py: the record has flag 'l'
+    group: str | None = None  # limits per group (schedule.lua's ARGV[12])
 
 
 class Batch:
@@ -42,7 +43,7 @@ class Batch:
                 plain[entry.queue] = []
                 self.ops.append(store.remember_queue_op(entry.queue))
                 self._owners.append([])
-            if entry.key is None:
+            if entry.key is None and entry.group is None:
                 plain[entry.queue].append(entry)
                 continue
             op = store.schedule_op(
@@ -55,6 +56,7 @@ class Batch:
                 relay=relay,
                 adopt=relay,
                 link=entry.link,
+                group=entry.group,
             )
             self.ops.append(op)
             self._owners.append([entry.id])

@@ -177,21 +177,28 @@ def above_zero(store: Store, queue: str) -> int:
 
 def pending_slices(store: Store, queue: str, offset: int, limit: int) -> list[tuple[str, int, int]]:
     """The pending jobs at ranks [offset, offset + limit) of a queue in claim order (the
-    prioritised ones above 0, then ``pending``'s, then those below 0), as (key kind, start,
-    stop) rank ranges of the two sets. One round trip."""
+    prioritised ones above 0, then ``pending``'s, then those below 0), then the jobs parked
+    by their group's limit (by group, lua/claim.lua), as (key kind, start, stop) rank ranges
+    of the three sets. One round trip."""
     ranked, pending = store.key(queue, "ranked"), store.key(queue, "pending")
-    above, plain = store.run(
+    replies = store.run(
         [
             store.command(b"ZCOUNT", ranked, 0, b"(%d" % ABOVE_ZERO, route=ranked),
             store.command(b"ZCARD", pending, route=pending),
+            store.command(b"ZCARD", ranked, route=ranked),
         ],
         budget=2.0,
     )
-    for reply in (above, plain):
+    for reply in replies:
         if isinstance(reply, Exception):
             raise reply
-    above, plain = int(above), int(plain)
-    segments = [("ranked", 0, above), ("pending", 0, plain), ("ranked", above, None)]
+    above, plain, total = (int(r) for r in replies)
+    segments = [
+        ("ranked", 0, above),
+        ("pending", 0, plain),
+        ("ranked", above, total),
+        ("parked", 0, None),
+    ]
     out, pos, end = [], 0, offset + limit
     for kind, first, last in segments:
         size = None if last is None else last - first
@@ -213,7 +220,11 @@ def pending_page(store: Store, queue: str, offset: int, limit: int) -> list[tupl
         key = store.key(queue, kind)
         read = store.command(b"ZRANGE", key, start, stop - 1, b"WITHSCORES", route=key)
         for member, score in _pairs(store.call(read)):
-            out.append((member, _due(score) if kind == "ranked" else score))
+            if kind == "parked":  # "<task>\n<group>\n<rank>\n<id>"
+                _, _, rank, job_id = _text(member).split("\n")
+                out.append((job_id, _due(rank)))
+            else:
+                out.append((member, _due(score) if kind == "ranked" else score))
     return out
 
 
@@ -240,6 +251,29 @@ def publish_concurrency(store: Store, queues: list[str], limits: dict[str, int |
     """HSET ``conc:<task>`` = N in each queue's control hash for the tasks with a
     concurrency limit, HDEL it for the others (one round trip). claim.lua enforces them."""
     _publish(store, queues, "conc", {name: b"%d" % n if n else None for name, n in limits.items()})
+
+
+def publish_group_limits(
+    store: Store,
+    queues: list[str],
+    limits: dict[str, tuple[int | None, tuple[int, int] | None]],
+) -> None:
+    """HSET ``gconc:<task>`` = N and ``grate:<task>`` = ``<count>/<period ms>`` (the limits
+    of each group of the task, ``@task(group_concurrency=, group_rate=)``), HDEL them for
+    tasks without (two round trips). claim.lua enforces them per group."""
+    conc = {name: b"%d" % n if n else None for name, (n, _) in limits.items()}
+    rates = {name: b"%d/%d" % r if r else None for name, (_, r) in limits.items()}
+    _publish(store, queues, "gconc", conc)
+    _publish(store, queues, "grate", rates)
+
+
+def group_of(store: Store, queue: str, job_id: str) -> str | None:
+    """The group ``job_id`` was scheduled with (the ``groups`` hash: ``<task>\n<group>``, or
+    its member of ``parked`` while parked, lua/_lib.lua); None for none."""
+    key = store.key(queue, "groups")
+    value = store.call(store.command(b"HGET", key, job_id, route=key))
+    parts = _text(value).split("\n") if value is not None else []
+    return parts[1] if len(parts) > 1 else None
 
 
 def publish_queue_limits(store: Store, limits: dict[str, int | None]) -> None:

@@ -29,6 +29,9 @@ KEY_KINDS = (
     "control",  # queue control: paused, rate and concurrency limits (storage/control.py)
     "links",  # job id -> its batch / chain link (batches/links.py), for jobs with flag 'l'
     "forward",  # ended linked jobs whose outcome the worker has not forwarded yet
+    "groups",  # job id -> its task and group, for jobs scheduled with group= (lua/claim.lua)
+    "parked",  # due jobs of a group at its limit, waiting for a slot (lua/claim.lua)
+    "holds",  # per task and group: its lease holders and rate state (lua/claim.lua)
 )
 
 # A batch's keys are ``{prefix}:{b:<batch id>}:<kind>``: a slot of their own (members may be in

@@ -137,19 +137,22 @@ class Reads(Calls):
     def size(self, queue: str, status: str) -> int:
         """ZCARD of one set (O(1))."""
         key = self.key(queue, _status(status))
-        if status == "pending":  # and the prioritised ones (control.py)
-            ranked = self.key(queue, "ranked")
-            sizes = self._all([self.command(b"ZCARD", k, route=k) for k in (key, ranked)])
+        if status == "pending":  # and the prioritised ones (control.py), and the parked ones
+            ranked, parked = self.key(queue, "ranked"), self.key(queue, "parked")
+            keys = (key, ranked, parked)
+            sizes = self._all([self.command(b"ZCARD", k, route=k) for k in keys])
             return sum(int(s) for s in sizes)
         return int(self.call(self.command(b"ZCARD", key, route=key)))
 
     def counts(self, queue: str, now: float) -> dict[str, Any]:
         """Set sizes, the due-now backlog, jobs claimed but not started, the oldest due
-        time, whether the queue is paused, and the priorities of its prioritised pending jobs
-        (control.Band, highest first): O(log N) each, one round trip (and one per priority
-        present, when some are)."""
+        time, whether the queue is paused, the priorities of its prioritised pending jobs
+        (control.Band, highest first) and how many due jobs wait for their group's slot
+        (``parked``): O(log N) each, one round trip (and one per priority present, when
+        some are)."""
         pending, running, dead = (self.key(queue, s) for s in STATUS_KINDS)
         ranked, paused = self.key(queue, "ranked"), self.key(queue, "control")
+        parked = self.key(queue, "parked")
         cmd = self.command
         sizes = self._all(
             [
@@ -161,6 +164,7 @@ class Reads(Calls):
                 cmd(b"ZRANGE", pending, 0, 0, b"WITHSCORES", route=pending),
                 cmd(b"ZCARD", ranked, route=ranked),
                 cmd(b"HGET", paused, b"paused", route=paused),
+                cmd(b"ZCARD", parked, route=parked),
             ]
         )
         head = _pairs(sizes[5])
@@ -173,7 +177,11 @@ class Reads(Calls):
             "oldest_due_at": seconds(head[0][1]) if head else None,
             "paused": sizes[7] is not None,
             "priorities": [],
+            # due jobs held back by their group's concurrency limit (lua/claim.lua): counted
+            # in pending, not in due (as jobs a rate limit holds back, due later)
+            "parked": int(sizes[8]),
         }
+        counts["pending"] += counts["parked"]
         if int(sizes[6]):  # prioritised pending jobs: counted band by band (control.py)
             extra = control.ranked_counts(self, queue, now)
             counts["pending"] += extra["pending"]

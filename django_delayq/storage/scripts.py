@@ -59,6 +59,9 @@ KEY_NAMES = {
     "control": "K",  # a queue's pause state (storage/control.py)
     "links": "L",  # batches and chains (batches/links.py)
     "forward": "G",
+    "groups": "A",  # limits per group (lua/claim.lua)
+    "parked": "Y",
+    "holds": "Z",
     # A batch's keys (keys.BATCH_KINDS), for the batch_* scripts.
     "batch": "B",
     "ended": "N",

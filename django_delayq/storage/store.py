@@ -76,6 +76,7 @@ class Store(Reads, Roster, OldLayout):
         adopt: bool = False,
         remember: bool = False,
         link: str = "",
+        group: str | None = None,
     ) -> Op:
         """``remember``: the script adds the queue to ``{prefix}:queues`` (one Redis only).
         ``relay``: the job may have reached Redis before (a row of the outbox, relayed
@@ -86,13 +87,13 @@ class Store(Reads, Roster, OldLayout):
         (the id is marked), and a pending job of another id holding ``key`` is removed, this
         one taking the key under ``job_id`` (the row took the key in the database).
         ``link``: the job's link (batches/links.py; its record has flag 'l'), stored beside
-        it in the same script."""
+        it in the same script; ``group``: its group (flag 'g', lua/claim.lua), the same."""
         mode, value = ("delay", delay or 0.0) if at is None else ("at", at)
         argv = (job_id, record, mode, ms(value), key or "", on_conflict, now_arg(now))
         first = "1" if relay else ""
         last = "1" if adopt else ""
-        # ARGV[9], ARGV[10] (with KEYS[12]), ARGV[11]
-        tail = (last, queue, link) if remember else (last, "", link) if link else (last,)
+        tail = (last, queue, link) if remember else (last, "", link) if link or group else (last,)
+        tail = (*tail, group) if group else tail  # ARGV[9..12]; ARGV[10] with KEYS[14]
         return self.op(
             "schedule",
             queue,

@@ -1,4 +1,5 @@
-"""The limits of registered tasks (``@task(rate=, concurrency=)``, issue 20) and of queues
+"""The limits of registered tasks (``@task(rate=, concurrency=)``, issue 20; per group:
+``group_concurrency=, group_rate=``) and of queues
 (``DELAYQ['QUEUES']`` options), written to Redis by a worker before its first claim
 (claiming.py): claim.lua reads them from each queue's control hash."""
 
@@ -25,6 +26,9 @@ def publish_limits(store: Store, queues: list[str], queue_limits: dict[str, int 
     try:
         control.publish_rates(store, queues, {t.name: t.rate for t in tasks})
         control.publish_concurrency(store, queues, {t.name: t.concurrency for t in tasks})
+        control.publish_group_limits(
+            store, queues, {t.name: (t.group_concurrency, t.group_rate) for t in tasks}
+        )
         control.publish_queue_limits(store, queue_limits)
     except DelayQError as exc:
         logger.error("the tasks' limits could not be written to Redis (tried again): %s", exc)

@@ -13,9 +13,13 @@
 --                          "rate:<task>" -> "<count>/<period ms>", "tat:<task>" -> next free
 --                          claim time (microseconds); "conc:<task>" -> N, "hold:<task>" ->
 --                          "<id>|<token> ..."; "qconc" -> N (the queue's own limit),
---                          "qhold" -> its holders (see claim.lua). The whole key is absent while
---                          a queue has no control state, so claim.lua takes today's path
---                          after one EXISTS of Q and K.
+--                          "qhold" -> its holders (see claim.lua); "gconc:<task>" -> N,
+--                          "grate:<task>" -> "<count>/<period ms>" (limits per group),
+--                          "gsweep" -> the last group key claim.lua swept, "gsweep_at" ->
+--                          when it may sweep again (ms), "gscan" -> the
+--                          HSCAN cursor of its clean-up of Z. The whole key is
+--                          absent while a queue has no control state, so claim.lua takes
+--                          today's path after one EXISTS of Q, K and Y.
 --   R running  sorted set  job id -> lease_until for a job a runner has started;
 --                          lease_until - RESERVED (negative) for a job a worker claimed but has
 --                          not started yet (prefetched). A runner marks the start with a plain
@@ -54,14 +58,31 @@
 --                          script as its ack, final failure, recovery to dead or cancel; the
 --                          worker deletes it once the job's batch or chain took the outcome
 --                          (batches/forwarding.py), the recovery pass takes what a crash left
+--   A groups   hash        job id -> "<task>\n<group>" (its group key) for a job scheduled with
+--                          group= (record flag 'g'); while the job is parked, the whole
+--                          member of Y ("<task>\n<group>\n<rank, 20 digits>\n<id>").
+--                          Kept while the job lives (pending, running, dead), so a retry or
+--                          requeue stays in its group; forget() drops it.
+--   Y parked   sorted set  (every score 0, ordered by member) the due jobs of a group at its
+--                          concurrency limit (claim.lua parks them out of P/Q, so they never
+--                          block the jobs of other groups): member "<group key>\n<rank>\n<id>",
+--                          rank = ranked_score(priority, due), so a group's jobs are one
+--                          range in claim order. A parked job is pending: pending_due,
+--                          unpend and pend see it. When a holder of a group leaves running
+--                          (ack, fail, release, recover: group_left) its group's first
+--                          parked job goes back to P/Q; claim.lua also sweeps one group (at
+--                          most 20 a second), so a slot a 0.5.0 worker freed is found too.
+--   Z holds    hash        group key -> "<id>|<token> ..." (the group's lease holders, checked
+--                          against S at every claim, as "hold:<task>" is); "\n<group key>" ->
+--                          the group's next free claim time (microseconds, GCRA as "tat:")
 -- Times (scores, ARGV, replies) are integer epoch milliseconds: small sorted sets keep integer
 -- scores as integers, where a decimal score would be parsed on every comparison. "now" is
 -- Redis's TIME unless a test passes one. Scripts touch no other key and check the types of
 -- the keys they write before their first write, so an error never leaves a job half moved.
 -- The record header may end with '^<priority>' (an integer -100..100, absent for 0), after
 -- the unique key if any: header() returns it.
--- Record flags: 'i' keep a tombstone when finished ('e' too: for a day, see tombstone), 'l'
--- linked (see L), 'k' has keyword arguments, 'u' max_retries
+-- Record flags: 'g' has a group (see A), 'i' keep a tombstone when finished ('e' too: for a
+-- day, see tombstone), 'l' linked (see L), 'k' has keyword arguments, 'u' max_retries
 -- undecided (scheduled by name from a process that does not import the task: the digits are
 -- that process's MAX_RETRIES; the worker writes the task's with settle.lua as it starts the
 -- job, so a started job is decided, except one a worker older than 'u' started: scripts
@@ -128,11 +149,27 @@ end
 -- A pending job's score in Q (see the key table).
 local function ranked_score(priority, due) return (100 - priority) * BAND + due end
 
+local function has(flags, flag) return string.find(flags, flag, 1, true) ~= nil end
+
+-- A parked job's value in A -> its group key, rank (number); nil for a job not parked.
+local function parked_parts(v)
+  if not v then return nil end
+  local gkey, rank = string.match(v, '^([^\n]*\n[^\n]*)\n(%d+)\n')
+  if gkey then return gkey, tonumber(rank) end
+  return nil
+end
+
 -- The due time of a pending job (number), nil when it is not pending; its priority second.
+-- A parked job (see Y) is pending too.
 local function pending_due(id)
   local s = redis.call('ZSCORE', P, id)
   if s then return tonumber(s), 0 end
   s = redis.call('ZSCORE', Q, id)
+  if not s then
+    local v = redis.call('HGET', A, id)
+    local _, rank = parked_parts(v)
+    if rank and redis.call('ZSCORE', Y, v) then s = rank end
+  end
   if s then
     s = tonumber(s)
     return s % BAND, 100 - math.floor(s / BAND)
@@ -149,13 +186,64 @@ local function pend(id, due, priority)
   end
 end
 
--- Take a job out of pending (P or Q): true when it was pending.
+-- Take a job out of pending (P, Q or parked in Y): true when it was pending.
 local function unpend(id)
   if redis.call('ZREM', P, id) == 1 then return true end
-  return redis.call('ZREM', Q, id) == 1
+  if redis.call('ZREM', Q, id) == 1 then return true end
+  local v = redis.call('HGET', A, id)
+  local gkey = parked_parts(v)
+  if gkey and redis.call('ZREM', Y, v) == 1 then
+    redis.call('HSET', A, id, gkey)
+    return true
+  end
+  return false
 end
 
-local function has(flags, flag) return string.find(flags, flag, 1, true) ~= nil end
+-- schedule.lua: the job `id` (its record names the task) joins `group` ('': none).
+local function group_join(id, record, group)
+  if group == '' then
+    redis.call('HDEL', A, id)
+    return
+  end
+  redis.call('HSET', A, id, string.match(record, '^[^\n]*\n([^\n]*)') .. '\n' .. group)
+end
+
+-- Move up to `n` parked jobs of group key `gkey` back to pending (their due times and
+-- priorities kept; they are due, so a worker is woken). The count moved.
+local function unpark_group(gkey, n)
+  local members = redis.call('ZRANGEBYLEX', Y, '[' .. gkey .. '\n', '[' .. gkey .. '\n\255', 'LIMIT', 0, n)
+  for _, m in ipairs(members) do
+    local _, rank = parked_parts(m)
+    local id = string.match(m, '\n([^\n]*)$')
+    redis.call('ZREM', Y, m)
+    redis.call('HSET', A, id, gkey)
+    if math.floor(rank / BAND) == 100 then redis.call('ZADD', P, int(rank % BAND), id)
+    else redis.call('ZADD', Q, int(rank), id) end
+  end
+  if #members > 0 then wake() end
+  return #members
+end
+
+-- A job of a group (record flag 'g' in `flags`) left running (acknowledged, failed, handed
+-- back, recovered): the first parked job of its group, if any, goes back to pending to
+-- take the slot (unless `released`: the caller did), and it leaves the group's holders in
+-- Z; `finished`: the job is gone (acknowledged), its A entry goes too. Nothing for a job
+-- without flag 'g'.
+local function group_left(id, flags, finished, released)
+  if not flags or not has(flags, 'g') then return end
+  local v = redis.call('HGET', A, id)
+  if finished then redis.call('HDEL', A, id) end
+  if not v then return end
+  local gkey = string.match(v, '^([^\n]*\n[^\n]*)')
+  local left, gone = {}, false
+  for holder in string.gmatch(redis.call('HGET', Z, gkey) or '', '%S+') do
+    if string.match(holder, '^[^|]*') ~= id then table.insert(left, holder) else gone = true end
+  end
+  if gone and #left > 0 then redis.call('HSET', Z, gkey, table.concat(left, ' '))
+  elseif gone then redis.call('HDEL', Z, gkey) end
+  if not released then unpark_group(gkey, 1) end
+end
+
 
 -- The state "<n>|<token>" -> n (0 when absent or garbage), token (nil when none), whether it
 -- holds a lease (a token without the '~' of a settled attempt).
@@ -244,6 +332,7 @@ end
 
 local function forget(id)
   redis.call('HDEL', J, id) redis.call('HDEL', S, id) redis.call('HDEL', E, id) redis.call('HDEL', L, id)
+  redis.call('HDEL', A, id)
 end
 
 -- A linked job (record flag 'l') ended with `outcome`: its link goes to G, for the worker to
@@ -288,8 +377,9 @@ end
 -- Appends one flag per triple to `out`: 1 acknowledged; 0 gone (already acknowledged,
 -- e.g. by this very call sent before, or cancelled); -1 held by another lease or no longer
 -- running (recovered, claimed again): nothing changed. Counts the acknowledged ones.
+-- `released` (optional): ids whose group slot the caller already gave away (claim.lua).
 -- Checks the types of the keys it writes unread before its first write.
-local function ack_from(first, now, out)
+local function ack_from(first, now, out, released)
   local ids = {}
   for i = first, #ARGV, 3 do table.insert(ids, ARGV[i]) end
   if #ids == 0 then return end
@@ -319,6 +409,7 @@ local function ack_from(first, now, out)
       if has(flags, 'i') then table.insert(finished, id) end
       if has(flags, 'e') then long[id] = true end
       if has(flags, 'l') then forward(id, 'succeeded', now) table.insert(links, id) end
+      group_left(id, flags, true, released and released[id])
       table.insert(out, 1)
     elseif states[j] or redis.call('HEXISTS', J, id) == 1 then
       table.insert(out, -1)

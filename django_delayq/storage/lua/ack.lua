@@ -1,5 +1,5 @@
 -- ack.lua: a batch of jobs finished successfully: delete them.
--- KEYS: running jobs state keys stats errors done links forward
+-- KEYS: running jobs state keys stats errors done links forward pending ranked wake groups parked holds
 -- ARGV[1] now (epoch milliseconds) or '' for Redis TIME (for the stats and tombstones)
 -- ARGV[2..] triples: job id, lease token, info (the record's flags, then '=' and the unique key
 --           if it has one: 'i', 'i=order:42', '=order:42' or '')

@@ -1,5 +1,5 @@
 -- cancel.lua: delete a pending job, found by id or by unique key.
--- KEYS: pending jobs state keys errors done ranked links forward
+-- KEYS: pending jobs state keys errors done ranked links forward groups parked
 -- ARGV[1] job id, or '' to look it up by ARGV[2]
 -- ARGV[2] unique key, or ''
 -- ARGV[3] now (epoch milliseconds) or '' for Redis TIME (for the tombstone)

@@ -1,5 +1,5 @@
 -- claim.lua: acknowledge a worker's finished jobs, then lease up to `limit` due jobs to it.
--- KEYS: pending running dead jobs state keys wake stats errors done claims ranked control links forward
+-- KEYS: pending running dead jobs state keys wake stats errors done claims ranked control links forward groups parked holds
 -- ARGV[1] now (epoch milliseconds) or '' for Redis TIME
 -- ARGV[2] limit (integer >= 0; 0 only acknowledges and reports the next due time)
 -- ARGV[3] lease (integer milliseconds)
@@ -49,7 +49,27 @@
 -- pending untouched (no attempt counted) and next_due is then CONC_GAP ms ahead, so workers
 -- poll for a free slot instead of waking each other. "qhold" left without "qconc" (the
 -- limit was removed) is dropped.
+-- Limits per group (same path; `control` fields "gconc:<task>" = N and "grate:<task>" =
+-- "<count>/<period ms>", from @task(group_concurrency=, group_rate=)): a job scheduled with
+-- group= (record flag 'g', its group key "<task>\n<group>" in `groups`) is checked against
+-- its group's limits as the task's are checked against the task's. Holders per group key
+-- live in `holds` (checked against `state` at every claim, and dropped as they leave running:
+-- group_left in _lib.lua). A due job of a group at its concurrency limit is parked: moved
+-- out of `pending`/`ranked` into `parked` (see _lib.lua), so it is never read again until a
+-- slot frees (the next claims read the jobs behind it: no head-of-line blocking, and no
+-- claim reads a parked job twice). A due job over its group's rate stays pending, due when
+-- the group's rate allows it, the jobs of one group held back by one call spread one rate
+-- interval apart. A call also sweeps one group of `parked` (round robin, cursor in `control`
+-- field "gsweep"; at most one sweep per SWEEP_GAP ms, "gsweep_at"): its parked jobs go back
+-- to pending for the group's free slots, which heals a slot no hook freed (a 0.5.0 worker's
+-- ack, a limit raised or removed). While
+-- `parked` exists, a call reads up to twice its room (at most 16 more) so the jobs it
+-- parks do not leave the room empty: it leases what the room allows, and the due jobs it
+-- read past the room and did not park stay pending untouched (next_due is then now, or
+-- CONC_GAP ahead when the queue's own limit is full). The fast path above is taken only
+-- while `parked` does not exist either.
 local CONC_GAP = 250
+local SWEEP_GAP = 50
 local limit, lease, token, instance = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], ARGV[5]
 local now = clock(ARGV[1])
 -- Reads first (they check their keys' types too); then the keys this call will write
@@ -60,7 +80,127 @@ local ids, from_pending, from_ranked, next_due = {}, {}, {}, nil
 -- The queue's concurrency limit (nil: none), its live holders, whether it capped this claim,
 -- and the "qhold" field as read.
 local qslots, queue_held, queue_full, queue_hold_was = nil, nil, false, nil
-local controlled = redis.call('EXISTS', Q, K) > 0
+-- The claim's room when it reads past it (jobs of full groups about: see below), else nil.
+local room = nil
+-- The helpers of limits per group, made only on the general path (a Lua function costs
+-- each call that makes it, and the fast path needs none of them).
+local group_limits, group_holders, group_pace, write_groups, group_of, park, release_acked, sweep_parked
+local group_limit_of, group_live, group_tat, group_virtual, group_dirty
+local released = {}
+local controlled = redis.call('EXISTS', Q, K, Y) > 0
+if controlled then
+  -- Limits per group: a task's ({conc = N or nil, rate = microseconds or nil}), the live
+  -- holders of a group key (read once per call, written back after the limits are applied),
+  -- its rate state (as stored, as advanced by the jobs this call holds back, written or not).
+  group_limit_of, group_live, group_tat, group_virtual, group_dirty = {}, {}, {}, {}, {}
+  group_limits = function(task)
+    local l = group_limit_of[task]
+    if l == nil then
+      local conc, rate = unpack(redis.call('HMGET', K, 'gconc:' .. task, 'grate:' .. task))
+      local count, period = string.match(rate or '', '^(%d+)/(%d+)$')
+      l = {conc = tonumber(conc or '')}
+      if count and tonumber(count) > 0 then l.rate = math.ceil(tonumber(period) * 1000 / tonumber(count)) end
+      group_limit_of[task] = l
+    end
+    return l
+  end
+  group_holders = function(gkey)
+    local live = group_live[gkey]
+    if not live then
+      local acking = {}
+      for i = 6, #ARGV, 3 do acking[ARGV[i] .. '|' .. ARGV[i + 1]] = true end
+      live = {}
+      for h_id, h_token in string.gmatch(redis.call('HGET', Z, gkey) or '', '([^|%s]+)|(%S+)') do
+        local holder = h_id .. '|' .. h_token
+        if not acking[holder] and owned(h_id, h_token) then table.insert(live, holder) end
+      end
+      group_live[gkey] = live
+    end
+    return live
+  end
+  -- nil when the group's rate allows a claim now (taking it), else when it will.
+  group_pace = function(gkey, rate, now_us)
+    local tat = group_tat[gkey]
+    if tat == nil then
+      tat = tonumber(redis.call('HGET', Z, '\n' .. gkey) or '') or 0
+      group_tat[gkey] = tat
+    end
+    if tat > now_us + (rate < 1000 and 999 or 0) then
+      local at = math.max(group_virtual[gkey] or tat, tat)
+      group_virtual[gkey] = at + rate
+      return math.ceil(at / 1000)
+    end
+    group_tat[gkey], group_dirty[gkey] = math.max(tat, now_us) + rate, true
+    return nil
+  end
+  write_groups = function()
+    for gkey, live in pairs(group_live) do
+      if #live > 0 then redis.call('HSET', Z, gkey, table.concat(live, ' '))
+      else redis.call('HDEL', Z, gkey) end
+    end
+    for gkey, _ in pairs(group_dirty) do redis.call('HSET', Z, '\n' .. gkey, int(group_tat[gkey])) end
+    if next(group_dirty) then
+      -- The rate state of groups that went quiet: a next free time already past counts as
+      -- none, so it is dropped, 20 fields looked at per call that paces a group (cursor in
+      -- `control` field "gscan"), and `holds` does not grow with every group ever seen.
+      local scan = redis.call('HSCAN', Z, redis.call('HGET', K, 'gscan') or '0', 'COUNT', 20)
+      for i = 1, #scan[2], 2 do
+        local field = scan[2][i]
+        if string.sub(field, 1, 1) == '\n' and (tonumber(scan[2][i + 1]) or 0) <= now * 1000 then
+          redis.call('HDEL', Z, field)
+        end
+      end
+      redis.call('HSET', K, 'gscan', scan[1])
+    end
+  end
+  group_of = function(id)
+    local v = redis.call('HGET', A, id)
+    return v and string.match(v, '^([^\n]*\n[^\n]*)')
+  end
+  -- A due job of a full group leaves pending for `parked` (see _lib.lua).
+  park = function(id, gkey)
+    local due, priority = pending_due(id)
+    unpend(id)
+    local member = gkey .. '\n' .. string.format('%020d', ranked_score(priority, due)) .. '\n' .. id
+    redis.call('ZADD', Y, 0, member)
+    redis.call('HSET', A, id, member)
+  end
+  -- The slots this call's acknowledgements free (ARGV[6..], flag 'g' in their info, still
+  -- holding their lease): each group's first parked job goes back to pending before the
+  -- jobs are read, so this very call can claim it (ack_from then only drops the holder).
+  release_acked = function()
+    for i = 6, #ARGV, 3 do
+      local id = ARGV[i]
+      if has(string.match(ARGV[i + 2], '^[^=]*'), 'g') and owned(id, ARGV[i + 1]) then
+        local gkey = group_of(id)
+        if gkey then unpark_group(gkey, 1) released[id] = true end
+      end
+    end
+  end
+  -- One group of `parked` (the one after the cursor): its jobs go back to pending for the
+  -- group's free slots (the holders this call acknowledges still count: release_acked
+  -- gave their slots).
+  sweep_parked = function()
+    local cursor, at = unpack(redis.call('HMGET', K, 'gsweep', 'gsweep_at'))
+    if now < (tonumber(at or '') or 0) then return end
+    zsets(P, Q, Y) hashes(A, Z) lists(W)
+    local first = {}
+    if cursor then first = redis.call('ZRANGEBYLEX', Y, '(' .. cursor .. '\n\255', '+', 'LIMIT', 0, 1) end
+    if not first[1] then first = redis.call('ZRANGEBYLEX', Y, '-', '+', 'LIMIT', 0, 1) end
+    local gkey = parked_parts(first[1])
+    if not gkey then return end
+    redis.call('HSET', K, 'gsweep', gkey, 'gsweep_at', int(now + SWEEP_GAP))
+    local conc = group_limits(string.match(gkey, '^[^\n]*')).conc
+    local free = 100
+    if conc then
+      free = conc
+      for h_id, h_token in string.gmatch(redis.call('HGET', Z, gkey) or '', '([^|%s]+)|(%S+)') do
+        if owned(h_id, h_token) then free = free - 1 end
+      end
+    end
+    if free > 0 then unpark_group(gkey, free) end
+  end
+end
 if not controlled then
   if limit > 0 and not resend then
     ids = redis.call('ZRANGEBYSCORE', P, '-inf', int(now), 'LIMIT', 0, limit)
@@ -90,6 +230,14 @@ else
   end
   queue_hold_was = qhold
   local function later(due) if not next_due or due < next_due then next_due = due end end
+  if want > 0 and redis.call('EXISTS', Y) == 1 then
+    release_acked()
+    sweep_parked()
+    -- Groups at their limit are about: read past the jobs that will be parked (at most 2
+    -- times the room, 16 more), so one call fills its room; the jobs read beyond it that
+    -- it does not park are left pending as they are.
+    room, want = want, math.min(want * 2, want + 16)
+  end
   local pending_read = false
   local function from_p()
     pending_read = true
@@ -133,15 +281,21 @@ if #ids > 0 then
 end
 if controlled and #ids > 0 then
   -- Rate limits: jobs over their task's limit stay pending, due when it allows them.
-  zsets(R) hashes(T)
+  zsets(R, Y) hashes(T, A, Z)
   local rates, deferred, held = {}, {}, 0
   local slots, holders = {}, {}  -- per task: the limit (false: none), live holders
   local now_us = now * 1000
   local kept_ids, kept_records, kept_states = {}, {}, {}
   for i, id in ipairs(ids) do
-    local wait = nil
+    local wait, gkey, parked, untouched = nil, nil, false, false
     local task = records[i] and string.match(records[i], '^[^\n]*\n([^\n]*)')
-    if task then
+    if task and has((select(2, header(records[i]))), 'g') then gkey = group_of(id) end
+    local glimit = gkey and group_limits(task)
+    if glimit and glimit.conc and #group_holders(gkey) >= glimit.conc then
+      parked = true
+    elseif room and #kept_ids >= room then
+      untouched = true
+    elseif task then
       local rate = rates[task]
       if rate == nil then
         local raw = redis.call('HGET', K, 'rate:' .. task)
@@ -178,9 +332,19 @@ if controlled and #ids > 0 then
           redis.call('HSET', K, 'tat:' .. task, int(math.max(tat, now_us) + rate))
         end
       end
+      if not wait and glimit and glimit.rate then wait = group_pace(gkey, glimit.rate, now_us) end
       if slot and not wait then table.insert(holders[task], id .. '|' .. token) end
+      if glimit and glimit.conc and not wait then table.insert(group_holders(gkey), id .. '|' .. token) end
     end
-    if wait then
+    if parked then
+      park(id, gkey)
+      deferred[id] = true
+      held = held + 1
+    elseif untouched then
+      deferred[id] = true  -- not removed from pending below, not leased
+      local at = queue_full and now + CONC_GAP or now
+      if not next_due or at < next_due then next_due = at end
+    elseif wait then
       local _, _, _, priority = header(records[i])
       pend(id, wait, priority)
       deferred[id] = true
@@ -191,6 +355,7 @@ if controlled and #ids > 0 then
       table.insert(kept_states, states[i] or false)
     end
   end
+  write_groups()
   for task, live in pairs(holders) do
     if #live > 0 then
       redis.call('HSET', K, 'hold:' .. task, table.concat(live, ' '))
@@ -218,7 +383,7 @@ end
 local wakes = limit > 0 and next_due and next_due <= now
 if wakes then lists(W) end
 local acked = {}
-ack_from(6, now, acked)
+ack_from(6, now, acked, released)
 local jobs = {}
 if resend then
   -- This call, sent again: the jobs the first send leased, if the token still holds them.

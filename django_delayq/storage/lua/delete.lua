@@ -1,5 +1,5 @@
 -- delete.lua: delete dead-letter jobs for good.
--- KEYS: dead jobs state errors done links
+-- KEYS: dead jobs state errors done links groups
 -- ARGV[1] now (epoch milliseconds) or '' for Redis TIME (for tombstones)
 -- ARGV[2..] job ids
 -- Returns one integer per id: 1 deleted, 0 not dead (gone or requeued meanwhile).

@@ -1,5 +1,5 @@
 -- fail.lua: an attempt failed: retry later, or dead-letter when attempts are used up.
--- KEYS: pending running dead jobs state keys wake stats errors ranked links forward
+-- KEYS: pending running dead jobs state keys wake stats errors ranked links forward groups parked holds
 -- ARGV[1] now (epoch milliseconds) or '' for Redis TIME
 -- ARGV[2] job id
 -- ARGV[3] lease token
@@ -38,6 +38,7 @@ max_retries = max_retries or tonumber(ARGV[6])
 n = n + 1
 push_error(id, err, tonumber(ARGV[9]))
 redis.call('ZREM', R, id)
+group_left(id, flags)
 set_state(id, n, token)
 bump('f', 1, now)
 tally('failed', 1)

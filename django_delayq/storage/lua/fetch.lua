@@ -1,5 +1,5 @@
 -- fetch.lua: read one job whole, atomically (read-only).
--- KEYS: pending running dead jobs state errors ranked
+-- KEYS: pending running dead jobs state errors ranked groups parked
 -- ARGV[1] job id
 -- Returns {record, state, errors, pending score, running score, dead score}, each false when
 -- absent (scores in epoch milliseconds; the pending score is the due time, for a job in

@@ -1,6 +1,6 @@
 -- recover.lua: jobs whose lease expired (their worker died or was cut off) go back to pending,
 -- due now (in `ranked` for a job with a priority), or to the dead-letter set when they have used all their attempts.
--- KEYS: pending running dead jobs state keys wake stats errors claims ranked links forward
+-- KEYS: pending running dead jobs state keys wake stats errors claims ranked links forward groups parked holds
 -- ARGV[1] now (epoch milliseconds) or '' for Redis TIME
 -- ARGV[2] limit (integer): at most this many jobs per call
 -- ARGV[3] token of this recovery (string, unique per call)
@@ -38,6 +38,7 @@ if last and string.match(last, '^([^\n]*)\n') == token then
   return out
 end
 local function move(id, outcome, n, lost, record, ukey, err, priority)
+  group_left(id, (select(2, header(record))))
   if outcome ~= 'dead' and not record then
     err = error_json('CorruptJob', 'job record missing from Redis', now)
     push_error(id, err, max_kept)

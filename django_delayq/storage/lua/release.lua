@@ -1,6 +1,6 @@
 -- release.lua: a stopping worker hands back jobs it will not finish: running -> pending,
 -- due now, and the attempt is not counted (the job did not fail).
--- KEYS: pending running dead jobs state keys wake stats errors claims ranked links forward
+-- KEYS: pending running dead jobs state keys wake stats errors claims ranked links forward groups parked holds
 -- ARGV[1] now (epoch milliseconds) or '' for Redis TIME
 -- ARGV[2] worker instance whose `claims` entries to drop (it stops), or ''
 -- ARGV[3..] pairs: job id, lease token
@@ -17,7 +17,8 @@ for i = 3, #ARGV, 2 do
   if n then
     redis.call('ZREM', R, id)
     set_state(id, n, token)  -- settled: the token stays, so a re-sent release answers the same
-    local _, _, ukey, priority = header(redis.call('HGET', J, id))
+    local _, flags, ukey, priority = header(redis.call('HGET', J, id))
+    group_left(id, flags)
     if take_key(ukey, id) then
       pend(id, now, priority)
       table.insert(out, 1)

@@ -1,5 +1,5 @@
 -- requeue.lua: dead-letter -> pending, due now, with attempts reset to 0 (errors are kept).
--- KEYS: pending dead jobs state keys wake ranked
+-- KEYS: pending dead jobs state keys wake ranked groups parked
 -- ARGV[1] now (epoch milliseconds) or '' for Redis TIME
 -- ARGV[2..] job ids
 -- Returns one integer per id: 1 requeued; 0 not dead (gone, or requeued meanwhile); 2 kept

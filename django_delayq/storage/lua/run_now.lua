@@ -1,5 +1,5 @@
 -- run_now.lua: make pending jobs due now (jobs already due keep their place).
--- KEYS: pending wake ranked
+-- KEYS: pending wake ranked groups parked
 -- ARGV[1] now (epoch milliseconds) or '' for Redis TIME
 -- ARGV[2..] job ids
 -- A job with a priority (in `ranked`) keeps it.

@@ -1,5 +1,5 @@
 -- schedule.lua: store a new job as pending, honouring its unique key.
--- KEYS: pending jobs state keys wake done errors relayed ranked links forward
+-- KEYS: pending jobs state keys wake done errors relayed ranked links forward groups parked
 -- ARGV[1] job id (string, ULID)
 -- ARGV[2] job record (bytes: header "\n" body, see jobs/job.py)
 -- ARGV[3] 'delay' (ARGV[4] is milliseconds from Redis's now) or 'at' (ARGV[4] is an epoch in
@@ -19,15 +19,17 @@
 --         'i', as cancel.lua leaves) and this job is created under ARGV[1], so it runs
 --         under the id the row had; with on_conflict 'keep' the holder is kept as without
 --         ARGV[9]. Idempotent: sent again it finds its mark and changes nothing.
--- ARGV[10] the queue's name, with KEYS[12] (both optional, one Redis only): KEYS[12] is the
+-- ARGV[10] the queue's name, with KEYS[14] (both optional, one Redis only): KEYS[14] is the
 --         registry of queues, {prefix}:queues, in no queue's slot (so never sent on a cluster,
 --         where the caller sends its SADD beside the script); the queue is added to it (SADD)
 --         before anything else, whatever the outcome, so a lost registry heals with the
---         queue's next job. Idempotent. ARGV[10] is '' when ARGV[11] is given without KEYS[12].
+--         queue's next job. Idempotent. ARGV[10] is '' when a later one is given without KEYS[14].
 -- ARGV[11] the job's link (JSON: its batch, its place in a chain; see `links` in _lib.lua), or
 --         '' or absent for none; its record then has flag 'l'. Written under the id that holds
 --         the record: a new job's, or a replaced key holder's (whose own link, if any, is
 --         forwarded as 'cancelled': its batch or chain loses it). Not written for 'kept'.
+-- ARGV[12] the job's group (string, '' or absent for none; see `groups` in _lib.lua): the new
+--         job, or the job a replace rewrites, joins it (its record has flag 'g').
 -- A job whose record's header has a priority ('^<n>', see _lib.lua) waits in `ranked`, others
 -- in `pending`; a replace moves the key's job to where its new record's priority puts it.
 -- Returns {outcome, id, due_at, record}: outcome 'created' | 'replaced' | 'kept' | 'done';
@@ -45,7 +47,7 @@ local id, record, mode, value, ukey, on_conflict = ARGV[1], ARGV[2], ARGV[3], to
 local now = clock(ARGV[7])
 local adopt = ARGV[9] == '1'
 local link = ARGV[11] or ''
-if KEYS[12] then redis.call('SADD', KEYS[12], ARGV[10]) end
+if KEYS[14] then redis.call('SADD', KEYS[14], ARGV[10]) end
 -- The reply, with the id marked as relayed in relay mode.
 local function finish(reply)
   if adopt then redis.call('ZADD', X, int(now), id) end
@@ -116,6 +118,7 @@ if score then
   if link ~= '' then redis.call('HSET', L, existing, link) else redis.call('HDEL', L, existing) end
   redis.call('HSET', J, existing, record)
   pend(existing, due, priority)
+  group_join(existing, record, ARGV[12] or '')
   if n > 0 then set_state(existing, 0, token) end
   -- The replaced job may finish before this call, sent again after a lost reply, arrives:
   -- this call's id then answers 'done' (a tombstone, like a finished job's).
@@ -135,5 +138,6 @@ end
 if ukey ~= '' then redis.call('HSET', U, ukey, id) end
 if link ~= '' then redis.call('HSET', L, id, link) end
 pend(id, due, priority)
+if ARGV[12] and ARGV[12] ~= '' then group_join(id, record, ARGV[12]) end
 if earliest then wake() end
 return finish({'created', id, due, ''})

@@ -1,6 +1,6 @@
 -- schedule_many.lua: store a batch of new jobs without unique keys as pending, in one call
 -- (schedule_many() sends jobs with a unique key through schedule.lua).
--- KEYS: pending jobs wake done relayed ranked links
+-- KEYS: pending jobs wake done relayed ranked links groups parked
 -- ARGV[1] now (epoch milliseconds) or '' for Redis TIME
 -- ARGV[2] '1' when this call is sent again because the reply to an earlier one was lost;
 --         'relay' for the relay of outbox rows (outbox/rows.py): as '1', and run once (outbox promise
