@@ -227,7 +227,6 @@ def test_the_migrations_describe_the_models():
     """A model change without its migration (0006 added the outbox's link column) fails
     here, not in a user's `migrate`."""
     from django.core.management import call_command
-
     from django.db import connections
 
     try:
