@@ -104,9 +104,7 @@ def batch(
     }
     opened = Batch(new_job_id())
     store = get_store()
-    for result in store.run(stored.open_ops(store, opened.id, specs, int(time.time() * 1000)), 2.0):
-        if isinstance(result, Exception):
-            raise result
+    stored.run_all(store, stored.open_ops(store, opened.id, specs, int(time.time() * 1000)))
     token = membership.enter(opened)
     try:
         yield opened

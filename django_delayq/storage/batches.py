@@ -145,15 +145,7 @@ def read_outcomes(store: Store, batch_id: str) -> tuple[dict[str, str], dict[str
     """(member id -> queue, member id -> outcome) of a batch: its members and those that
     ended (two HGETALLs: as big as the batch, for the admin's page of one batch)."""
     _, ended, members = store.batch_keys(batch_id)
-    got = store.run(
-        [
-            store.command(b"HGETALL", members, route=members),
-            store.command(b"HGETALL", ended, route=ended),
-        ]
-    )
-    for reply in got:
-        if isinstance(reply, Exception):
-            raise reply
+    got = run_all(store, [_hgetall(store, members), _hgetall(store, ended)])
     queues = {text(k): text(v) for k, v in pairs(got[0])}
     outcomes = {text(k): text(v) for k, v in pairs(got[1])}
     return queues, outcomes
@@ -163,13 +155,8 @@ def read_batches(store: Store, batch_ids: Sequence[str]) -> list[dict[str, str] 
     """The hashes of ``batch_ids`` (read_batch for each, one round trip: a page of the
     admin's list of batches); None for a batch that expired."""
     keys = [store.batch_keys(batch_id)[0] for batch_id in batch_ids]
-    got = store.run([store.command(b"HGETALL", key, route=key) for key in keys])
-    found: list[dict[str, str] | None] = []
-    for reply in got:
-        if isinstance(reply, Exception):
-            raise reply
-        found.append({text(k): text(v) for k, v in pairs(reply)} or None)
-    return found
+    got = run_all(store, [_hgetall(store, key) for key in keys])
+    return [{text(k): text(v) for k, v in pairs(reply)} or None for reply in got]
 
 
 def count_members(store: Store, batch_id: str) -> int:
@@ -184,16 +171,27 @@ def batch_counts(store: Store) -> tuple[int, int]:
     batches (created in the last 30 days, forwarding.KEEP_LISTED_MS); open: those a worker
     still looks after (a member not ended, or a decided callback not stored yet)."""
     listed, opened = store.batches_key, store.open_batches_key
-    got = store.run(
+    got = run_all(
+        store,
         [
             store.command(b"ZCARD", listed, route=listed),
             store.command(b"ZCARD", opened, route=opened),
-        ]
+        ],
     )
+    return int(got[0]), int(got[1])
+
+
+def run_all(store: Store, ops: Sequence[Op], budget: float = 2.0) -> list[Any]:
+    """The replies of ``ops`` (one round trip per node); raises the first error."""
+    got = store.run(ops, budget)
     for reply in got:
         if isinstance(reply, Exception):
             raise reply
-    return int(got[0]), int(got[1])
+    return got
+
+
+def _hgetall(store: Store, key: str) -> Op:
+    return store.command(b"HGETALL", key, route=key)
 
 
 def list_batches(store: Store, offset: int, limit: int) -> list[tuple[str, int]]:
