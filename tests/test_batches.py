@@ -299,3 +299,13 @@ def test_a_replace_from_another_batch_ends_the_first_batch(store):
     burst()
     assert sorted(runs(T("b-complete"))) == ["first", "second"]
     assert get_batch(first.id).cancelled == 1 and get_batch(second.id).succeeded == 1
+
+
+def test_a_finished_batch_leaves_the_open_batches_and_expires(store):
+    with batch(on_complete=t.record.call(T("b-complete"), "x")) as b:
+        t.record.schedule(T("b-member"), "1")
+    burst()
+    burst()
+    assert runs(T("b-complete")) == ["x"]
+    assert store.client.zscore(store.open_batches_key, b.id) is None
+    assert all(0 < store.client.ttl(key) <= 7 * 86400 for key in store.batch_keys(b.id)[:2])

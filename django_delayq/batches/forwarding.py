@@ -142,6 +142,8 @@ def place_decided(store: Store, batch_id: str, decided: Decided) -> None:
     if decided.callbacks:
         kinds = [c.kind for c in decided.callbacks]
         store.call(stored.placed_op(store, batch_id, kinds, now_ms))
+        # Placed: the batch may have finished with them (it expires, leaves the open ones).
+        decided = store.call(stored.ended_op(store, batch_id, []))
     if decided.finished:
         store.call(stored.close_op(store, [batch_id]))
 

@@ -441,8 +441,8 @@ end
 --   H members  hash  member id -> its queue (written by batch_seal.lua)
 -- A finished batch (every member ended and every decided callback placed, or cancelled with
 -- none left to place) expires BATCH_TTL (seconds) later. decide() calls one unsealed a day
--- (ABANDONED, ms) after it was opened finished too (no worker looks at it again; its keys
--- stay, and a seal arriving later still decides its callbacks).
+-- (ABANDONED, ms) after it was opened finished too (no worker looks at it again) and lets
+-- it expire BATCH_TTL later (a seal arriving before then still decides its callbacks).
 local BATCH_TTL = 604800
 local ABANDONED = 86400000
 
@@ -481,6 +481,7 @@ local function decide(now)
     for _, k in ipairs({B, N, H}) do redis.call('EXPIRE', k, BATCH_TTL) end
   elseif total == nil and now - (tonumber(redis.call('HGET', B, 'created') or '') or now) > ABANDONED then
     out[1] = 1  -- a block that never ended (its process died in it): nothing to look at
+    for _, k in ipairs({B, N, H}) do redis.call('EXPIRE', k, BATCH_TTL) end
   end
   return out
 end
