@@ -41,7 +41,7 @@ def schedule_chain(chain: Chain, options: dict[str, Any]) -> Job:
     store = get_store()
     if fields:
         store.call(stored.write_chain_op(store, chain_id, fields))
-    link: dict[str, Any] = {"c": chain_id, "i": 0}
+    link: dict[str, Any] = {"c": chain_id, "i": 0, "n": len(spec["steps"])}
     member_of = membership.current()
     if member_of is not None and member_of.link:
         link.update(links.loads(member_of.link))

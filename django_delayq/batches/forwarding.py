@@ -60,7 +60,7 @@ def forward(store: Store, entries: Sequence[Ended]) -> None:
     """Take each entry to its chain and batch, then delete it (see the module docstring)."""
     for_batches: dict[str, list[tuple[str, str]]] = {}
     taken: list[Ended] = []
-    for entry in entries:
+    for entry in sorted(entries, key=lambda e: e.at_ms):  # a member's ends in their order
         link = links.loads(entry.link)
         try:
             outcome = _chain_end(store, entry, link)
@@ -104,6 +104,10 @@ def _chain_end(store: Store, entry: Ended, link: dict[str, Any]) -> str | None:
     outcome = entry.outcome
     if outcome == "succeeded":
         (following,) = store.call(stored.read_chain_op(store, chain_id, [str(index + 1)]))
+        if following is None and index + 1 < int(link.get("n") or 0):
+            # A step before the last, and its chain is gone: the chain ended since (a later
+            # step died, was cancelled) and this is an entry a crash left. Nothing to count.
+            return None
         batch_id = link.get("b")
         if (
             following is not None
@@ -137,7 +141,7 @@ def place_decided(store: Store, batch_id: str, decided: Decided) -> None:
         fields = step_fields(spec)
         if fields or len(spec["steps"]) > 1:
             store.call(stored.write_chain_op(store, job_id, fields))
-            link.update({"c": job_id, "i": 0})
+            link.update({"c": job_id, "i": 0, "n": len(spec["steps"])})
         store_step(spec["steps"][0], job_id, links.dumps(link), callback.decided_ms, store)
     if decided.callbacks:
         kinds = [c.kind for c in decided.callbacks]

@@ -3,7 +3,8 @@
 
 Fields, each optional: ``b`` the batch the job counts for, ``m`` the member it counts as
 (a chain's later step counts as the chain's first step, the member the batch knows), ``c``
-the chain it is a step of (its id: the first step's id) and ``i`` its index there, ``of``
+the chain it is a step of (its id: the first step's id), ``i`` its index there and ``n`` the
+chain's number of steps (an end of a step before the last whose chain is gone is stale), ``of``
 the batch whose callback it is (``current_job().batch_id`` tells the task).
 
 Ids of what a forwarding stores are derived from what decided it (:func:`derived_id`), so a

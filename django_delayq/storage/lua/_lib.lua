@@ -336,12 +336,17 @@ local function forget(id)
 end
 
 -- A linked job (record flag 'l') ended with `outcome`: its link goes to G, for the worker to
--- forward to its batch or chain (see G). Nothing for a job without a link. `field`: the
--- entry's field when not the id: "<id>#<ms>" for the end of a link a unique-key replace
--- takes away (the job lives on, under a new link, and may end before this is forwarded).
-local function forward(id, outcome, now, field)
+-- forward to its batch or chain (see G). Nothing for a job without a link. The entry's field
+-- is the id, or "<id>#<ms>" when an entry of the id waits already (a dead job requeued and
+-- ended again before its death was forwarded; the end of a link a unique-key replace takes
+-- away, while the job lives on under a new one): no end overwrites another.
+local function forward(id, outcome, now)
   local link = redis.call('HGET', L, id)
-  if link then redis.call('HSET', G, field or id, outcome .. ' ' .. int(now) .. '\n' .. link) end
+  if link then
+    local field = id
+    if redis.call('HEXISTS', G, id) == 1 then field = id .. '#' .. int(now) end
+    redis.call('HSET', G, field, outcome .. ' ' .. int(now) .. '\n' .. link)
+  end
 end
 
 -- Remember for DONE_TTL that `ids` finished (flag 'i'), and drop older tombstones. `long`:
@@ -446,17 +451,18 @@ end
 local BATCH_TTL = 604800
 local ABANDONED = 86400000
 
--- Decide the batch's callbacks: 'death' at its first dead member, 'success' once every member
--- succeeded, 'complete' once every member ended (none after a cancel). A decision is taken
+-- Decide the batch's callbacks: 'death' at its first dead member (`saw_dead`: one was recorded
+-- by this call, though a later outcome of the same call moved it on), 'success' once every
+-- member succeeded, 'complete' once every member ended (none after a cancel). A decision is taken
 -- once ("fire:<kind>" keeps its time); a decided callback is returned until Python marks it
 -- placed. Returns {finished (0|1), kind, decided ms, call, kind, ...}.
-local function decide(now)
+local function decide(now, saw_dead)
   local f = redis.call('HMGET', B, 'total', 'cancelled', 'n:succeeded', 'n:dead', 'n:cancelled')
   local total, cancelled = tonumber(f[1]), f[2]
   local s, d, c = tonumber(f[3] or '0'), tonumber(f[4] or '0'), tonumber(f[5] or '0')
   local due = {}
   if not cancelled then
-    due.death = d > 0
+    due.death = d > 0 or saw_dead == true
     due.success = total ~= nil and s >= total
     due.complete = total ~= nil and s + d + c >= total
   end

@@ -2,15 +2,18 @@
 -- KEYS: batch ended members
 -- ARGV[1] now (epoch milliseconds) or '' for Redis TIME
 -- ARGV[2..] pairs: member job id, outcome ('succeeded', 'dead' or 'cancelled')
--- A member's last outcome counts: one that was dead and ends again (requeued from the admin)
--- moves to its new outcome.
+-- A member's last outcome counts (pairs in the order the member ended them): one that was
+-- dead and ends again (requeued from the admin) moves to its new outcome; its death still
+-- decides 'death'.
 -- Returns decide()'s reply (_lib.lua): {finished, kind, decided ms, call, ...}, the callbacks
 -- decided and not placed yet. Idempotent: an outcome sent again changes nothing, and the
 -- reply lists the decided callbacks until they are marked placed.
 local now = clock(ARGV[1])
 hashes(B, N, H)
+local saw_dead = false
 for i = 2, #ARGV, 2 do
   local id, outcome = ARGV[i], ARGV[i + 1]
+  saw_dead = saw_dead or outcome == 'dead'
   local was = redis.call('HGET', N, id)
   if was ~= outcome then
     redis.call('HSET', N, id, outcome)
@@ -18,4 +21,4 @@ for i = 2, #ARGV, 2 do
     if was then redis.call('HINCRBY', B, 'n:' .. was, -1) end
   end
 end
-return decide(now)
+return decide(now, saw_dead)

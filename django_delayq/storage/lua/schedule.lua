@@ -114,7 +114,7 @@ if score then
   if has(flags, 'i') then zsets(F) end
   hashes(L, G)
   unpend(existing)
-  forward(existing, 'cancelled', now, existing .. '#' .. int(now))
+  forward(existing, 'cancelled', now)
   if link ~= '' then redis.call('HSET', L, existing, link) else redis.call('HDEL', L, existing) end
   redis.call('HSET', J, existing, record)
   pend(existing, due, priority)
