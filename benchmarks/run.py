@@ -112,7 +112,7 @@ recurring_scale_*        (issue 25; only with ``--only recurring_scale``: 10-15 
 batch_*                  10,000 no-op jobs in one ``batch(on_complete=...)`` vs the same
                          jobs without a batch, one worker each (a dedicated
                          redis-server): drain jobs/s, worker CPU s per 1,000 jobs, Redis
-                         time (commandstats) and process CPU per job, schedule_many()
+                         time in scripts and process CPU per job, schedule_many()
                          jobs/s; on_complete start after the last member's, p50 / p99
                          over 20 batches of 500 (bench/batches.py; no targets)
 chain_*                  a chain (``Call.then``) of 1,000 no-op steps vs a chain made by
