@@ -200,7 +200,9 @@ def test_dead_members_run_on_death_and_on_complete_once(
     report(scenario="batches: dead members (fail.lua, recover.lua)", jobs=22, kills=restarts)
     assert codes == [0, 0], workers.outputs()
     assert runs(runs_client, f"{tag}:died") == ["dies"] and restarts == 1
-    assert len(runs(runs_client, f"{tag}:failed")) == 2  # explode: both attempts
+    # explode: both attempts; or its retry was claimed by the worker that died, and the
+    # recovery charged it (the second attempt never ran: dead all the same).
+    assert 1 <= len(runs(runs_client, f"{tag}:failed")) <= 2
     last_end = max(r.end for r in ran)
     check_callbacks(
         store, b.id, timed_runs(runs_client, cb_tag), {"death", "complete"}, last_end, Counter()
