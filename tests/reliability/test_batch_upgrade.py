@@ -88,7 +88,7 @@ def test_a_member_acked_by_an_old_worker_ends_its_batch(
             wait_until(lambda: runs(runs_client, tag) == ["by-old"], 30, "the old worker's run")
             wait_until(lambda: sizes(store, "old")["running"] == 0, 30, "its ack")
             # A forward entry would be forwarded by the new worker's sweep within ~12 s.
-            deadline = time.monotonic() + 20
+            deadline = time.monotonic() + 14
             while time.monotonic() < deadline and not timed_runs(runs_client, f"{tag}:cb"):
                 time.sleep(0.2)
             state = get_batch(b.id)
