@@ -95,3 +95,43 @@ def test_an_abandoned_batch_expires(store):
     forwarding.sweep(store, ["default"], now=now)
     assert store.client.zscore(store.open_batches_key, "b-abandoned") is None  # let go
     assert store.client.ttl(store.batch_keys("b-abandoned")[0]) > 0, "kept for good"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="forwarding._chain_end(): an entry of a chain step that succeeded, forwarded again "
+    "(a crash before its HDEL) after the chain ended, finds no next step (the chain's hash "
+    "was deleted at its end), so it returns True and the batch gets (chain, 'succeeded'): "
+    "batch_ended.lua's 'last outcome counts' moves the dead chain to succeeded and decides "
+    "on_success",
+)
+def test_a_stale_step_end_after_its_chain_died_does_not_succeed_the_batch(store, monkeypatch):
+    """A member chain's first step is acknowledged and its next step stored, then the
+    worker dies before deleting the forward entry; the second step dies (the batch's
+    on_death, on_complete); the sweep later forwards the first step's entry again: the
+    chain stays dead for its batch, on_success never runs."""
+    t.runs_client().rpush("runs:b-dies:armed", "1")
+    with batch(
+        on_success=t.record.call("b-success", "x"),
+        on_complete=t.record.call("b-complete", "x"),
+        on_death=t.record.call("b-death", "x"),
+    ) as b:
+        first = (
+            t.record.call("b-chain", "0")
+            .then(t.fails_once_then_records.call("b-dies", "1"))
+            .schedule()
+        )
+    store.claim("default", 1, lease=30, token="w#1")
+    assert store.ack("default", [(first.id, "w#1", "l")]) == [1]
+    entries = stored.read_forward(store, "default", [first.id])
+    with monkeypatch.context() as crash:
+        crash.setattr(forwarding, "_drop", lambda store, entries: None)  # died before HDEL
+        forwarding.forward(store, entries)  # the next step is stored
+    burst()  # the second step dies
+    burst()  # on_death, on_complete
+    assert runs("b-death") == ["x"] and runs("b-complete") == ["x"]
+    forwarding.sweep(store, ["default"], now=time.time() + 120)  # the first step's entry
+    burst()
+    state = get_batch(b.id)
+    assert (state.succeeded, state.dead) == (0, 1), state
+    assert runs("b-success") == []
