@@ -116,6 +116,15 @@ recurring_scale_*        (issue 25; only with ``--only recurring_scale``: 10-15 
                          --quick 2,000) schedules: Redis and database bytes per schedule,
                          a first-sight and a steady reconcile pass (time, CPU), lateness at
                          one boundary (bench/recurring_scale.py; no targets but exactness)
+batch_*                  10,000 no-op jobs in one ``batch(on_complete=...)`` vs the same
+                         jobs without a batch, one worker each (a dedicated
+                         redis-server): drain jobs/s, worker CPU s per 1,000 jobs, Redis
+                         time in scripts and process CPU per job, schedule_many()
+                         jobs/s; on_complete start after the last member's, p50 / p99
+                         over 20 batches of 500 (bench/batches.py; no targets)
+chain_*                  a chain (``Call.then``) of 1,000 no-op steps vs a chain made by
+                         hand (each job schedules the next): wall time, worker CPU, Redis
+                         time and process CPU per step (no targets)
 outbox_schedule_us       ``schedule(on_commit=...)`` in its own transaction: INSERT,
                          COMMIT, fast path (no target); baseline: a plain schedule() in
                          the same transaction; outbox_insert_us: the part before COMMIT
@@ -160,6 +169,8 @@ ENGINE = (
     "outbox",
     "aschedule",
     "recurring",
+    "batch",
+    "chain",
 )
 # Minutes of wall-clock time (it waits for minute boundaries): run only when asked for.
 SLOW = ("recurring_scale",)
@@ -323,6 +334,17 @@ def measure(args: argparse.Namespace, argv: list[str]) -> int:
             n = int(os.environ.get("DELAYQ_BENCH_RECURRING_N", size["recurring"]))
             seconds = size["recurring_seconds"]
             on_own_redis("recurring", lambda own: recurring.bench_recurring(own, p, n, seconds))
+        for name in ("batch", "chain"):
+            if name in only:
+                from benchmarks.bench import batches, real
+
+                bench = {"batch": batches.bench_batch, "chain": batches.bench_chain}[name]
+
+                def linked(own: Any, bench: Any = bench) -> list[dict]:
+                    with real.redis_env(own, p) as env:
+                        return bench(own, p, size, slow, d, env)
+
+                on_own_redis(name, linked)
         if "recurring_scale" in only:
             from benchmarks.bench import recurring_scale
 

@@ -48,6 +48,16 @@ def stamp(n: int) -> None:
 
 
 @task
+def hand_chain(n: int, last: int) -> None:
+    """``stamp(n)``, then schedule ``hand_chain(n + 1, last)`` unless n is ``last``: a chain
+    made by hand, one plain schedule() per step, as the baseline of Call.then() chains
+    (bench/batches.py)."""
+    _stamp_line(f"{n} {time.time():.6f}\n")
+    if n < last:
+        hand_chain.schedule(n + 1, last)
+
+
+@task
 def occurrence_probe(*args: Any) -> None:
     """Append ``"<fire_ms> <start_ms> <job id>"`` to ``$DELAYQ_BENCH_STAMPS/<pid>.txt`` the
     moment it starts (bench/recurring_scale.py): the fire time is the one in an

@@ -58,6 +58,11 @@ SIZES: dict[str, dict[str, Any]] = {
         "recurring_scale": 10_000,
         "recurring_big": 100_000,
         "recurring_minutes": 3,
+        # batches and chains (bench/batches.py): jobs in one batch, (batches, members) of
+        # the on_complete latency, steps of a chain
+        "batch": 10_000,
+        "batch_latency": (20, 500),
+        "chain": 1_000,
     },
     "quick": {
         "schedule": 300,
@@ -90,6 +95,9 @@ SIZES: dict[str, dict[str, Any]] = {
         "recurring_scale": 500,
         "recurring_big": 2_000,
         "recurring_minutes": 1,
+        "batch": 300,
+        "batch_latency": (3, 20),
+        "chain": 30,
     },
 }
 

@@ -224,3 +224,20 @@ def grouped_span(tag: str, group: str, value: str, seconds: float) -> None:
     time.sleep(seconds)
     client.decr(f"runs:{tag}:now:{group}")
     client.rpush(f"runs:{tag}", f"{value} {group}")
+
+
+@task(retry_backoff=0, max_retries=20)
+def timed(tag: str, value: str, seconds: float = 0.0) -> None:
+    """Sleep ``seconds``, then record one run with its job id, its batch and the runs
+    server's clock at its start and end: "<value> <job id> <batch id or -> <start> <end>"."""
+    client = runs_client()
+    job = current_job()
+    seconds_now, micros = client.time()
+    started = seconds_now + micros / 1e6
+    if seconds:
+        time.sleep(seconds)
+    seconds_now, micros = client.time()
+    batch_id = (job.batch_id if job else None) or "-"
+    ended = seconds_now + micros / 1e6
+    line = f"{value} {job.id if job else '-'} {batch_id} {started:.6f} {ended:.6f}"
+    client.rpush(f"runs:{tag}", line)

@@ -1,0 +1,110 @@
+"""Chains (Call.then) with delays between steps, while worker processes are SIGKILLed and
+restarted: each step stored once (one job id), in order, never before its delay after the
+step before it ended; a dead step runs the chain's on_death once and ends the chain. Each
+task records its runs in the separate "runs" Redis (tests/reliability/tasks.py timed)."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections import Counter
+
+import pytest
+
+from django_delayq.storage.store import Store
+from tests.reliability.harness import held_by, installed, sizes, wait_until, worker_env
+from tests.reliability.tasks import explode, timed
+from tests.reliability.test_batches import Run, settled, timed_runs
+
+pytestmark = pytest.mark.reliability
+
+CHAINS, STEPS, DELAY = 6, 4, 1.0
+
+
+def check_chain(ran: list[Run], chain: int, exposed: Counter[str]) -> None:
+    """Steps 0..STEPS-1 of ``chain``: each under one job id, run once (or again as often as
+    a killed worker held it), each started DELAY after the step before it ended."""
+    previous_end = None
+    for step in range(STEPS):
+        got = [r for r in ran if r.value == f"{chain}.{step}"]
+        ids = {r.job_id for r in got}
+        assert len(ids) == 1, f"step {chain}.{step} stored {len(ids)} times: {got}"
+        (job_id,) = ids
+        assert 1 <= len(got) <= 1 + exposed[job_id], f"step {chain}.{step} ran {len(got)} times"
+        if previous_end is not None:
+            waited = min(r.start for r in got) - previous_end
+            # The next step is due DELAY after the ack (which follows the recorded end).
+            assert waited >= DELAY - 0.05, f"step {chain}.{step} started {waited:.3f} s after"
+        previous_end = max(r.end for r in got)
+
+
+def test_chains_with_delays_while_workers_are_killed(
+    servers, runs_server, runs_client, workers, prefix, tag, report
+):
+    """Six chains of four steps, 1 s apart, and a chain whose second step dies; two worker
+    processes (a 2 s lease), one SIGKILLed and restarted every 1.5 s until every chain
+    ended."""
+    data = servers.redis("data")
+    store = Store(data.client(), prefix)
+    env = worker_env(data.url, runs_server.url, prefix, VISIBILITY_TIMEOUT=2, MAX_SLEEP=1)
+
+    def start(slot: int, generation: int):
+        name = f"ch-{slot}-{generation}"
+        return workers.start(env, "--concurrency", "2", "-v", "0", name=name)
+
+    procs = [start(slot, 0) for slot in range(2)]
+    death_tag = f"{tag}:death"
+    with installed(store):
+        firsts = []
+        for c in range(CHAINS):
+            chain = timed.call(tag, f"{c}.0", 0.4)
+            for step in range(1, STEPS):
+                chain = chain.then(timed.call(tag, f"{c}.{step}", 0.4), delay=DELAY)
+            firsts.append(chain.schedule())
+        dying = (
+            timed.call(tag, "d.0")
+            .then(explode.call(tag, "d.1"), delay=DELAY)
+            .then(timed.call(tag, "d.2"), delay=DELAY)
+            .on_death(timed.call(death_tag, "death"))
+            .schedule()
+        )
+        exposed: Counter[str] = Counter()
+        kills, began = 0, time.monotonic()
+
+        def ended() -> bool:
+            values = {r.value for r in timed_runs(runs_client, tag)}
+            lasts = {f"{c}.{STEPS - 1}" for c in range(CHAINS)}
+            return lasts <= values and bool(timed_runs(runs_client, death_tag))
+
+        while not ended() and time.monotonic() - began < 60:
+            time.sleep(1.5)
+            slot = kills % 2
+            procs[slot].signal(signal.SIGKILL)
+            procs[slot].wait(10)
+            kills += 1
+            exposed.update(held_by(store, procs[slot].name))
+            procs[slot] = start(slot, kills)
+        wait_until(lambda: settled(store), 60, "every chain to end and its ends to be forwarded")
+        time.sleep(DELAY + 0.5)  # a step stored twice would run now
+    for proc in procs:
+        proc.signal(signal.SIGTERM)
+    codes = [proc.wait(30) for proc in procs]
+    ran = timed_runs(runs_client, tag)
+    by_id = Counter(r.job_id for r in ran)
+    report(
+        scenario="chains: 6 x 4 steps 1 s apart + a dying chain, SIGKILL every 1.5 s",
+        jobs=CHAINS * STEPS + 3,
+        kills=kills,
+        duplicates=sum(n - 1 for n in by_id.values()),
+        exposed=sum(exposed.values()),
+    )
+    assert codes == [0, 0], f"{[r.value for r in ran]}\n{workers.outputs()}"
+    for c in range(CHAINS):
+        check_chain(ran, c, exposed)
+    assert [r.value for r in ran if r.value.startswith("d.")] == ["d.0"]  # d.1 died, d.2 never
+    deaths = timed_runs(runs_client, death_tag)
+    assert len({r.job_id for r in deaths}) == 1 and len(deaths) <= 1 + exposed[deaths[0].job_id]
+    assert deaths[0].batch_id == "-"  # a chain's on_death belongs to no batch
+    assert sizes(store)["dead"] == 1
+    chain_keys = [store.chain_key(j.id) for j in [*firsts, dying]]
+    assert store.client.exists(*chain_keys) == 0, "a chain's hash outlived its end"
