@@ -283,29 +283,3 @@ def test_a_job_scheduled_after_the_block_joins_nothing(store):
     assert runs(T("b-late")) == ["1"] and runs(T("b-success")) == []  # the member still waits
     assert get_batch(b.id).pending == 1 and get_job(member.id) is not None
     assert get_job(late_job.id) is None
-
-
-def test_a_replace_from_another_batch_ends_the_first_batch(store):
-    """A unique-key replace moves a pending member into another batch: the first batch counts
-    it cancelled, even when the job ends before that is forwarded."""
-    with batch(on_complete=t.record.call(T("b-complete"), "first")) as first:
-        t.record.schedule(T("b-member"), "1", key="shared", delay=3600)
-    with batch(on_complete=t.record.call(T("b-complete"), "second")) as second:
-        t.record.schedule(T("b-member"), "2", key="shared")
-    burst()  # the job runs under the second batch; the first's entry waits for the sweep
-    import time
-
-    forwarding.sweep(store, ["default"], now=time.time() + 60)
-    burst()
-    assert sorted(runs(T("b-complete"))) == ["first", "second"]
-    assert get_batch(first.id).cancelled == 1 and get_batch(second.id).succeeded == 1
-
-
-def test_a_finished_batch_leaves_the_open_batches_and_expires(store):
-    with batch(on_complete=t.record.call(T("b-complete"), "x")) as b:
-        t.record.schedule(T("b-member"), "1")
-    burst()
-    burst()
-    assert runs(T("b-complete")) == ["x"]
-    assert store.client.zscore(store.open_batches_key, b.id) is None
-    assert all(0 < store.client.ttl(key) <= 7 * 86400 for key in store.batch_keys(b.id)[:2])

@@ -80,13 +80,6 @@ def test_a_worker_killed_while_forwarding(
     assert state.callbacks == {"death": None, "success": "scheduled", "complete": "scheduled"}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="forwarding._chain_end(): the first step's entry, forwarded again by the sweep "
-    "after the chain died (its hash deleted), finds no next step and counts for the batch "
-    "as the chain's end, 'succeeded': batch_ended.lua moves the dead member to succeeded "
-    "and on_success runs (see tests/test_batches_lifecycle.py)",
-)
 def test_a_worker_killed_before_deleting_a_step_entry_of_a_chain_that_then_dies(
     servers, runs_server, runs_client, workers, prefix, tag
 ):

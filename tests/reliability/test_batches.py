@@ -258,13 +258,6 @@ def test_a_lost_reply_between_ack_and_callback(
     assert state.done and state.callbacks["complete"] == "scheduled"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a lost ack reply is re-sent by the transport (storage/transport.py run()), the "
-    "re-sent ack answers 0 with Outcome.resends still 0, so Results.settle_acks logs 'lease "
-    "lost' and does not forward the member's end: the forward entry waits for the sweep "
-    "(LEFTOVER_AFTER 10 s + up to a recovery interval, lease/2) before the batch hears of it",
-)
 def test_a_lost_ack_reply_forwards_the_end_at_once(
     servers, runs_server, runs_client, workers, prefix, tag
 ):
