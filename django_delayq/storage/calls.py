@@ -60,6 +60,7 @@ class Calls(KeyNames):
         policy: Policy = Policy.RESEND,
         resend_argv: Sequence[Any] | None = None,
         extra_key: str = "",
+        parse_resent: Any = None,
     ) -> Op:
         """An EVALSHA of script ``name`` on the keys of ``queue`` it declares (and
         ``extra_key``, for a script whose header takes one after them)."""
@@ -74,6 +75,7 @@ class Calls(KeyNames):
             resend_args=None if resend_argv is None else (*head, *resend_argv),
             packed_head=packed,
             head_len=len(head),
+            parse_resent=parse_resent,
         )
 
     def slot_op(self, name: str, keys: Sequence[str], argv: Sequence[Any], parse: Any) -> Op:

@@ -42,6 +42,9 @@ class Op:
     # of a script on a queue), and how many args that is.
     packed_head: bytes = b""
     head_len: int = 0
+    # How to read the reply of a re-send after a lost reply, when that differs (the claim's:
+    # an ack it carries answers "gone" for what the lost send acknowledged).
+    parse_resent: Callable[[Any], Any] | None = None
 
     @property
     def name(self) -> str:
@@ -50,11 +53,13 @@ class Op:
         first = self.args[0]
         return first.decode() if isinstance(first, bytes) else str(first)
 
-    def read(self, reply: Any) -> Any:
-        """The reply parsed. One that cannot be read is the op's final answer (not retried):
-        a DelayQError."""
+    def read(self, reply: Any, resent: bool = False) -> Any:
+        """The reply parsed (``resent``: the reply of a re-send, read by ``parse_resent``
+        when the op has one). One that cannot be read is the op's final answer (not
+        retried): a DelayQError."""
+        parse = self.parse_resent if resent and self.parse_resent is not None else self.parse
         try:
-            return self.parse(reply) if self.parse is not None else reply
+            return parse(reply) if parse is not None else reply
         except Exception as exc:
             return DelayQError(f"unreadable reply to {self.name}: {exc!r}")
 

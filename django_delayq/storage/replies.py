@@ -50,6 +50,7 @@ class Claim:
     next_due: float | None
     jobs: list[Claimed]
     acked: list[int]  # per ack sent with the claim: 1 acked, 0 gone, -1 not ours
+    resent: bool = False  # the reply of a re-send (the first send's reply was lost)
 
 
 @dataclass(frozen=True)
@@ -81,10 +82,15 @@ def parse_many(reply: list, plan: list[tuple[str, str, int]]) -> list[Scheduled]
     return results
 
 
-def parse_claim(reply: list) -> Claim:
+def parse_claim(reply: list, resent: bool = False) -> Claim:
     now, next_due, acked, flat = reply
     jobs = [Claimed(text(flat[i]), flat[i + 1], int(flat[i + 2])) for i in range(0, len(flat), 3)]
-    return Claim(int(now) / 1000, seconds_of(next_due), jobs, [int(f) for f in acked])
+    return Claim(int(now) / 1000, seconds_of(next_due), jobs, [int(f) for f in acked], resent)
+
+
+def parse_resent_claim(reply: list) -> Claim:
+    """A claim re-sent after a lost reply: its acks' 0 (gone) may be the lost send's work."""
+    return parse_claim(reply, resent=True)
 
 
 def parse_ints(reply: list) -> list[int]:

@@ -73,13 +73,13 @@ class Round:
                 if self.read_failed(pos, exc):
                     continue
                 return False
-            results[i] = ops[i].read(reply)
+            results[i] = ops[i].read(reply, i in self.resent)
         return True
 
     def answered(self, pos: int, reply: Any) -> None:
         """The reply of the ``pos``-th op sent, parsed into ``results``."""
         i = self.indexes[pos]
-        self.results[i] = self.ops[i].read(reply)
+        self.results[i] = self.ops[i].read(reply, i in self.resent)
 
     def read_failed(self, pos: int, exc: BaseException) -> bool:
         """Reading the ``pos``-th reply raised ``exc`` (one of :data:`.resends.READ_ERRORS`):

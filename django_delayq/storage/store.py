@@ -34,6 +34,7 @@ from django_delayq.storage.replies import (  # the reply types are part of the s
     parse_many,
     parse_outcome,
     parse_recovered,
+    parse_resent_claim,
     parse_schedule,
     text,
 )
@@ -201,9 +202,8 @@ class Store(Reads, Roster, OldLayout):
         """``acks``: (id, token, info) of finished jobs, acknowledged in the same call before
         claiming; their flags come back in ``Claim.acked``."""
         argv: list[Any] = [now_arg(now), int(limit), ms(lease), token, instance]
-        for entry in acks:
-            argv += entry
-        return self.op("claim", queue, argv, parse_claim)
+        argv += [part for entry in acks for part in entry]
+        return self.op("claim", queue, argv, parse_claim, parse_resent=parse_resent_claim)
 
     def claim(self, queue: str, limit: int, **options: Any) -> Claim:
         return self.call(self.claim_op(queue, limit, **options), WORKER_BUDGET)

@@ -110,7 +110,7 @@ class Exchange:
                 found.error = found.error or (result if isinstance(result, DelayQError) else None)
                 continue
             self._claim_tokens.pop(queue, None)
-            self.results.settle_acks(queue_acks, result.acked)
+            self.results.settle_acks(queue_acks, result.acked, result.resent)
             self._take(queue, token, result)
             self._note(result, limit, wanted, found)
         if claim:

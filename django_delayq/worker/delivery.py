@@ -88,11 +88,12 @@ class Results:
         if linked:
             forward_ids(self.store, linked)
 
-    def settle_acks(self, outcomes: list[Outcome], flags: list[int]) -> None:
+    def settle_acks(self, outcomes: list[Outcome], flags: list[int], resent: bool = False) -> None:
+        """``resent``: the answers of a claim the transport re-sent after a lost reply."""
         linked = []
         for outcome, flag in zip(outcomes, flags, strict=True):
             self.holdings.settle(outcome.attempt)
-            if flag == -1 or (flag == 0 and not outcome.resends):
+            if flag == -1 or (flag == 0 and not outcome.resends and not resent):
                 self.executor.lost(outcome)  # 0 after a re-send: the lost round trip acked it
             if flag >= 0 and _linked(outcome):
                 # A batch member or chain step: its end goes on. 0 too: gone may be this very
