@@ -132,6 +132,14 @@ def test_a_batch_drains_while_workers_are_killed(
         wait_until(lambda: settled(store), 60, "the batch to drain and its ends to be forwarded")
         time.sleep(1.0)  # a callback stored twice would show up now
         state = get_batch(b.id)
+        # A worker SIGTERMed before its handlers are set dies of it (-15): wait for the last
+        # restarted one to be on the roster, which it joins after setting them.
+        names = {proc.name for proc in procs}
+        wait_until(
+            lambda: names <= {w.name for w in store.live_workers(time.time())},
+            30,
+            "every worker up before its SIGTERM",
+        )
     for proc in procs:
         proc.signal(signal.SIGTERM)
     codes = [proc.wait(30) for proc in procs]
