@@ -34,7 +34,10 @@ from django_delayq.storage.store import Store
 
 logger = logging.getLogger("django_delayq.batches")
 
-LEFTOVER_AFTER = 10.0  # seconds: a forward entry older than this was left by a crash
+# Seconds after which a forward entry was left by a crash (its worker forwards it within a
+# second or so); the recovery duty passes min(this, its lease): a sweep racing a live
+# forwarding only repeats it, harmlessly.
+LEFTOVER_AFTER = 10.0
 SWEEP_ENTRIES = 1000  # forward entries looked at per queue and sweep
 SWEEP_BATCHES = 100  # open batches looked at per sweep
 LOOK_AGAIN_MS = 60_000  # an open batch is looked at again this much later
@@ -152,12 +155,17 @@ def place_decided(store: Store, batch_id: str, decided: Decided) -> None:
         store.call(stored.close_op(store, [batch_id]))
 
 
-def sweep(store: Store, queues: Iterable[str], now: float | None = None) -> int:
-    """Forward entries a crash or an outage left (older than LEFTOVER_AFTER) in ``queues``,
+def sweep(
+    store: Store,
+    queues: Iterable[str],
+    now: float | None = None,
+    leftover_after: float = LEFTOVER_AFTER,
+) -> int:
+    """Forward entries a crash or an outage left (older than ``leftover_after``) in ``queues``,
     and look at open batches due (callbacks decided and not placed: a crash after a seal);
     returns how many entries were forwarded. Raises what Redis raises (a duty's backoff)."""
     now = time.time() if now is None else now
-    cutoff = int((now - LEFTOVER_AFTER) * 1000)
+    cutoff = int((now - leftover_after) * 1000)
     forwarded = 0
     for queue in queues:
         cursor, seen = 0, 0

@@ -156,11 +156,17 @@ class Recovery:
 
     def step(self) -> float:
         self.run_pass()
-        forwarding.sweep(self.store, self.queues)  # what a crash left of batches and chains
+        self.sweep()  # what a crash left of batches and chains
         return self.every
 
     def retry_in(self, exc: Exception, backoff: float) -> float:
         return backoff
+
+    def sweep(self) -> None:
+        """Forward what a crash left of batches and chains: entries older than a lease (at
+        most LEFTOVER_AFTER), as expired leases are recovered after one."""
+        leftover = min(forwarding.LEFTOVER_AFTER, max(self.every * 2, 1.0))
+        forwarding.sweep(self.store, self.queues, leftover_after=leftover)
 
     def run_pass(self, limit: int = RECOVER_PER_PASS) -> int:
         """Recover up to ``limit`` jobs per queue; returns how many were moved."""
@@ -199,7 +205,7 @@ class Recovery:
         Raises ConnectionError when Redis is unreachable."""
         try:
             moved = self.run_pass(limit=10**9)
-            forwarding.sweep(self.store, self.queues)
+            self.sweep()
             return moved
         except DelayQConnectionError:
             raise
