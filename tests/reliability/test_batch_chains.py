@@ -14,7 +14,7 @@ import pytest
 from django_delayq.storage.store import Store
 from tests.reliability.harness import held_by, installed, sizes, wait_until, worker_env
 from tests.reliability.tasks import explode, timed
-from tests.reliability.test_batches import Run, settled, timed_runs
+from tests.reliability.test_batches import Run, settled, timed_runs, up_for_sigterm
 
 pytestmark = pytest.mark.reliability
 
@@ -86,6 +86,7 @@ def test_chains_with_delays_while_workers_are_killed(
             procs[slot] = start(slot, kills)
         wait_until(lambda: settled(store), 60, "every chain to end and its ends to be forwarded")
         time.sleep(DELAY + 0.5)  # a step stored twice would run now
+        up_for_sigterm(store, procs)
     for proc in procs:
         proc.signal(signal.SIGTERM)
     codes = [proc.wait(30) for proc in procs]

@@ -15,7 +15,13 @@ from django_delayq import batch, cancel_batch, get_batch, schedule_many
 from django_delayq.storage.store import Store
 from tests.reliability.harness import held_by, installed, runs, sizes, wait_until, worker_env
 from tests.reliability.tasks import explode, timed
-from tests.reliability.test_batches import callbacks, check_callbacks, settled, timed_runs
+from tests.reliability.test_batches import (
+    callbacks,
+    check_callbacks,
+    settled,
+    timed_runs,
+    up_for_sigterm,
+)
 
 pytestmark = pytest.mark.reliability
 
@@ -65,6 +71,7 @@ def test_a_batch_of_chains_with_a_dying_chain_while_workers_are_killed(
         wait_until(lambda: settled(store), 60, "the batch to drain")
         time.sleep(1.0)
         state = get_batch(b.id)
+        up_for_sigterm(store, procs)
     for proc in procs:
         proc.signal(signal.SIGTERM)
     codes = [proc.wait(30) for proc in procs]

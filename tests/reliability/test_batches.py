@@ -50,6 +50,18 @@ def callbacks(tag: str) -> dict[str, object]:
     return {f"on_{kind}": timed.call(tag, kind) for kind in KINDS}
 
 
+def up_for_sigterm(store: Store, procs: list) -> None:
+    """Wait for ``procs`` to be on the roster: a worker SIGTERMed before its signal handlers
+    are set dies of it (-15), and it joins the roster after setting them (a worker restarted
+    by a kill loop just before its end may not be there yet)."""
+    names = {proc.name for proc in procs}
+    wait_until(
+        lambda: names <= {w.name for w in store.live_workers(time.time())},
+        30,
+        "every worker up before its SIGTERM",
+    )
+
+
 def settled(store: Store) -> bool:
     """Nothing pending or running, and every member's end forwarded."""
     state = sizes(store)
@@ -132,14 +144,7 @@ def test_a_batch_drains_while_workers_are_killed(
         wait_until(lambda: settled(store), 60, "the batch to drain and its ends to be forwarded")
         time.sleep(1.0)  # a callback stored twice would show up now
         state = get_batch(b.id)
-        # A worker SIGTERMed before its handlers are set dies of it (-15): wait for the last
-        # restarted one to be on the roster, which it joins after setting them.
-        names = {proc.name for proc in procs}
-        wait_until(
-            lambda: names <= {w.name for w in store.live_workers(time.time())},
-            30,
-            "every worker up before its SIGTERM",
-        )
+        up_for_sigterm(store, procs)
     for proc in procs:
         proc.signal(signal.SIGTERM)
     codes = [proc.wait(30) for proc in procs]
