@@ -33,7 +33,7 @@ from typing import Any
 
 from django_delayq.exceptions import CorruptJob
 from django_delayq.jobs.arguments import dumps
-from django_delayq.jobs.record import decode_record
+from django_delayq.jobs.record import decode_record, split_record
 from django_delayq.storage.milliseconds import ms
 from django_delayq.storage.reads import RawJob
 from django_delayq.storage.store import Store
@@ -68,25 +68,33 @@ def _found_in(looked_for: tuple[str, ...], text: str) -> bool:
 def matches(looked_for: tuple[str, ...], job_id: str, record: bytes | None, task: str = "") -> bool:
     """Whether a job matches ``looked_for`` (:func:`needles`), and is of ``task`` if given.
 
-    The record's raw text is tried first (no JSON decoded): a format-3 record holds its
-    task, key and argument texts as they are, so a miss there is a miss. Only a hit is
-    decoded, to leave out the header's digits and flags."""
-    if record is None:  # gone between the ZRANGE and the HMGET: only its id is known
-        return not task and _found_in(looked_for, job_id.casefold())
-    legacy = record[:1] in (b"[", b"{")  # 0.1's JSON records may escape non-ASCII text
+    A format-3 record is split, not decoded: its body holds the task name and the argument
+    texts as they are (the header's digits and flags are left out). A record of 0.1, whose
+    JSON may escape non-ASCII text, and a damaged one are decoded."""
     in_id = _found_in(looked_for, job_id.casefold())
-    raw_text = "" if legacy or in_id else record.decode("utf-8", "replace").casefold()
-    if not legacy and not in_id and not _found_in(looked_for, raw_text):
+    if record is None:  # gone between the ZRANGE and the HMGET: only its id is known
+        return in_id and not task
+    legacy = record[:1] in (b"[", b"{")
+    # A miss in the raw text is a miss (the common case: nothing more is decoded).
+    raw_text = "" if in_id or legacy else record.decode("utf-8", "replace").casefold()
+    if raw_text and not _found_in(looked_for, raw_text):
         return False
+    parts = None if legacy else split_record(record)
+    if parts is not None:
+        key, body = parts
+        if task and body.split(b"\n", 1)[0] != task.encode():
+            return False
+        texts = [body.decode("utf-8", "replace"), key.decode("utf-8", "replace") if key else ""]
+        return in_id or any(_found_in(looked_for, text.casefold()) for text in texts)
     try:
         fields = decode_record(record)
-    except CorruptJob:  # garbage: its raw text matched (or its id); no task to filter by
-        return not task
+    except CorruptJob:  # garbage: its raw text, or its id; no task to filter by
+        return not task and (
+            in_id or _found_in(looked_for, record.decode("utf-8", "replace").casefold())
+        )
     if task and fields.task != task:
         return False
-    texts = [fields.task, fields.key or "", dumps(fields.args)[1:-1]]
-    if fields.kwargs:
-        texts.append(dumps(fields.kwargs))
+    texts = [fields.task, fields.key or "", dumps(fields.args)[1:-1], dumps(fields.kwargs)]
     return in_id or any(_found_in(looked_for, text.casefold()) for text in texts)
 
 
