@@ -325,3 +325,44 @@ def test_values_and_the_query_are_escaped(store, admin_client):
     assert 'value="&lt;script&gt;"' in text(pages[0])  # the query, echoed in its field
     assert "1 job matches “&lt;script&gt;”." in text(pages[0])
     assert pages[2].context["title"] == "Cancel 1 pending job?"
+
+
+def test_what_a_record_matches():
+    """The rules of search.py's docstring, record by record (no Redis)."""
+    import json
+
+    looked = search.needles
+    job_id = "01JABCDEFGHJKMNPQRSTVWXYZ0"
+    keyed = encode_record("shop.tasks.bill", [42, "Müller"], {"note": 'say "hi"'}, key="a\nb:c")
+    ranked = encode_record("shop.tasks.bill", [7], {}, key="inv:9", priority=10, max_retries=5)
+    assert search.matches(looked("müLLER"), job_id, keyed)  # casefolded, non-ASCII as is
+    assert search.matches(looked("a\nb:c"), job_id, keyed)  # a key with a newline in it
+    assert search.matches(looked('say \\"hi\\"'), job_id, keyed)  # quotes as JSON escapes
+    assert not search.matches(looked('say "hi"'), job_id, keyed)
+    assert search.matches(looked('note="say'), job_id, keyed)
+    assert search.matches(looked("42,"), job_id, keyed)
+    assert search.matches(looked("shop.tasks"), job_id, keyed, task="shop.tasks.bill")
+    assert not search.matches(looked("42"), job_id, keyed, task="shop.tasks.other")
+    assert search.matches(looked("inv:9"), job_id, ranked)
+    assert not search.matches(looked("^10"), job_id, ranked)  # the header: not searched
+    assert not search.matches(looked("5"), job_id, ranked)
+    assert search.matches(looked("jabcdef"), job_id, ranked)  # the id
+    assert not search.matches(looked("jabcdef"), job_id, ranked, task="shop.tasks.x")
+    # A 0.1 record (JSON, non-ASCII escaped) is decoded; a damaged one is read as text.
+    legacy = json.dumps({"t": "shop.tasks.bill", "a": ["Müller"], "u": "old:1"}).encode()
+    assert b"\\u00fc" in legacy
+    assert search.matches(looked("müller"), job_id, legacy)
+    assert search.matches(looked("old:1"), job_id, legacy)
+    assert search.matches(looked("garbage"), job_id, b"9z=99:garbage")
+    assert not search.matches(looked("garbage"), job_id, b"9z=99:garbage", task="shop.x")
+    assert search.needles("  ") == () and search.needles(" x ") == ("x",)
+    assert search.needles("customer_id=42") == ("customer_id=42", '"customer_id":42')
+
+
+def test_the_search_reads_in_the_list_s_order(store, admin_client):
+    """Prioritised jobs come first in the pending list: first in the search too."""
+    ids = customers(5)
+    urgent = schedule(testtasks.remember, customer="cust-0009", delay=3600, priority=10)
+    response = admin_client.get(url("pending", q="cust-000"))
+    assert shown_ids(response) == [urgent.id, *ids]
+    assert shown_ids(admin_client.get(url("pending"))) == [urgent.id, *ids]
