@@ -8,7 +8,7 @@ import pytest
 from django.contrib.auth.models import Permission, User
 
 from django_delayq import schedule, schedule_many
-from tests.test_admin_browser import CHROMIUM, CHROMIUM_ARGS, _browser_or_skip, _login
+from tests.test_admin_browser import CHROMIUM, CHROMIUM_ARGS, _browser_or_skip, _fits, _login
 from tests.testapp import tasks as testtasks
 
 Q = "default"
@@ -75,5 +75,11 @@ def test_operator_searches_and_cancels_what_matches(real_store, live_server, set
             assert real_store.size(Q, "pending") == 291
             assert all(real_store.fetch(Q, job_id) is None for job_id in ids[140:150])
             assert real_store.fetch(Q, ids[139]) is not None
+
+            # A search's page fits a phone's width too (its summary, its links, the form).
+            page.set_viewport_size({"width": 420, "height": 800})
+            page.goto(f"{base}/pending/?queue={Q}&q=cust-01")
+            page.wait_for_selector("#dq-search-summary")
+            _fits(page)
         finally:
             browser.close()
