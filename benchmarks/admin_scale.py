@@ -93,7 +93,7 @@ def fill(store: Store, count: int, rng: random.Random) -> None:
     """Add ``count`` pending jobs, pipelined (the records schedule() would store)."""
     jobs_key, pending_key = store.key(QUEUE, "jobs"), store.key(QUEUE, "pending")
     now = time.time()
-    store.remember_queue(QUEUE)
+    store.call(store.remember_queue_op(QUEUE))
     pipe = store.client.pipeline(transaction=False)
     done = 0
     while done < count:

@@ -622,10 +622,13 @@ def test_all_matching_cancel_acts_on_the_jobs_it_counted(real_store, admin_clien
     assert real_store.page_ids(Q, "pending", 0, 10) == [later.id, keep.id]
 
 
-def test_all_matching_requeues_the_whole_dead_set(real_store, admin_client):
+def test_all_matching_requeues_the_whole_dead_set_after_asking(real_store, admin_client):
     for _ in range(3):
         make_dead(real_store)
-    response = _post(admin_client, action="requeue", select_across="1")
+    page = _post(admin_client, action="requeue", select_across="1")
+    assert page.context["title"] == "Requeue 3 dead jobs?"  # every "all matching" asks
+    assert real_store.size(Q, "dead") == 3
+    response = confirm(admin_client, page)
     assert msgs(response) == ["3 jobs requeued."]
     assert real_store.size(Q, "dead") == 0 and real_store.size(Q, "pending") == 3
 
@@ -654,7 +657,7 @@ def test_all_matching_run_now_skips_jobs_already_due(real_store, admin_client, m
     monkeypatch.setattr(admin_actions, "ALL_MATCHING_LIMIT", 2)
     overdue = [schedule_overdue(real_store, 60) for _ in range(3)]
     later = [schedule(testtasks.add, i, i, delay=3600 + i).id for i in range(2)]
-    response = _post(admin_client, action="run_now", select_across="1")
+    response = confirm(admin_client, _post(admin_client, action="run_now", select_across="1"))
     assert msgs(response) == ["2 jobs made due now."]
     now = real_store.server_time()
     assert all(real_store.fetch(Q, job_id).score <= now for job_id in overdue + later)

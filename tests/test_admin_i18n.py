@@ -30,6 +30,7 @@ import pytest
 from django.test import Client
 
 from django_delayq import schedule
+from django_delayq.jobs.record import encode_record
 from django_delayq.monitoring.health import named_queues
 from tests.test_admin import confirm, make_dead, make_running, schedule_overdue, url
 from tests.test_admin_workers import beat
@@ -294,7 +295,30 @@ def test_every_text_of_the_admin_is_translated(real_store, admin_client, pseudo,
     seen("searched", client.post(url("action"), task, follow=True))
     seen("none matched", client.post(url("action"), {**across, "queue": "emails"}, follow=True))
     page = client.post(url("action"), {**post, "action": "run_now", "select_across": "1"})
-    seen("run now: capped", client.get(page["Location"]))
+    seen("confirm run now", page)
+    seen("run now: capped", confirm(client, page))
+    # The search (?q=): its summary, where it stopped, a job in another list, bulk actions.
+    monkeypatch.setattr(admin_actions.search, "SEARCH_LIMIT", 1)
+    add = "tests.testapp.tasks.add"
+    for i in range(3):  # jobs of the task to search for, whatever was cancelled above
+        schedule(testtasks.add, 7, i, delay=900 + i)
+    seen("search", client.get(url("pending", q=add, per_page="1")))
+    seen("search: a window", client.get(url("pending", q=add, **{"from": "1"})))
+    seen("search: all read", client.get(url("dead", q="boom", queue="emails")))
+    seen("search: elsewhere", client.get(url("pending", q=dead)))
+    monkeypatch.setattr(admin_actions.search, "SEARCH_LIMIT", 2)
+    monkeypatch.setattr(admin_actions, "ALL_MATCHING_LIMIT", 10)
+    across = {**post, "action": "cancel", "select_across": "1", "q": add}
+    page = client.post(url("action"), across)
+    seen("confirm search", page)
+    first = page.context["chosen"].ids[0]  # its arguments change: no longer matching
+    store.client.hset(store.key(Q, "jobs"), first, encode_record("x.y", [], {}))
+    data.append("x.y")
+    seen("cancelled, no longer matching", confirm(client, page))
+    assert 'id="dq-search-next"' in pages["search"]
+    assert "dq-elsewhere" in pages["search: elsewhere"]
+    assert pages["cancelled, no longer matching"].count('class="success"') == 1
+    assert pages["cancelled, no longer matching"].count('class="warning"') == 2
     seen("purged", confirm(client, client.get(url("purge", queue=Q)), "dq-purge"))
 
     problems = {name: left for name, html in pages.items() if (left := untranslated(html, data))}

@@ -10,6 +10,8 @@ confirmation page first. What an action does is in :mod:`django_delayq.admin.act
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.utils.http import url_has_allowed_host_and_scheme
@@ -17,6 +19,7 @@ from django.utils.translation import gettext
 from django.views.decorators.http import require_POST
 
 from django_delayq.admin import actions as actions
+from django_delayq.admin import search as search
 from django_delayq.admin import texts as texts
 from django_delayq.admin import views as views
 from django_delayq.admin.pages import AdminPages, int_param
@@ -27,16 +30,43 @@ from django_delayq.storage.connection import get_store
 from django_delayq.storage.store import Store
 
 
-def cap_warnings(
-    action: actions.Action, queue: str, task: str, capped: bool, searched: int | None
-) -> list[str]:
-    """What an "all matching" action left out: past its cap, or past its task search."""
+@dataclass
+class Chosen:
+    """The jobs a POST acts on, how they were chosen, and what the choice left out."""
+
+    ids: list[str]
+    across: bool = False  # "all matching": chosen by the list's filter, not ticked
+    confirmed: bool = False  # posted by a confirmation page
+    task: str = ""
+    query: str = ""  # the list's search (?q=, search.py)
+    start: int = 0  # the rank the search started at
+    capped: bool = False  # ALL_MATCHING_LIMIT reached
+    searched: int | None = None  # the filter stopped after reading this many jobs
+    changed: list[str] = field(default_factory=list)  # confirmed, no longer matching
+
+
+def cap_warnings(action: actions.Action, queue: str, chosen: Chosen) -> list[str]:
+    """What an "all matching" action left out: past its cap, past its search, and (once
+    confirmed) the jobs that no longer matched."""
     out = []
-    if capped:
+    if chosen.capped:
         out.append(texts.STOPPED % {"count": Count(actions.ALL_MATCHING_LIMIT)})
-    if searched:
-        searched_text = texts.SEARCHED[action.status]
-        out.append(searched_text % {"count": Count(searched), "queue": queue, "task": task})
+    if chosen.searched:
+        searched_text = (texts.QUERY_SEARCHED if chosen.query else texts.SEARCHED)[action.status]
+        out.append(
+            searched_text
+            % {
+                "count": Count(chosen.searched),
+                "queue": queue,
+                "task": chosen.task,
+                "query": chosen.query,
+            }
+        )
+    if chosen.changed:
+        out.append(
+            texts.NO_LONGER_MATCHING
+            % {"count": Count(len(chosen.changed)), "query": chosen.query or chosen.task}
+        )
     return out
 
 
@@ -57,7 +87,8 @@ class ActionPages(AdminPages):
 
     def _action(self, request: HttpRequest) -> HttpResponse:
         # A row's own button posts one="<action>:<id>"; the bulk form posts action + ids
-        # (or select_across); a confirmation page posts action + job_ids + confirmed.
+        # (or select_across, with the list's task and q); a confirmation page posts action
+        # + job_ids + confirmed (and select_across, for jobs a filter chose).
         post = request.POST
         one_action, _, one_id = post.get("one", "").partition(":")
         action = actions.ACTIONS.get(one_action or post.get("action", ""))
@@ -68,37 +99,69 @@ class ActionPages(AdminPages):
         store = get_store()
         queue = self._queue(post.get("queue"), views.admin_queues(store))
         fallback = self._url(action.status, queue=queue)
-        task = post.get("task", "").strip()[:300]
-        confirmed = action.confirm and post.get("confirmed") == "yes"
-        across = post.get("select_across") == "1" and not one_action and not confirmed
-        capped, searched = False, None
-        if confirmed:  # exactly the jobs the confirmation page counted
-            ids = post.get("job_ids", "").split()[: actions.ALL_MATCHING_LIMIT]
-            capped = post.get("capped") == "1"
-            searched = int_param(post.get("searched"), 0, 0, 10**9) or None
-        elif one_action:
-            ids = [one_id] if one_id else []
-        elif across:
-            matching = actions.matching_ids(
-                store, queue, action.status, task, skip_due=action.name == "run_now"
-            )
-            ids, capped, searched = matching.ids, matching.limited, matching.searched
-        else:
-            ids = post.getlist("ids")[: actions.MAX_POSTED_IDS]
-        notes = cap_warnings(action, queue, task, capped, searched)
-        if not ids:
+        chosen = self._chosen(request, store, action, queue, [one_id] if one_action else None)
+        if not chosen.ids:
             messages.warning(
                 request,
                 texts.NONE_MATCHED[action.status]
-                if across
+                if chosen.across
                 else gettext("No jobs were selected: tick the jobs to act on."),
             )
-            for warning in notes:
+            for warning in cap_warnings(action, queue, chosen):
                 messages.warning(request, warning)
             return HttpResponseRedirect(self._safe_next(request, fallback))
-        if action.confirm and not confirmed:
-            return self._confirm(request, action, queue, ids, task, capped, searched)
-        return self._apply(request, store, action, queue, ids, notes, fallback)
+        if (action.confirm or chosen.across) and not chosen.confirmed:
+            return self._confirm(request, action, queue, chosen)
+        return self._apply(request, store, action, queue, chosen, fallback)
+
+    def _chosen(
+        self,
+        request: HttpRequest,
+        store: Store,
+        action: actions.Action,
+        queue: str,
+        one: list[str] | None,
+    ) -> Chosen:
+        """The jobs the POST names: a row's one, the ticked ones, those a confirmation page
+        counted (of them, for a filter's, those that still match it), or all matching."""
+        post = request.POST
+        chosen = Chosen(
+            [],
+            across=post.get("select_across") == "1" and one is None,
+            confirmed=post.get("confirmed") == "yes",
+            task=post.get("task", "").strip()[:300],
+            query=search.clean_query(post.get("q")),
+            start=int_param(post.get("from"), 0, 0, 10**9),
+        )
+        if chosen.confirmed:  # exactly the jobs the confirmation page counted
+            ids = post.get("job_ids", "").split()[: actions.ALL_MATCHING_LIMIT]
+            chosen.capped = post.get("capped") == "1"
+            chosen.searched = int_param(post.get("searched"), 0, 0, 10**9) or None
+            if chosen.across:  # ... that the filter still matches
+                args = (store, queue, ids, chosen.query, chosen.task)
+                chosen.ids, chosen.changed = search.still_matching(*args)
+            else:
+                chosen.ids = ids
+        elif one is not None:
+            chosen.ids = [job_id for job_id in one if job_id]
+        elif chosen.across:
+            matching = actions.matching_ids(
+                store,
+                queue,
+                action.status,
+                chosen.task,
+                query=chosen.query,
+                start=chosen.start,
+                skip_due=action.name == "run_now",
+            )
+            chosen.ids, chosen.capped, chosen.searched = (
+                matching.ids,
+                matching.limited,
+                matching.searched,
+            )
+        else:
+            chosen.ids = post.getlist("ids")[: actions.MAX_POSTED_IDS]
+        return chosen
 
     def _apply(
         self,
@@ -106,12 +169,11 @@ class ActionPages(AdminPages):
         store: Store,
         action: actions.Action,
         queue: str,
-        ids: list[str],
-        notes: list[str],
+        chosen: Chosen,
         fallback: str,
     ) -> HttpResponse:
-        """Run the action, report what it did (then ``notes``), and go back."""
-        applied = actions.apply_action(store, action, queue, ids)
+        """Run the action, report what it did (then what the choice left out), go back."""
+        applied = actions.apply_action(store, action, queue, chosen.ids)
         done, missed = applied.done, applied.missed
         running = actions.running_among(store, queue, missed) if action.status == PENDING else 0
         level = messages.SUCCESS if done else messages.WARNING
@@ -120,7 +182,7 @@ class ActionPages(AdminPages):
             level,
             actions.action_message(action, done, len(missed), running, applied.held_keys),
         )
-        for warning in notes:
+        for warning in cap_warnings(action, queue, chosen):
             messages.warning(request, warning)
         if done and request.POST.get("from_detail"):
             # The job left the page's state (cancelled, deleted, or due now and likely
@@ -129,25 +191,22 @@ class ActionPages(AdminPages):
         return HttpResponseRedirect(self._safe_next(request, fallback))
 
     def _confirm(
-        self,
-        request: HttpRequest,
-        action: actions.Action,
-        queue: str,
-        ids: list[str],
-        task: str,
-        capped: bool,
-        searched: int | None,
+        self, request: HttpRequest, action: actions.Action, queue: str, chosen: Chosen
     ) -> HttpResponse:
-        """The page that asks before a cancel or delete; its form posts the same action
-        with the ids it counted and confirmed=yes. Nothing changes until then."""
+        """The page that asks before a cancel or delete, and before any "all matching"
+        action; its form posts the same action with the ids it counted and confirmed=yes.
+        Nothing changes until then."""
         store = get_store()
-        ids = list(dict.fromkeys(ids))
+        ids = list(dict.fromkeys(chosen.ids))
         shown = views.fetch_rows(store, queue, ids[: actions.CONFIRM_SHOWN], store.server_time())
         for _job_id, row in shown:
             if row is not None:
                 row.url = self._url("detail", queue, row.job.id)
         count = Count(len(ids))
         back = self._safe_next(request, self._url(action.status, queue=queue))
+        notes = cap_warnings(action, queue, chosen)
+        if chosen.across and chosen.query:
+            notes.insert(0, texts.CONFIRM_QUERY % {"query": chosen.query})
         context = self._context(
             request,
             texts.CONFIRM_TITLES[action.name] % {"count": count},
@@ -163,12 +222,10 @@ class ActionPages(AdminPages):
             shown=shown,
             more=len(ids) - len(shown),
             warning=texts.CONFIRM_WARNINGS[action.name],
-            notes=cap_warnings(action, queue, task, capped, searched),
+            notes=notes,
             button=texts.CONFIRM_BUTTONS[action.name] % {"count": count},
             job_ids=" ".join(ids),
-            task=task,
-            capped=capped,
-            searched=searched or "",
+            chosen=chosen,
             from_detail=request.POST.get("from_detail", ""),
             next=back,
             back_url=back,

@@ -17,9 +17,12 @@ from django.utils.functional import Promise
 from django.utils.translation import gettext, ngettext, ngettext_lazy, pgettext
 from django.utils.translation import gettext_lazy as _
 
+from django_delayq.admin import search
 from django_delayq.admin.views import outbox_shown, scan_for_task
 from django_delayq.jobs.job import DEAD, PENDING, RUNNING, decode_fields
 from django_delayq.outbox import relay as relaying
+from django_delayq.storage.calls import API_BUDGET
+from django_delayq.storage.milliseconds import ms
 from django_delayq.storage.store import Store
 
 # "All matching" actions: at most this many jobs per request (reading at most ALL_SCAN).
@@ -113,13 +116,23 @@ class Matching:
 
 
 def matching_ids(
-    store: Store, queue: str, status: str, task: str, *, skip_due: bool = False
+    store: Store,
+    queue: str,
+    status: str,
+    task: str,
+    *,
+    query: str = "",
+    start: int = 0,
+    skip_due: bool = False,
 ) -> Matching:
-    """Ids for an "all matching" action, capped at ALL_MATCHING_LIMIT.
+    """Ids for an "all matching" action, capped at ALL_MATCHING_LIMIT: the jobs matching
+    ``query`` (search.py: at most SEARCH_LIMIT read from rank ``start``), or else of ``task``.
 
     ``skip_due`` starts after the jobs already due (run-now): those sort first, and making
     them due again would change nothing while the cap hid the ones it should reach.
     """
+    if query:
+        return _searched_ids(store, queue, status, task, query, start, skip_due)
     start = store.counts(queue, store.server_time())["due"] if skip_due else 0
     if not task:
         ids = store.page_ids(queue, status, start, ALL_MATCHING_LIMIT + 1)
@@ -128,6 +141,26 @@ def matching_ids(
     limited = len(scan.raws) == ALL_MATCHING_LIMIT and scan.more
     searched = scan.end - start if scan.more and not limited else None
     return Matching([raw.id for raw in scan.raws], limited, searched)
+
+
+def _searched_ids(
+    store: Store, queue: str, status: str, task: str, query: str, start: int, skip_due: bool
+) -> Matching:
+    found = search.search(store, queue, status, query, task, start)
+    pairs = found.found
+    if skip_due:  # run now: a job due already would not change
+        now = ms(store.server_time())
+        pairs = [(job_id, score) for job_id, score in pairs if not _due(score, now)]
+    ids = [job_id for job_id, _ in pairs]
+    limited = len(ids) > ALL_MATCHING_LIMIT
+    return Matching(ids[:ALL_MATCHING_LIMIT], limited, found.searched if found.more else None)
+
+
+def _due(score: object, now: int) -> bool:
+    try:
+        return float(score) <= now  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False  # no score, or garbage: let run_now.lua decide
 
 
 def _chunks(items: Sequence[str], size: int) -> Iterator[Sequence[str]]:
@@ -147,19 +180,10 @@ class Applied:
 
 def apply_action(store: Store, action: Action, queue: str, ids: Sequence[str]) -> Applied:
     """Run ``action`` on ``ids`` through the store's scripts."""
-    from django_delayq.scheduling.api import (
-        cancel_in,  # sends job_cancelled, as django_delayq.cancel() does
-    )
-
     ids = list(dict.fromkeys(ids))
     applied = Applied()
     if action.name == "cancel":
-        for job_id in ids:
-            if cancel_in(queue, job_id=job_id):
-                applied.done += 1
-            else:
-                applied.missed.append(job_id)
-        return applied
+        return _cancel(store, queue, ids)
     if action.name == "run_now" and outbox_shown():  # a row run now is relayed, due now
         moved = relaying.run_now(store, queue, ids)
         applied.done += len(moved)
@@ -178,6 +202,35 @@ def apply_action(store: Store, action: Action, queue: str, ids: Sequence[str]) -
         raw = store.fetch(queue, job_id)
         applied.held_keys.append(decode_fields(raw.record if raw else None).key or "?")
     applied.held_keys += ["?"] * (len(held) - len(applied.held_keys))
+    return applied
+
+
+def _cancel(store: Store, queue: str, ids: Sequence[str]) -> Applied:
+    """Cancel ``ids``: cancel.lua, ACTION_CHUNK per round trip; job_cancelled sent for each
+    job cancelled, as django_delayq.cancel() does. With HORIZON on, an id not in Redis may
+    be a row of the outbox: cancel_in() looks there. A lost reply (the script may or may
+    not have run) is raised once the others are reported."""
+    from django_delayq.scheduling.api import announce_cancelled, cancel_in
+
+    applied = Applied()
+    errors: list[Exception] = []
+    for chunk in _chunks(ids, ACTION_CHUNK):
+        ops = [store.cancel_op(queue, job_id, None) for job_id in chunk]
+        replies = store.run(ops, budget=API_BUDGET)
+        announce_cancelled(queue, [r for r in replies if isinstance(r, tuple)])
+        for job_id, reply in zip(chunk, replies, strict=True):
+            if isinstance(reply, Exception):
+                errors.append(reply)
+            elif reply is None:
+                applied.missed.append(job_id)
+            else:
+                applied.done += 1
+    if errors:
+        raise errors[0]
+    if outbox_shown() and applied.missed:
+        still = [job_id for job_id in applied.missed if not cancel_in(queue, job_id=job_id)]
+        applied.done += len(applied.missed) - len(still)
+        applied.missed = still
     return applied
 
 

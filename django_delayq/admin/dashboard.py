@@ -5,7 +5,8 @@ the permissions; :class:`JobAdmin` replaces the model's URLs with the dashboard,
 pending / running / dead lists, the job pages, the actions and the purge page:
 
     <admin>/django_delayq/job/                       dashboard
-    <admin>/django_delayq/job/pending/?queue=q       lists (also running/, dead/)
+    <admin>/django_delayq/job/pending/?queue=q       lists (also running/, dead/; &q=...
+                                                     searches them: admin/search.py)
     <admin>/django_delayq/job/<queue>/<job id>/      a job's page
     <admin>/django_delayq/job/find/?q=...            find by id or unique key
     <admin>/django_delayq/job/action/                the actions (POST)

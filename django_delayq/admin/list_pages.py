@@ -1,6 +1,7 @@
 """The pending, in progress and dead lists of a queue (``<admin>/django_delayq/job/pending/``
-and the others): the query a list page is asked for, its page of jobs (a page of the set,
-or, filtered by task, a bounded scan of it), and the bulk actions it offers.
+and the others): the query a list page is asked for, its page of jobs (a page of the set;
+filtered by task, a bounded scan of it; searched, ``?q=``, the matches of a bounded search,
+:mod:`django_delayq.admin.search`), and the bulk actions it offers.
 
 What the rows show is in :mod:`django_delayq.admin.views`; the actions the list's form
 posts are served by :mod:`django_delayq.admin.action_pages`.
@@ -16,6 +17,7 @@ from django.http import HttpRequest, HttpResponse
 from django.utils.translation import gettext
 
 from django_delayq.admin import actions as actions
+from django_delayq.admin import search as search
 from django_delayq.admin import texts as texts
 from django_delayq.admin import views as views
 from django_delayq.admin.pages import AdminPages, int_param
@@ -30,16 +32,18 @@ from django_delayq.storage.store import Store
 
 @dataclass(frozen=True)
 class Listing:
-    """What a list page was asked for: the set, the queue, the task filter, the page size."""
+    """What a list page was asked for: the set, the queue, the task filter, the page size,
+    the search."""
 
     status: str
     queue: str
     task: str
     per_page: int
+    query: str = ""
 
     def params(self) -> dict[str, Any]:
         """The query that keeps them across the page's links."""
-        params: dict[str, Any] = {"queue": self.queue, "task": self.task}
+        params: dict[str, Any] = {"queue": self.queue, "task": self.task, "q": self.query}
         if self.per_page != views.PER_PAGE:
             params["per_page"] = self.per_page
         return params
@@ -48,6 +52,8 @@ class Listing:
 def every_label(listing: Listing, total: int) -> str:
     """The label of the bulk form's "all matching" choice."""
     status, queue = listing.status, listing.queue
+    if listing.query:  # total: the matches the search found
+        return texts.EVERY_MATCH % {"count": Count(total), "query": listing.query}
     if listing.task:
         return gettext("every job of this task in %(queue)s (at most %(limit)s)") % {
             "queue": queue,
@@ -74,12 +80,17 @@ class ListPages(AdminPages):
             queues.append(queue)
         task = request.GET.get("task", "").strip()[:300]
         per_page = int_param(request.GET.get("per_page"), views.PER_PAGE, 1, views.MAX_PER_PAGE)
-        listing = Listing(status, queue, task, per_page)
+        query = search.clean_query(request.GET.get("q"))
+        listing = Listing(status, queue, task, per_page, query)
         now = store.server_time()
         total = store.size(queue, status)
         in_database = outbox_count(queue) if status == PENDING and views.outbox_shown() else 0
         context: dict[str, Any] = {"show_where": status == PENDING and views.outbox_shown()}
-        if task:
+        purge = status == DEAD and total and self._perm(request, "delete_job")
+        if query:
+            raws = self._search_page(request, store, listing, total, context)
+            total = len(context["search"].found)
+        elif task:
             raws = self._task_page(request, store, listing, total, context)
         else:
             raws = self._page(request, store, listing, total, in_database, context)
@@ -97,17 +108,17 @@ class ListPages(AdminPages):
             queue=queue,
             queues=[(q, self._url(status, queue=q, task=task)) for q in queues],
             task=task,
+            query=query,
             tasks=sorted(registered()),
             total=total,
-            total_text=texts.TOTALS[status] % {"count": Count(total)},
+            total_text=(texts.MATCH_TOTALS if query else texts.TOTALS[status])
+            % {"count": Count(total)},
             rows=rows,
             actions=offered,
             every_label=every_label(listing, total) if offered else "",
             action_url=self._url("action"),
             next=request.get_full_path(),
-            purge_url=self._url("purge", queue=queue)
-            if status == DEAD and total and self._perm(request, "delete_job")
-            else "",
+            purge_url=self._url("purge", queue=queue) if purge else "",
         )
         title = texts.LIST_TITLES[status] % {"queue": queue}
         return self._render(request, "list.html", self._context(request, title, **context))
@@ -151,6 +162,20 @@ class ListPages(AdminPages):
             if in_database
             else views.SortedSetSlice(store, queue, status, in_redis)
         )
+        raws = self._paginate(request, jobs, listing, params, context)
+        context["empty"] = texts.EMPTY_LISTS[status] % {"queue": queue}
+        return raws
+
+    def _paginate(
+        self,
+        request: HttpRequest,
+        jobs: Any,
+        listing: Listing,
+        params: dict[str, Any],
+        context: dict[str, Any],
+    ) -> list[RawJob]:
+        """Page ``p`` of ``jobs`` (a lazy sequence), its links keeping ``params``."""
+        status = listing.status
         paginator = Paginator(jobs, listing.per_page)
         page = paginator.get_page(int_param(request.GET.get("p"), 1, 1, 10**9))
         raws = list(page.object_list)
@@ -163,5 +188,53 @@ class ListPages(AdminPages):
             context["prev_url"] = self._url(status, **params, p=page.previous_page_number())
         if page.has_next():
             context["next_url"] = self._url(status, **params, p=page.next_page_number())
-        context["empty"] = texts.EMPTY_LISTS[status] % {"queue": queue}
         return raws
+
+    def _search_page(
+        self,
+        request: HttpRequest,
+        store: Store,
+        listing: Listing,
+        total: int,
+        context: dict[str, Any],
+    ) -> list[RawJob]:
+        """A page of the jobs matching ``q``, of a search from rank ``from`` (search.py:
+        it reads at most SEARCH_LIMIT jobs; its links go on from where it stopped)."""
+        status, queue, params = listing.status, listing.queue, listing.params()
+        start = int_param(request.GET.get("from"), 0, 0, max(total, 0))
+        found = search.search(store, queue, status, listing.query, listing.task, start)
+        jobs = search.Found(store, queue, status, found.found)
+        raws = self._paginate(request, jobs, listing, {**params, "from": start or None}, context)
+        limit = Count(search.SEARCH_LIMIT)
+        context.update(
+            search=found,
+            start=start,
+            matches_text=texts.MATCHES % {"count": Count(len(found.found)), "query": found.query},
+            searched_text=searched_text(found, status),
+            window_url=self._url(status, **params, **{"from": found.end}) if found.more else "",
+            window_label=texts.SEARCH_NEXT % {"count": limit},
+            first_window_url=self._url(status, **params) if start else "",
+            elsewhere=[
+                (texts.ELSEWHERE[raw.status] % {"id": raw.id}, self._url("detail", queue, raw.id))
+                for raw in found.elsewhere
+                if raw.status in texts.ELSEWHERE
+            ],
+            empty=texts.MATCHES % {"count": Count(0), "query": found.query},
+        )
+        return raws
+
+
+def searched_text(found: search.Search, status: str) -> str:
+    """How much of the set a search read: all of it, the first N of M, or a window."""
+    values = {
+        "count": Count(found.total),
+        "searched": Count(found.searched),
+        "limit": Count(search.SEARCH_LIMIT),
+        "first": Count(found.start + 1),
+        "last": Count(found.end),
+    }
+    if found.start:
+        return texts.SEARCHED_RANKS % values
+    if found.more:
+        return texts.SEARCHED_FIRST[status] % values
+    return texts.SEARCHED_ALL[status] % values

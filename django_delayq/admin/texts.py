@@ -76,12 +76,18 @@ STOPPED = ngettext_lazy(
     "Only the first %(count)s matching jobs are included; run the action again for the rest.",
     "count",
 )
-# Confirmation pages (actions with ``confirm``).
+# Confirmation pages (actions with ``confirm``, and every "all matching" action).
 CONFIRM_TITLES = {
     "cancel": ngettext_lazy(
         "Cancel %(count)s pending job?", "Cancel %(count)s pending jobs?", "count"
     ),
     "delete": ngettext_lazy("Delete %(count)s dead job?", "Delete %(count)s dead jobs?", "count"),
+    "run_now": ngettext_lazy(
+        "Run %(count)s pending job now?", "Run %(count)s pending jobs now?", "count"
+    ),
+    "requeue": ngettext_lazy(
+        "Requeue %(count)s dead job?", "Requeue %(count)s dead jobs?", "count"
+    ),
 }
 CONFIRM_WARNINGS = {
     "cancel": _(
@@ -91,11 +97,106 @@ CONFIRM_WARNINGS = {
     "delete": _(
         "A deleted job is removed with its arguments and its errors. This cannot be undone."
     ),
+    "run_now": _("Each job becomes due now and runs as soon as a worker is free."),
+    "requeue": _(
+        "Each job goes back to the pending jobs, due now, with its attempts reset to 0 "
+        "(its errors are kept)."
+    ),
 }
 CONFIRM_BUTTONS = {
     "cancel": ngettext_lazy("Yes, cancel it", "Yes, cancel them", "count"),
     "delete": ngettext_lazy("Yes, delete it", "Yes, delete them", "count"),
+    "run_now": ngettext_lazy("Yes, run it now", "Yes, run them now", "count"),
+    "requeue": ngettext_lazy("Yes, requeue it", "Yes, requeue them", "count"),
 }
+CONFIRM_QUERY = _(
+    "These are the jobs that matched “%(query)s”. When you confirm, a job that no longer "
+    "matches is left alone."
+)
+
+# The search of the lists (?q=, admin/search.py).
+MATCH_TOTALS = ngettext_lazy("%(count)s matching job", "%(count)s matching jobs", "count")
+MATCHES = ngettext_lazy(
+    "%(count)s job matches “%(query)s”.", "%(count)s jobs match “%(query)s”.", "count"
+)
+# Where a search stopped: how many jobs it read of how many (plural: the set's size).
+SEARCHED_ALL = {
+    PENDING: ngettext_lazy(
+        "Searched the %(count)s pending job.", "Searched all %(count)s pending jobs.", "count"
+    ),
+    RUNNING: ngettext_lazy(
+        "Searched the %(count)s job in progress.",
+        "Searched all %(count)s jobs in progress.",
+        "count",
+    ),
+    DEAD: ngettext_lazy(
+        "Searched the %(count)s dead job.", "Searched all %(count)s dead jobs.", "count"
+    ),
+}
+SEARCHED_FIRST = {
+    PENDING: ngettext_lazy(
+        "Searched the %(searched)s most urgent of the %(count)s pending job (one search "
+        "reads at most %(limit)s jobs); the jobs after them were not searched.",
+        "Searched the %(searched)s most urgent of the %(count)s pending jobs (one search "
+        "reads at most %(limit)s jobs); the jobs after them were not searched.",
+        "count",
+    ),
+    RUNNING: ngettext_lazy(
+        "Searched the %(searched)s first (by lease deadline) of the %(count)s job in "
+        "progress (one search reads at most %(limit)s jobs); the others were not searched.",
+        "Searched the %(searched)s first (by lease deadline) of the %(count)s jobs in "
+        "progress (one search reads at most %(limit)s jobs); the others were not searched.",
+        "count",
+    ),
+    DEAD: ngettext_lazy(
+        "Searched the %(searched)s oldest of the %(count)s dead job (one search reads at "
+        "most %(limit)s jobs); the jobs that died after them were not searched.",
+        "Searched the %(searched)s oldest of the %(count)s dead jobs (one search reads at "
+        "most %(limit)s jobs); the jobs that died after them were not searched.",
+        "count",
+    ),
+}
+SEARCHED_RANKS = ngettext_lazy(
+    "Searched the jobs at positions %(first)s to %(last)s of %(count)s (one search reads "
+    "at most %(limit)s jobs).",
+    "Searched the jobs at positions %(first)s to %(last)s of %(count)s (one search reads "
+    "at most %(limit)s jobs).",
+    "count",
+)
+SEARCH_NEXT = ngettext_lazy(
+    "Search the next %(count)s job", "Search the next %(count)s jobs", "count"
+)
+# The job the query names exactly, found in another list.
+ELSEWHERE = {
+    PENDING: _("Job %(id)s, whose id or unique key this is, is pending."),
+    RUNNING: _("Job %(id)s, whose id or unique key this is, is in progress."),
+    DEAD: _("Job %(id)s, whose id or unique key this is, is dead."),
+}
+EVERY_MATCH = ngettext_lazy(
+    "the %(count)s job matching “%(query)s”", "all %(count)s jobs matching “%(query)s”", "count"
+)
+# After an "all matching" action: how far its search read, what changed meanwhile.
+QUERY_SEARCHED = {
+    PENDING: ngettext_lazy(
+        "Only %(count)s pending job of queue %(queue)s was searched for “%(query)s”; "
+        "the jobs after it are left alone.",
+        "Only %(count)s pending jobs of queue %(queue)s were searched for “%(query)s”; "
+        "the jobs after them are left alone.",
+        "count",
+    ),
+    DEAD: ngettext_lazy(
+        "Only %(count)s dead job of queue %(queue)s was searched for “%(query)s”; "
+        "the jobs after it are left alone.",
+        "Only %(count)s dead jobs of queue %(queue)s were searched for “%(query)s”; "
+        "the jobs after them are left alone.",
+        "count",
+    ),
+}
+NO_LONGER_MATCHING = ngettext_lazy(
+    "%(count)s no longer matched “%(query)s” and was left alone.",
+    "%(count)s no longer matched “%(query)s” and were left alone.",
+    "count",
+)
 
 PURGED = ngettext_lazy(
     "Purged %(count)s dead job of queue %(queue)s.",

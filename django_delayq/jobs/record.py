@@ -126,6 +126,26 @@ def settle_record(record: bytes, max_retries: int) -> bytes:
     return b"%d%s%s" % (max_retries, flags, record[match.end() :])
 
 
+def split_record(raw: bytes) -> tuple[bytes | None, bytes] | None:
+    """A format-3 record's unique key and its body (the task name, then the argument texts
+    as stored, a line each), without decoding JSON (the admin's search reads thousands);
+    None for a record of 0.1 or a damaged header."""
+    match = _HEADER.match(raw)
+    if match is None:
+        return None
+    pos, key = match.end(), None
+    try:
+        if raw[pos : pos + 1] == b"=":
+            colon = raw.index(b":", pos)
+            length = int(raw[pos + 1 : colon])
+            key, pos = raw[colon + 1 : colon + 1 + length], colon + 1 + length
+        if raw[pos : pos + 1] == b"^":
+            pos = raw.index(b"\n", pos)
+    except ValueError:
+        return None
+    return (key, raw[pos + 1 :]) if raw[pos : pos + 1] == b"\n" else None
+
+
 def decode_record(raw: bytes | str) -> Fields:
     """Decode a record (format 3, or 0.1's formats 1 and 2); raise CorruptJob."""
     if isinstance(raw, str):

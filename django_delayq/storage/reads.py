@@ -116,13 +116,30 @@ class Reads(Calls):
 
     def page(self, queue: str, status: str, offset: int, limit: int) -> list[RawJob]:
         """Jobs of one set in score order, straight from ZRANGE (O(log N + limit))."""
+        return self.fetch_many(queue, status, self.ranks(queue, status, offset, limit))
+
+    def ranks(self, queue: str, status: str, offset: int, limit: int) -> list[tuple[str, Any]]:
+        """(id, score in epoch milliseconds) of one set's ranks [offset, offset + limit),
+        in the order :meth:`page` reads them (ZRANGE by rank: O(log N + limit))."""
         key = self.key(queue, _status(status))
         if limit < 1 or offset < 0:
             return []  # ZRANGE 0 -1 would read the whole set
         if status == "pending":  # in claim order, across pending and ranked (control.py)
-            return self.fetch_many(queue, status, control.pending_page(self, queue, offset, limit))
-        read = self.command(b"ZRANGE", key, offset, offset + limit - 1, b"WITHSCORES", route=key)
-        return self.fetch_many(queue, status, _pairs(self.call(read)))
+            pairs = control.pending_page(self, queue, offset, limit)
+        else:
+            read = self.command(
+                b"ZRANGE", key, offset, offset + limit - 1, b"WITHSCORES", route=key
+            )
+            pairs = _pairs(self.call(read))
+        return [(_text(job_id), score) for job_id, score in pairs]
+
+    def records(self, queue: str, ids: Sequence[str]) -> list[bytes | None]:
+        """The records of ``ids`` (None for a job gone): one HMGET of the jobs hash, without
+        the state and errors :meth:`fetch_many` adds (the admin's search reads thousands)."""
+        if not ids:
+            return []
+        jobs = self.key(queue, "jobs")
+        return [_bytes(r) for r in self.call(self.command(b"HMGET", jobs, *ids, route=jobs))]
 
     def page_ids(self, queue: str, status: str, offset: int, limit: int) -> list[str]:
         """Ids only, in score order (ZRANGE by rank: O(log N + limit)); [] for limit < 1."""
