@@ -66,7 +66,11 @@ class Collector(Transport):
 def collector():
     """Sentry initialised with a Collector, the default integrations (logging's too) on."""
     transport = Collector()
-    sentry_sdk.init(transport=transport, default_integrations=True)
+    # The default integrations (logging's), not the auto-enabled ones (Django's, Redis's), whose
+    # patches would stay in this test process.
+    sentry_sdk.init(
+        transport=transport, default_integrations=True, auto_enabling_integrations=False
+    )
     assert sentry.connect()
     try:
         yield transport
@@ -108,6 +112,20 @@ def test_a_dead_job_sends_one_event_with_the_job_as_context(store, collector):
     assert event["tags"]["delayq.task"] == t.always_fails.name
     assert event["transaction"] == t.always_fails.name and event["level"] == "error"
     assert sentry._stash == {}
+
+
+@task(name="tests.sentry.async_fails", max_retries=0)
+async def async_fails() -> None:
+    raise LookupError("async kaputt")
+
+
+def test_a_dead_async_job_on_the_event_loop_sends_one_event(store, collector):
+    job = async_fails.schedule()
+    run_burst(async_concurrency=2)
+    assert get_job(job.id).status == "dead"
+    (event,) = flushed(collector).items("event")
+    assert event["exception"]["values"][0]["value"] == "async kaputt"
+    assert event["contexts"]["delayq"]["job_id"] == job.id
 
 
 def test_retried_failures_send_nothing_by_default_and_every_one_with_all(store, collector):
@@ -219,6 +237,30 @@ def test_an_occurrence_checks_in_progress_then_ok_or_error(store, collector):
     (event,) = [e for e in collector.items("event") if "exception" in e]  # its death
     assert event["contexts"]["delayq"]["schedule"] == "failing-tick"
     assert event["tags"]["delayq.schedule"] == "failing-tick"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_recovery_closes_a_dead_workers_checkin_with_error(store, collector):
+    start = datetime(2026, 1, 1, 12, 0, 5, tzinfo=UTC)
+    now = start.timestamp()
+    hooks.forget_known()
+    try:
+        with more_settings(store, SCHEDULES={"tick": {"task": tick.name, "every": 10}},
+                           SENTRY_CRONS=["tick"]):  # fmt: skip
+            assert Reconciler(store, clock=lambda: now).run_pass().created == 1
+            claim = store.claim(
+                "default", 1, lease=0.5, token="ghost~1#1", instance="ghost~1",
+                now=start.replace(second=10).timestamp(),
+            )  # fmt: skip
+            (claimed,) = claim.jobs
+            store.call(store.mark_op("default", claimed.id, claim.now + 0.5))
+            worker = Worker(["default"], burst=True, clock=lambda: claim.now + 1)
+            assert worker.parts.recovery.run_pass() == 1
+    finally:
+        hooks.forget_known()
+    (checkin,) = flushed(collector).items("check_in")
+    assert checkin["status"] == "error" and checkin["monitor_slug"] == "tick"
+    assert checkin["check_in_id"] == sentry_crons.checkin_id(claimed.id, 1)  # the lost one
 
 
 def test_no_checkin_without_sentry_crons(store, collector):
