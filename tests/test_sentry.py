@@ -166,6 +166,17 @@ def test_a_lease_lost_on_the_last_attempt_sends_a_message(store, collector):
     assert event["contexts"]["delayq"]["job_id"] == job.id
 
 
+def test_a_corrupt_record_sends_one_message_and_not_the_log_line(store, collector):
+    bad = t.remember.schedule("bad")
+    store.client.hset(store.key("default", "jobs"), bad.id, b"\xff not json")
+    run_burst()
+    assert get_job(bad.id).status == "dead"
+    (event,) = flushed(collector).items("event")
+    assert "exception" not in event and "CorruptJob" in event["logentry"]["params"][1]
+    assert event["contexts"]["delayq"]["job_id"] == bad.id
+    assert event["fingerprint"][-1] == "django_delayq.exceptions.CorruptJob"
+
+
 def test_nothing_is_sent_while_sentry_is_not_initialised(store, collector):
     sentry_sdk.get_global_scope().set_client(None)  # connected, but no active client
     assert sentry.sdk() is None

@@ -113,9 +113,10 @@ def report(
 
     client = module.get_client()
     context = job_context(job, final, client.should_send_default_pii())
+    task = job.task or "(unknown task)"  # a corrupt record names none
     with module.new_scope() as scope:
         scope.set_context("delayq", context)
-        scope.set_tag("delayq.task", job.task)
+        scope.set_tag("delayq.task", task)
         scope.set_tag("delayq.queue", job.queue)
         if context.get("schedule"):
             scope.set_tag("delayq.schedule", context["schedule"])
@@ -130,14 +131,14 @@ def report(
             kind = type(exception).__name__ if exception is not None else error.split(":")[0]
             if text:
                 context["traceback"] = text[-TEXT_LIMIT:]
-            scope.fingerprint = ["django-delayq", "dead" if final else "failed", job.task, kind]
+            scope.fingerprint = ["django-delayq", "dead" if final else "failed", task, kind]
             what = "moved to the dead-letter set" if final else "failed, will retry"
             event = {
                 "level": "error" if final else "warning",
-                "logentry": {"message": f"job of %s {what}: %s", "params": [job.task, error]},
+                "logentry": {"message": f"job of %s {what}: %s", "params": [task, error]},
             }
             hint = {}
-        event["transaction"] = job.task
+        event["transaction"] = task
         module.capture_event(event, hint=hint)
 
 
