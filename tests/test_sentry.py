@@ -328,3 +328,17 @@ def test_hooks_are_connected_once(collector):
     assert sentry.connect()
     hooked = [f for f, _ in signals._HOOKS[signals.job_failed] if f is sentry.on_failed]
     assert len(hooked) == 1
+
+
+def test_a_django_tasks_job_is_shown_under_the_tasks_path():
+    from django_delayq.django_tasks.runner import DJANGO_TASK_RUNNER
+    from django_delayq.jobs.ids import new_job_id
+    from django_delayq.jobs.job import RUNNING, make_job
+    from django_delayq.jobs.record import Fields
+
+    call = ["shop.tasks.send_invoice", [42], {"copy": True}, {"priority": 0}]
+    job = make_job(new_job_id(), "default", RUNNING, Fields(DJANGO_TASK_RUNNER, call, {}), 0)
+    context = sentry.job_context(job, final=False, pii=True)
+    assert context["task"] == "shop.tasks.send_invoice"
+    assert context["args"] == [42] and context["kwargs"] == {"copy": True}
+    assert "args" not in sentry.job_context(job, final=False, pii=False)

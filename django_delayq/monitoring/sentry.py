@@ -27,6 +27,7 @@ from typing import Any
 
 from django_delayq import signals
 from django_delayq.conf import delayq_settings
+from django_delayq.django_tasks.runner import shown_call
 from django_delayq.monitoring import sentry_crons
 from django_delayq.monitoring.sentry_client import sdk
 from django_delayq.recurring import known
@@ -113,7 +114,7 @@ def report(
 
     client = module.get_client()
     context = job_context(job, final, client.should_send_default_pii())
-    task = job.task or "(unknown task)"  # a corrupt record names none
+    task = context["task"]
     with module.new_scope() as scope:
         scope.set_context("delayq", context)
         scope.set_tag("delayq.task", task)
@@ -145,9 +146,11 @@ def report(
 def job_context(job: Any, final: bool, pii: bool) -> dict[str, Any]:
     """The job as the event's ``delayq`` context. On the dead path only (a thread, not an
     event loop) its schedule may cost a query and its batch one HGET."""
+    # A Django Task's own path and arguments, not the runner's; a corrupt record names none.
+    task, args, kwargs = shown_call(job.task or "(unknown task)", job.args, job.kwargs)
     context: dict[str, Any] = {
         "job_id": job.id,
-        "task": job.task,
+        "task": task,
         "queue": job.queue,
         "attempt": job.attempts,
         "max_retries": job.max_retries,
@@ -168,7 +171,7 @@ def job_context(job: Any, final: bool, pii: bool) -> dict[str, Any]:
         except Exception as exc:  # Redis away: the event still goes
             logger.debug("job %s: no batch id for Sentry (%s)", job.id, exc)
     if pii:  # send_default_pii=True: arguments may hold personal data
-        context["args"], context["kwargs"] = job.args, job.kwargs
+        context["args"], context["kwargs"] = args, kwargs
     return context
 
 
