@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -175,6 +176,24 @@ def test_a_corrupt_record_sends_one_message_and_not_the_log_line(store, collecto
     assert "exception" not in event and "CorruptJob" in event["logentry"]["params"][1]
     assert event["contexts"]["delayq"]["job_id"] == bad.id
     assert event["fingerprint"][-1] == "django_delayq.exceptions.CorruptJob"
+
+
+def test_a_timed_out_death_is_a_message_with_the_runner_threads_stack(store, collector):
+    gate_name = f"sentry-timeout-{uuid.uuid4().hex}"
+    try:
+        job = t.always_hangs.schedule(gate_name)
+        run_burst(concurrency=1)
+    finally:
+        t.gate(gate_name).set()
+    assert get_job(job.id).status == "dead"
+    events = flushed(collector).items("event")
+    # Besides the death, the worker's own ERROR about its hung runner thread (not a job's).
+    (event,) = [e for e in events if "delayq" in e.get("contexts", {})]
+    others = [e["logentry"]["message"] for e in events if e is not event]
+    assert others and not set(others) & set(sentry.DEATH_LINES), others
+    assert event["fingerprint"] == ["django-delayq", "dead", t.always_hangs.name, "TimeoutError"]
+    context = event["contexts"]["delayq"]
+    assert context["attempt"] == 2 and "Stack of the runner thread" in context["traceback"]
 
 
 def test_nothing_is_sent_while_sentry_is_not_initialised(store, collector):

@@ -115,13 +115,16 @@ def report(
     client = module.get_client()
     context = job_context(job, final, client.should_send_default_pii())
     task = context["task"]
+    with_stack = exception is not None and exception.__traceback__ is not None
+    if text and not with_stack:  # a timeout's: the runner thread's stack, as text
+        context["traceback"] = text[-TEXT_LIMIT:]
     with module.new_scope() as scope:
         scope.set_context("delayq", context)
         scope.set_tag("delayq.task", task)
         scope.set_tag("delayq.queue", job.queue)
         if context.get("schedule"):
             scope.set_tag("delayq.schedule", context["schedule"])
-        if exception is not None and exception.__traceback__ is not None:
+        if with_stack:
             event, hint = event_from_exception(
                 exception,
                 client_options=client.options,
@@ -130,8 +133,6 @@ def report(
             event["level"] = "error" if final else "warning"
         else:
             kind = type(exception).__name__ if exception is not None else error.split(":")[0]
-            if text:
-                context["traceback"] = text[-TEXT_LIMIT:]
             scope.fingerprint = ["django-delayq", "dead" if final else "failed", task, kind]
             what = "moved to the dead-letter set" if final else "failed, will retry"
             event = {
