@@ -1,8 +1,8 @@
 """System checks. Ids are stable; docs/reference/checks.rst lists them all. The ids below
 are defined here; the others live beside their feature: the outbox's (E009-E011, W003,
 W005) in ``outbox/checks.py``, the recurring schedules' (E020-E022) in
-``recurring/checks.py``, the ``TASKS`` ones (E101, E102, W101) in
-``django_tasks/backend.py``.
+``recurring/checks.py``, the Sentry settings' (E014, W007) in ``monitoring/checks.py``, the
+``TASKS`` ones (E101, E102, W101) in ``django_tasks/backend.py``.
 
 delayq.E001  the Redis connection cannot be built from CACHE (missing alias, or not Redis)
 delayq.E002  REDIS_URL is not a redis://, rediss:// or unix:// URL

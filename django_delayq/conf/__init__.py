@@ -61,6 +61,12 @@ DEFAULTS: dict[str, Any] = {
     # (docs/howto/recurring.rst), and seconds between two reconcile passes of a worker.
     "SCHEDULES": {},
     "RECONCILE_INTERVAL": 2.0,
+    # Sentry, when sentry_sdk is initialised (monitoring/sentry.py, docs/howto/monitoring.rst):
+    # which failures become events ("dead": a job's death only; "all": every failed attempt;
+    # None: none), and the schedules whose occurrences check in to Sentry's cron monitors
+    # (False; True: all; a list of names; a dict name -> monitor options).
+    "SENTRY_FAILURES": "dead",
+    "SENTRY_CRONS": False,
 }
 
 

@@ -42,6 +42,11 @@ MESSAGE_LIMIT = 2_000
 
 WAITING, STARTED, FINISHED = "waiting", "started", "finished"
 
+# The log lines of an attempt that ends its job (logged at ERROR): monitoring/sentry.py
+# keeps Sentry's logging integration from making them a second event of the job's death.
+FAILED_LINE = "job %s %s failed in %.1f ms (attempt %d of %d): %s: %s; %s"
+CORRUPT_LINE = "job %s has a corrupt record, dead-lettering it: %s"
+
 # The job whose task the current thread is running; set by Executor.run around the call.
 _current_job: ContextVar[Job | None] = ContextVar("django_delayq_current_job", default=None)
 
@@ -207,7 +212,7 @@ class Executor:
             if attempt.fields is None or not attempt.on_loop:  # else aio.classify decoded it
                 attempt.fields = decode_record(attempt.record)
         except CorruptJob as exc:
-            logger.error("job %s has a corrupt record, dead-lettering it: %s", attempt.id, exc)
+            logger.error(CORRUPT_LINE, attempt.id, exc)
             return Outcome(attempt, ok=False, error=error_info(exc, attempt.number, self.worker))
         job = self.job(attempt)
         if attempt.ready is not None:  # a recurring occurrence's record, committed first
@@ -333,7 +338,7 @@ class Executor:
         # One line per failed attempt (a final one at ERROR); died() adds none.
         logger.log(
             logging.WARNING if will_retry else logging.ERROR,
-            "job %s %s failed in %.1f ms (attempt %d of %d): %s: %s; %s",
+            FAILED_LINE,
             job.id,
             shown_call(job.task, job.args, job.kwargs)[0],
             duration * 1000,
