@@ -90,7 +90,7 @@ def test_a_queue_whose_registry_entry_was_lost_is_listed_and_drained(store):
 
 
 def test_one_schedule_is_one_command_with_one_reply_off_a_cluster(store, monkeypatch):
-    """On one Redis the script adds the queue itself (KEYS[14]): schedule() sends a single
+    """On one Redis the script adds the queue itself (KEYS[15]): schedule() sends a single
     EVALSHA, no SADD beside it."""
     sent = []
     run = store.transport.run
@@ -100,5 +100,5 @@ def test_one_schedule_is_one_command_with_one_reply_off_a_cluster(store, monkeyp
     schedule(t.add, 1, 2, queue="elsewhere")
     assert [[op.name for op in ops] for ops in sent] == [["schedule"]]
     head = sent[0][0].args
-    assert head[2] == b"14" and head[16] == store.queues_key.encode()  # 13 keys + the registry
+    assert head[2] == b"15" and head[17] == store.queues_key.encode()  # 14 keys + the registry
     assert "elsewhere" in store.queues()

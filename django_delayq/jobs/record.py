@@ -49,6 +49,7 @@ FLAG_UNDECIDED = "u"
 FLAG_LINKED = "l"  # a link beside the record: a batch member or chain step (lua/_lib.lua)
 FLAG_LONG_TOMBSTONE = "e"  # with 'i': the tombstone is kept a day (a callback, a next step)
 FLAG_GROUPED = "g"  # a group beside the record (schedule(group=...), lua/_lib.lua's A)
+FLAG_TRACED = "t"  # a trace context beside the record (OpenTelemetry, lua/_lib.lua's O)
 
 
 def encode_record(
@@ -109,6 +110,12 @@ class Fields:
 
 EMPTY = Fields("", [], {})
 _HEADER = re.compile(rb"(\d{1,9})([a-z]*)")
+
+
+def traced(record: bytes) -> bool:
+    """Whether a trace context is stored beside the record (flag 't')."""
+    match = _HEADER.match(record)
+    return match is not None and b"t" in match.group(2)
 
 
 def undecided(record: bytes) -> bool:

@@ -19,6 +19,7 @@ from django_delayq.conf import delayq_settings
 from django_delayq.exceptions import OutcomeUnknown
 from django_delayq.jobs.job import Job, decode_fields, job_from_raw, make_job
 from django_delayq.jobs.record import FLAG_LINKED
+from django_delayq.monitoring import tracing
 from django_delayq.monitoring.health import iter_known_queues
 from django_delayq.outbox import placement
 from django_delayq.outbox import rows as outbox
@@ -49,7 +50,12 @@ def _store(prepared: Prepared) -> Job:
     plan = prepared.plan
     try:
         result = get_store().schedule(
-            plan.queue, prepared.id, prepared.record, link=prepared.link, **plan.options
+            plan.queue,
+            prepared.id,
+            prepared.record,
+            link=prepared.link,
+            trace=prepared.trace,
+            **plan.options,
         )
     except OutcomeUnknown as exc:
         raise OutcomeUnknown(
@@ -107,8 +113,15 @@ def _schedule_planned(
 ) -> Job:
     now = time.time()
     where = plan.place(transaction_alias(on_commit), now)
-    prepared = Prepared(plan, args, kwargs, outbox=where.in_outbox, link=link, job_id=job_id)
-    job = _send(prepared, where, now)
+    tracer = tracing.tracer()
+    if tracer is None:
+        prepared = Prepared(plan, args, kwargs, outbox=where.in_outbox, link=link, job_id=job_id)
+        job = _send(prepared, where, now)
+    else:  # a PRODUCER span; its context travels with a job stored in Redis now
+        with tracing.sending(tracer, plan.queue, plan.name) as (span, context):
+            prepared = Prepared(plan, args, kwargs, where.in_outbox, link, job_id, trace=context)
+            span.set_attribute("messaging.message.id", prepared.id)
+            job = _send(prepared, where, now)
     membership.joined([job])
     return job
 
@@ -134,6 +147,23 @@ def schedule_many(
     reply was lost is sent again (it is idempotent), so no job is stored twice.
     """
     base = Plan(task, options)
+    tracer = tracing.tracer()
+    if tracer is None:
+        return _schedule_many(task, base, calls, options)
+    # One PRODUCER span for the call: the creation context of each of its jobs.
+    with tracing.sending(tracer, base.queue, base.name) as (span, context):
+        jobs = _schedule_many(task, base, calls, options, context)
+        span.set_attribute("messaging.batch.message_count", len(jobs))
+        return jobs
+
+
+def _schedule_many(
+    task: Task | str,
+    base: Plan,
+    calls: Iterable[tuple | list | dict],
+    options: dict[str, Any],
+    trace: str = "",
+) -> list[Job]:
     now = time.time()
     prepared: list[Prepared] = []
     for call in calls:  # validate every call first
@@ -142,7 +172,7 @@ def schedule_many(
         else:
             args, kwargs, merged = _split_call(call, options)
             plan = base if merged is options else Plan(task, merged)
-        prepared.append(Prepared(plan, args, kwargs, outbox=plan.far(now)))
+        prepared.append(Prepared(plan, args, kwargs, outbox=plan.far(now), trace=trace))
     keys = [p.plan.key for p in prepared if p.plan.key is not None]
     if delayq_settings.HORIZON is None and not (keys and outbox.holds_any_key(keys)):
         jobs = _bulk_redis(prepared)

@@ -9,7 +9,7 @@ import copy
 from django_delayq.conf import delayq_settings
 from django_delayq.jobs.ids import new_job_id
 from django_delayq.jobs.job import DEFERRED, PENDING, Job, decode_fields, make_job
-from django_delayq.jobs.record import FLAG_LINKED, Fields, encode_record
+from django_delayq.jobs.record import FLAG_LINKED, FLAG_TRACED, Fields, encode_record
 from django_delayq.scheduling import membership
 from django_delayq.scheduling.options import group_in_outbox
 from django_delayq.scheduling.plan import Plan, record_flags
@@ -22,7 +22,7 @@ class Prepared:
     """A validated schedule() call, encoded for where it goes: Redis now, or the outbox
     (``outbox``: its record has flag 'i', see :meth:`for_outbox`)."""
 
-    __slots__ = ("args", "id", "kwargs", "link", "outbox", "plan", "record")
+    __slots__ = ("args", "id", "kwargs", "link", "outbox", "plan", "record", "trace")
 
     def __init__(
         self,
@@ -32,6 +32,7 @@ class Prepared:
         outbox: bool = False,
         link: str | None = None,
         job_id: str | None = None,
+        trace: str = "",
     ) -> None:
         if plan.task is not None:
             plan.task.check_call(args, kwargs)
@@ -42,6 +43,9 @@ class Prepared:
             member_of = membership.current()
             link = "" if member_of is None else member_of.link
         self.link = link
+        # The context of the span that scheduled it (monitoring/tracing.py): never in the
+        # outbox (a row has no place for it).
+        self.trace = "" if outbox else trace
         self.record = self._encode()
         self.id = new_job_id() if job_id is None else job_id
 
@@ -52,6 +56,8 @@ class Prepared:
         flags = record_flags(plan.when, True, plan.policy) if self.outbox else plan.flags
         if self.link:
             flags += FLAG_LINKED
+        if self.trace and not self.outbox:
+            flags += FLAG_TRACED
         if self.outbox and plan.group is not None:
             raise ValueError(group_in_outbox(plan.name, plan.group))
         return encode_record(
@@ -65,7 +71,7 @@ class Prepared:
         if self.outbox:
             return self
         bound = copy.copy(self)
-        bound.outbox = True
+        bound.outbox, bound.trace = True, ""
         bound.record = bound._encode()
         return bound
 
@@ -86,6 +92,7 @@ class Prepared:
             plan.options["on_conflict"],
             self.link,
             plan.group,
+            self.trace,
         )
 
     def job(self, result: Scheduled | None) -> Job:

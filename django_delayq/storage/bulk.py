@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django_delayq.storage.store import Op, Scheduled, Store
+from django_delayq.storage.traces import write_traces_op
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,7 @@ class Entry:
     on_conflict: str = "replace"
     link: str = ""  # batches/links.py: the record has flag 'l'
     group: str | None = None  # limits per group (schedule.lua's ARGV[12])
+    trace: str = ""  # the scheduling span's context (storage/traces.py): the record has flag 't'
 
 
 class Batch:
@@ -57,11 +59,16 @@ class Batch:
                 adopt=relay,
                 link=entry.link,
                 group=entry.group,
+                trace=entry.trace,
             )
             self.ops.append(op)
             self._owners.append([entry.id])
         for queue, group in plain.items():
             if group:
+                traces = {e.id: e.trace for e in group if e.trace}
+                if traces:  # before the jobs: never an entry for a job already finished
+                    self.ops.append(write_traces_op(store, queue, traces))
+                    self._owners.append([])
                 jobs = [(e.id, e.record, e.when, e.link) for e in group]
                 self.ops.append(store.schedule_many_op(queue, jobs, relay=relay))
                 self._owners.append([e.id for e in group])

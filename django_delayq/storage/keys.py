@@ -32,6 +32,7 @@ KEY_KINDS = (
     "groups",  # job id -> its task and group, for jobs scheduled with group= (lua/claim.lua)
     "parked",  # due jobs of a group at its limit, waiting for a slot (lua/claim.lua)
     "holds",  # per task and group: its lease holders and rate state (lua/claim.lua)
+    "trace",  # job id -> the context of the span that scheduled it, for jobs with flag 't'
 )
 
 # A batch's keys are ``{prefix}:{b:<batch id>}:<kind>``: a slot of their own (members may be in

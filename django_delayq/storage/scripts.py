@@ -62,6 +62,7 @@ KEY_NAMES = {
     "groups": "A",  # limits per group (lua/claim.lua)
     "parked": "Y",
     "holds": "Z",
+    "trace": "O",  # OpenTelemetry (monitoring/tracing.py, storage/traces.py)
     # A batch's keys (keys.BATCH_KINDS), for the batch_* scripts.
     "batch": "B",
     "ended": "N",

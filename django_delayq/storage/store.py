@@ -78,23 +78,23 @@ class Store(Reads, Roster, OldLayout):
         remember: bool = False,
         link: str = "",
         group: str | None = None,
+        trace: str = "",
     ) -> Op:
         """``remember``: the script adds the queue to ``{prefix}:queues`` (one Redis only).
-        ``relay``: the job may have reached Redis before (a row of the outbox, relayed
-        again after a crash between the Redis write and the row's delete), so even the first
-        send is marked as sent again: a stored or finished job of that id is not stored
-        again (its record carries flag 'i', so a finished one leaves a tombstone).
+        ``relay``: the job may have reached Redis before (an outbox row relayed again after
+        a crash between the Redis write and the row's delete), so even the first send is
+        marked as sent again: a stored or finished job (tombstone: flag 'i') is not stored again.
         ``adopt``: the relay of an outbox row: an id marked relayed is never stored again
         (the id is marked), and a pending job of another id holding ``key`` is removed, this
         one taking the key under ``job_id`` (the row took the key in the database).
         ``link``: the job's link (batches/links.py; its record has flag 'l'), stored beside
-        it in the same script; ``group``: its group (flag 'g', lua/claim.lua), the same."""
+        it in the same script; ``group``: its group (flag 'g', lua/claim.lua), and ``trace``
+        its creation context (flag 't', storage/traces.py): the same."""
         mode, value = ("delay", delay or 0.0) if at is None else ("at", at)
         argv = (job_id, record, mode, ms(value), key or "", on_conflict, now_arg(now))
-        first = "1" if relay else ""
-        last = "1" if adopt else ""
-        tail = (last, queue, link) if remember else (last, "", link) if link or group else (last,)
-        tail = (*tail, group) if group else tail  # ARGV[9..12]; ARGV[10] with KEYS[14]
+        first, last, more = "1" if relay else "", "1" if adopt else "", link or group or trace
+        tail = (last, queue, link) if remember else (last, "", link) if more else (last,)
+        tail = (*tail, group or "", trace) if trace else (*tail, group) if group else tail
         return self.op(
             "schedule",
             queue,

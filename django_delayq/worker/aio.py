@@ -45,10 +45,12 @@ from django_delayq import signals
 from django_delayq.exceptions import CorruptJob
 from django_delayq.jobs.job import Job
 from django_delayq.jobs.record import decode_record
+from django_delayq.monitoring import tracing
 from django_delayq.recurring.recorder import WAIT as RECORD_WAIT
 from django_delayq.scheduling.registry import find_task, loop_function, registered
 from django_delayq.worker.execution import Attempt, Outcome, bounded, running
 from django_delayq.worker.pool import Pool
+from django_delayq.worker.traced import traced
 
 logger = logging.getLogger("django_delayq.worker")
 
@@ -192,7 +194,11 @@ class Loop(Pool):
         try:
             async with ThreadSensitiveContext() as context:
                 try:
-                    return await self._run(attempt)
+                    tracer = tracing.tracer()
+                    if tracer is None:
+                        return await self._run(attempt)
+                    with traced(tracer, attempt) as ended:  # its span (monitoring/tracing.py)
+                        return ended(await self._run(attempt))
                 finally:
                     if context in SyncToAsync.context_to_thread_executor:
                         await sync_to_async(_end_of_thread)()

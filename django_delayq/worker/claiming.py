@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django_delayq.exceptions import DelayQError
+from django_delayq.monitoring.tracing import tracer as current_tracer
 from django_delayq.recurring.claims import claimed as recurring_claimed
 from django_delayq.storage.store import Claim, Store
 from django_delayq.worker.delivery import Results
@@ -30,6 +31,7 @@ from django_delayq.worker.holdings import Holdings
 from django_delayq.worker.limits import publish_limits
 from django_delayq.worker.prefetch import Prefetch
 from django_delayq.worker.starts import Starts
+from django_delayq.worker.traced import received
 
 logger = logging.getLogger("django_delayq.worker")
 
@@ -93,6 +95,7 @@ class Exchange:
         wanted = self.prefetch.wanted()
         found = Found()
         first = True
+        tracer = current_tracer()  # OpenTelemetry (worker/traced.py): None when off
         for queue in self._order(acks):
             # A queue with a concurrency limit: no prefetch (a slot is held only by a job
             # a runner or the loop is about to start).
@@ -101,6 +104,7 @@ class Exchange:
             if not first and limit <= 0 and queue not in acks:
                 continue
             queue_acks = acks.pop(queue, [])
+            started = time.time_ns() if tracer is not None else 0
             result = self._send(queue, token, limit, fails if first else [], queue_acks)
             first = False
             if isinstance(result, Exception):
@@ -111,7 +115,7 @@ class Exchange:
                 continue
             self._claim_tokens.pop(queue, None)
             self.results.settle_acks(queue_acks, result.acked, result.resent)
-            self._take(queue, token, result)
+            self._take(queue, token, result, tracer, started)
             self._note(result, limit, wanted, found)
         if claim:
             self.deadline, self.more_due = found.deadline, found.more_due
@@ -178,10 +182,14 @@ class Exchange:
         self.results.settle_fails(fails, replies[: len(fails)])
         return replies[-1]
 
-    def _take(self, queue: str, token: str, claim: Claim) -> None:
+    def _take(
+        self, queue: str, token: str, claim: Claim, tracer: Any = None, started: int = 0
+    ) -> None:
         self.starts.offset = claim.now - time.time()
         if claim.jobs:
             attempts = [Attempt(queue, c.id, token, c.record, c.attempt) for c in claim.jobs]
+            if tracer is not None:
+                received(tracer, self.store, queue, started, attempts)
             recurring_claimed(self.store, claim.now, attempts, self.now())
             for_loop = self.holdings.add(attempts)
             self.prefetch.claimed(len(claim.jobs), for_loop)

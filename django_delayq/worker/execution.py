@@ -111,6 +111,9 @@ class Attempt:
     skip: str | None = None
     # Set when its durable record is committed (recurring/recorder.py): the task waits.
     ready: threading.Event | None = None
+    # The context of the span that scheduled it (record flag 't'), read by the claim only
+    # when tracing is on (claiming.py): its attempt's span links to it.
+    trace: bytes | None = None
 
     @property
     def lease(self) -> tuple[str, str]:

@@ -27,9 +27,11 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
+from django_delayq.monitoring.tracing import tracer as current_tracer
 from django_delayq.wording import counted
 from django_delayq.worker.execution import Outcome, error_info
 from django_delayq.worker.pool import Pool
+from django_delayq.worker.traced import traced
 
 logger = logging.getLogger("django_delayq.worker")
 
@@ -70,7 +72,12 @@ class Runners(Pool):
                 holdings.drop(attempt)
                 wake.set()
                 continue
-            outcome = self.executor.run(attempt)
+            tracer = current_tracer()  # OpenTelemetry: None when off
+            if tracer is None:
+                outcome = self.executor.run(attempt)
+            else:
+                with traced(tracer, attempt) as ended:  # its span (worker/traced.py)
+                    outcome = ended(self.executor.run(attempt))
             if outcome.late or attempt.timed_out:  # the watchdog failed it and replaced us
                 holdings.abandoned_returned()
                 return

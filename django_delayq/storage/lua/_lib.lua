@@ -75,13 +75,17 @@
 --   Z holds    hash        group key -> "<id>|<token> ..." (the group's lease holders, checked
 --                          against S at every claim, as "hold:<task>" is); "\n<group key>" ->
 --                          the group's next free claim time (microseconds, GCRA as "tat:")
+--   O trace    hash        job id -> the context of the span that scheduled it (JSON, read only
+--                          by Python: monitoring/tracing.py) of a job whose record has flag
+--                          't'. Kept while the job exists (its retries and a requeue link to
+--                          it too); forget() and ack delete it with the record
 -- Times (scores, ARGV, replies) are integer epoch milliseconds: small sorted sets keep integer
 -- scores as integers, where a decimal score would be parsed on every comparison. "now" is
 -- Redis's TIME unless a test passes one. Scripts touch no other key and check the types of
 -- the keys they write before their first write, so an error never leaves a job half moved.
 -- The record header may end with '^<priority>' (an integer -100..100, absent for 0), after
 -- the unique key if any: header() returns it.
--- Record flags: 'g' has a group (see A), 'i' keep a tombstone when finished ('e' too: for a
+-- Record flags: 'g' has a group (see A), 't' traced (see O), 'i' keep a tombstone when finished ('e' too: for a
 -- day, see tombstone), 'l' linked (see L), 'k' has keyword arguments, 'u' max_retries
 -- undecided (scheduled by name from a process that does not import the task: the digits are
 -- that process's MAX_RETRIES; the worker writes the task's with settle.lua as it starts the
@@ -332,7 +336,7 @@ end
 
 local function forget(id)
   redis.call('HDEL', J, id) redis.call('HDEL', S, id) redis.call('HDEL', E, id) redis.call('HDEL', L, id)
-  redis.call('HDEL', A, id)
+  redis.call('HDEL', A, id) redis.call('HDEL', O, id)
 end
 
 -- A linked job (record flag 'l') ended with `outcome`: its link goes to G, for the worker to
@@ -390,18 +394,20 @@ local function ack_from(first, now, out, released)
   if #ids == 0 then return end
   local states = batched('HMGET', S, ids)
   zsets(R) hashes(J, E, T)
-  local keyed, flagged, linked = false, false, false
+  local keyed, flagged, linked, traced = false, false, false, false
   for i = first, #ARGV, 3 do
     local info = ARGV[i + 2]
     local flags = string.match(info, '^[^=]*')
     keyed = keyed or string.find(info, '=', 1, true) ~= nil
     flagged = flagged or has(flags, 'i')
     linked = linked or has(flags, 'l')
+    traced = traced or has(flags, 't')
   end
   if keyed then hashes(U) end
   if flagged then zsets(F) end
   if linked then hashes(L, G) end
-  local done, finished, long, links = {}, {}, {}, {}
+  if traced then hashes(O) end
+  local done, finished, long, links, traces = {}, {}, {}, {}, {}
   for j, id in ipairs(ids) do
     local i = first + (j - 1) * 3
     local token, info = ARGV[i + 1], ARGV[i + 2]
@@ -414,6 +420,7 @@ local function ack_from(first, now, out, released)
       if has(flags, 'i') then table.insert(finished, id) end
       if has(flags, 'e') then long[id] = true end
       if has(flags, 'l') then forward(id, 'succeeded', now) table.insert(links, id) end
+      if has(flags, 't') then table.insert(traces, id) end
       group_left(id, flags, true, released and released[id])
       table.insert(out, 1)
     elseif states[j] or redis.call('HEXISTS', J, id) == 1 then
@@ -428,6 +435,7 @@ local function ack_from(first, now, out, released)
     batched('HDEL', S, done)
     batched('HDEL', E, done)
     if #links > 0 then batched('HDEL', L, links) end
+    if #traces > 0 then batched('HDEL', O, traces) end
     tombstone(finished, now, long)
     bump('d', #done, now)
     tally('done', #done)

@@ -1,5 +1,5 @@
 -- ack.lua: a batch of jobs finished successfully: delete them.
--- KEYS: running jobs state keys stats errors done links forward pending ranked wake groups parked holds
+-- KEYS: running jobs state keys stats errors done links forward pending ranked wake groups parked holds trace
 -- ARGV[1] now (epoch milliseconds) or '' for Redis TIME (for the stats and tombstones)
 -- ARGV[2..] triples: job id, lease token, info (the record's flags, then '=' and the unique key
 --           if it has one: 'i', 'i=order:42', '=order:42' or '')
@@ -8,7 +8,8 @@
 -- (recovered, claimed again, or dead): nothing changed. Idempotent.
 -- A finished job's unique key is released if it still names the job; a job with flag 'i'
 -- leaves a tombstone in `done` for DONE_TTL (see schedule.lua; a day with flag 'e'). A job with
--- flag 'l' (info's flags) leaves its link in `forward`, outcome 'succeeded' (see _lib.lua).
+-- flag 'l' (info's flags) leaves its link in `forward`, outcome 'succeeded' (see _lib.lua); one
+-- with flag 't' loses its entry in `trace` (see _lib.lua).
 local out = {}
 ack_from(2, clock(ARGV[1]), out)
 return out

@@ -1,5 +1,5 @@
 -- cancel.lua: delete a pending job, found by id or by unique key.
--- KEYS: pending jobs state keys errors done ranked links forward groups parked
+-- KEYS: pending jobs state keys errors done ranked links forward groups parked trace
 -- ARGV[1] job id, or '' to look it up by ARGV[2]
 -- ARGV[2] unique key, or ''
 -- ARGV[3] now (epoch milliseconds) or '' for Redis TIME (for the tombstone)
@@ -8,7 +8,7 @@
 -- Reads only the record's header (its unique key and flags), whatever the record's size; a
 -- job with flag 'i' leaves a tombstone in `done` (see schedule.lua); one with flag 'l' its link
 -- in `forward`, outcome 'cancelled' (see _lib.lua).
-zsets(P, Q, F) hashes(J, S, E, U, L, G)
+zsets(P, Q, F) hashes(J, S, E, U, L, G, O)
 local id = ARGV[1]
 if id == '' then
   id = redis.call('HGET', U, ARGV[2])

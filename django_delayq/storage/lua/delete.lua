@@ -1,10 +1,10 @@
 -- delete.lua: delete dead-letter jobs for good.
--- KEYS: dead jobs state errors done links groups
+-- KEYS: dead jobs state errors done links groups trace
 -- ARGV[1] now (epoch milliseconds) or '' for Redis TIME (for tombstones)
 -- ARGV[2..] job ids
 -- Returns one integer per id: 1 deleted, 0 not dead (gone or requeued meanwhile).
 -- A job with flag 'i' leaves a tombstone in `done` (see schedule.lua).
-zsets(D, F) hashes(J, S, E, L)
+zsets(D, F) hashes(J, S, E, L, O)
 local now = clock(ARGV[1])
 local out, finished = {}, {}
 for i = 2, #ARGV do

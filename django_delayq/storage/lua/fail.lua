@@ -1,5 +1,5 @@
 -- fail.lua: an attempt failed: retry later, or dead-letter when attempts are used up.
--- KEYS: pending running dead jobs state keys wake stats errors ranked links forward groups parked holds
+-- KEYS: pending running dead jobs state keys wake stats errors ranked links forward groups parked holds trace
 -- ARGV[1] now (epoch milliseconds) or '' for Redis TIME
 -- ARGV[2] job id
 -- ARGV[3] lease token
@@ -21,7 +21,7 @@
 -- job with flag 'l' leaves its link in `forward`, outcome 'dead' (see _lib.lua).
 local id, token, err, delay = ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
 local now = clock(ARGV[1])
-zsets(P, Q, R, D) hashes(J, S, U, T, E, L, G) lists(W)
+zsets(P, Q, R, D) hashes(J, S, U, T, E, L, G, O) lists(W)
 local n = owned(id, token)
 if not n then
   local _, t, running = state_of(id)

@@ -1,6 +1,6 @@
 -- recover.lua: jobs whose lease expired (their worker died or was cut off) go back to pending,
 -- due now (in `ranked` for a job with a priority), or to the dead-letter set when they have used all their attempts.
--- KEYS: pending running dead jobs state keys wake stats errors claims ranked links forward groups parked holds
+-- KEYS: pending running dead jobs state keys wake stats errors claims ranked links forward groups parked holds trace
 -- ARGV[1] now (epoch milliseconds) or '' for Redis TIME
 -- ARGV[2] limit (integer): at most this many jobs per call
 -- ARGV[3] token of this recovery (string, unique per call)
@@ -26,7 +26,7 @@
 local now = clock(ARGV[1])
 local limit, token, instance, default_max = tonumber(ARGV[2]), ARGV[3], ARGV[4], tonumber(ARGV[5])
 local max_kept = tonumber(ARGV[8])
-zsets(P, Q, R, D) hashes(J, S, U, E, C, T, L, G) lists(W)
+zsets(P, Q, R, D) hashes(J, S, U, E, C, T, L, G, O) lists(W)
 local out = {}
 local last = redis.call('HGET', C, instance .. '/r')
 if last and string.match(last, '^([^\n]*)\n') == token then

@@ -1,5 +1,5 @@
 -- schedule.lua: store a new job as pending, honouring its unique key.
--- KEYS: pending jobs state keys wake done errors relayed ranked links forward groups parked
+-- KEYS: pending jobs state keys wake done errors relayed ranked links forward groups parked trace
 -- ARGV[1] job id (string, ULID)
 -- ARGV[2] job record (bytes: header "\n" body, see jobs/job.py)
 -- ARGV[3] 'delay' (ARGV[4] is milliseconds from Redis's now) or 'at' (ARGV[4] is an epoch in
@@ -19,17 +19,21 @@
 --         'i', as cancel.lua leaves) and this job is created under ARGV[1], so it runs
 --         under the id the row had; with on_conflict 'keep' the holder is kept as without
 --         ARGV[9]. Idempotent: sent again it finds its mark and changes nothing.
--- ARGV[10] the queue's name, with KEYS[14] (both optional, one Redis only): KEYS[14] is the
---         registry of queues, {prefix}:queues, in no queue's slot (so never sent on a cluster,
---         where the caller sends its SADD beside the script); the queue is added to it (SADD)
+-- ARGV[10] the queue's name, with KEYS[15] (both optional, one Redis only; the key after the
+--         declared ones: KEYS[14] until `trace` was declared, 0.6): KEYS[15] is the registry
+--         of queues, {prefix}:queues, in no queue's slot (so never sent on a cluster, where
+--         the caller sends its SADD beside the script); the queue is added to it (SADD)
 --         before anything else, whatever the outcome, so a lost registry heals with the
---         queue's next job. Idempotent. ARGV[10] is '' when a later one is given without KEYS[14].
+--         queue's next job. Idempotent. ARGV[10] is '' when a later one is given without KEYS[15].
 -- ARGV[11] the job's link (JSON: its batch, its place in a chain; see `links` in _lib.lua), or
 --         '' or absent for none; its record then has flag 'l'. Written under the id that holds
 --         the record: a new job's, or a replaced key holder's (whose own link, if any, is
 --         forwarded as 'cancelled': its batch or chain loses it). Not written for 'kept'.
 -- ARGV[12] the job's group (string, '' or absent for none; see `groups` in _lib.lua): the new
 --         job, or the job a replace rewrites, joins it (its record has flag 'g').
+-- ARGV[13] the context of the span that scheduled the job (JSON, see `trace` in _lib.lua), or
+--         '' or absent for none; its record then has flag 't'. Written under the id that
+--         holds the record, as ARGV[11] (a replace drops the holder's). Not written for 'kept'.
 -- A job whose record's header has a priority ('^<n>', see _lib.lua) waits in `ranked`, others
 -- in `pending`; a replace moves the key's job to where its new record's priority puts it.
 -- Returns {outcome, id, due_at, record}: outcome 'created' | 'replaced' | 'kept' | 'done';
@@ -47,7 +51,8 @@ local id, record, mode, value, ukey, on_conflict = ARGV[1], ARGV[2], ARGV[3], to
 local now = clock(ARGV[7])
 local adopt = ARGV[9] == '1'
 local link = ARGV[11] or ''
-if KEYS[14] then redis.call('SADD', KEYS[14], ARGV[10]) end
+local trace = ARGV[13] or ''
+if KEYS[15] then redis.call('SADD', KEYS[15], ARGV[10]) end
 -- The reply, with the id marked as relayed in relay mode.
 local function finish(reply)
   if adopt then redis.call('ZADD', X, int(now), id) end
@@ -96,7 +101,7 @@ if score then
   end
   if adopt then
     -- The holder goes (as cancel.lua removes it); the new job below takes the key.
-    zsets(F) hashes(S, E, L, G)
+    zsets(F) hashes(S, E, L, G, O)
     local _, held_flags = header(redis.call('HGET', J, existing) or '')
     unpend(existing)
     forward(existing, 'cancelled', now)
@@ -112,10 +117,11 @@ if score then
   local _, flags = header(record)
   if earliest then lists(W) end
   if has(flags, 'i') then zsets(F) end
-  hashes(L, G)
+  hashes(L, G, O)
   unpend(existing)
   forward(existing, 'cancelled', now)
   if link ~= '' then redis.call('HSET', L, existing, link) else redis.call('HDEL', L, existing) end
+  if trace ~= '' then redis.call('HSET', O, existing, trace) else redis.call('HDEL', O, existing) end
   redis.call('HSET', J, existing, record)
   pend(existing, due, priority)
   group_join(existing, record, ARGV[12] or '')
@@ -129,6 +135,7 @@ end
 -- A new job (the key's job, if any, is running, dead or gone: the new job takes the key).
 if earliest then lists(W) end
 if link ~= '' then hashes(L) end
+if trace ~= '' then hashes(O) end
 if redis.call('HSETNX', J, id, record) == 0 then
   if redis.call('HGET', J, id) == record then  -- this very call, sent again
     return finish({'created', id, pending_due(id) or due, ''})
@@ -137,6 +144,7 @@ if redis.call('HSETNX', J, id, record) == 0 then
 end
 if ukey ~= '' then redis.call('HSET', U, ukey, id) end
 if link ~= '' then redis.call('HSET', L, id, link) end
+if trace ~= '' then redis.call('HSET', O, id, trace) end
 pend(id, due, priority)
 if ARGV[12] and ARGV[12] ~= '' then group_join(id, record, ARGV[12]) end
 if earliest then wake() end
