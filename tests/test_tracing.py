@@ -13,18 +13,18 @@ import pytest
 
 pytest.importorskip("opentelemetry.sdk")
 
-from opentelemetry import trace  # noqa: E402
-from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E402
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
     InMemorySpanExporter,
 )
-from opentelemetry.trace import SpanKind, StatusCode  # noqa: E402
+from opentelemetry.trace import SpanKind, StatusCode
 
-from django_delayq import batch, get_job, schedule, schedule_many, task  # noqa: E402
-from django_delayq.jobs.record import traced  # noqa: E402
-from django_delayq.monitoring import tracing  # noqa: E402
-from django_delayq.worker.dispatch import Worker  # noqa: E402
+from django_delayq import batch, get_job, schedule, schedule_many, task
+from django_delayq.jobs.record import traced
+from django_delayq.monitoring import tracing
+from django_delayq.worker.dispatch import Worker
 
 RAN: list[str] = []
 
