@@ -12,6 +12,13 @@ production worker would run: ``CONN_MAX_AGE`` from ``DELAYQ_BENCH_CONN_MAX_AGE``
 
 ``DELAYQ_BENCH_SETTINGS_SCHEDULES=N`` (bench/recurring_scale.py) defines N schedules in
 ``DELAYQ["SCHEDULES"]``, ``cfg0`` ... each ``* * * * *`` running ``occurrence_probe``.
+
+``DELAYQ_BENCH_OTEL=1`` (issue 28) configures an OpenTelemetry SDK tracer provider in this
+process and its workers, its spans batched (``BatchSpanProcessor``, as in production) to an
+exporter that drops them: the cost of tracing on (every span made, linked, ended and
+handed to the exporter), without a collector's network. Needs ``opentelemetry-sdk``::
+
+    DELAYQ_BENCH_OTEL=1 python benchmarks/run.py --only push --runs 3
 """
 
 import os
@@ -46,3 +53,20 @@ if os.environ.get("DELAYQ_BENCH_SETTINGS_SCHEDULES"):  # issue 25: N settings sc
         for i in range(int(os.environ["DELAYQ_BENCH_SETTINGS_SCHEDULES"]))
     }
 DEFAULT_AUTO_FIELD = "django.db.models.AutoField"
+
+if os.environ.get("DELAYQ_BENCH_OTEL") == "1":
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import (
+        BatchSpanProcessor,
+        SpanExporter,
+        SpanExportResult,
+    )
+
+    class _Dropped(SpanExporter):
+        def export(self, spans):
+            return SpanExportResult.SUCCESS
+
+    _provider = TracerProvider()
+    _provider.add_span_processor(BatchSpanProcessor(_Dropped()))
+    trace.set_tracer_provider(_provider)

@@ -25,6 +25,7 @@ from django_delayq import batch, get_job, schedule, schedule_many, task
 from django_delayq.jobs.record import traced
 from django_delayq.monitoring import tracing
 from django_delayq.worker.dispatch import Worker
+from tests.test_async_api import astore, run  # noqa: F401 (a fixture)
 
 RAN: list[str] = []
 
@@ -184,6 +185,23 @@ def test_an_async_task_on_the_event_loop_runs_in_its_linked_span(store, spans):
 def nested() -> None:
     with tracing.tracer().start_as_current_span("inside"):
         RAN.append("nested")
+
+
+def test_aschedule_carries_the_context(astore, spans):  # noqa: F811 (the fixture)
+    caller, exporter = spans
+
+    async def in_a_view():
+        with caller.start_as_current_span("request"):
+            return await ok.aschedule("as")
+
+    job = run(in_a_view)
+    assert _stored(astore, job.id) is not None
+    run_burst()
+    assert RAN == ["as"]
+    (send,) = _by_name(exporter, "send default")
+    (process,) = _by_name(exporter, "process default")
+    assert send.attributes["messaging.message.id"] == job.id
+    assert [link.context.span_id for link in process.links] == [send.context.span_id]
 
 
 def test_the_task_s_own_spans_are_children_of_the_attempt_span(store, spans):

@@ -26,6 +26,7 @@ from django_delayq import signals
 from django_delayq.conf import delayq_settings
 from django_delayq.exceptions import OutcomeUnknown
 from django_delayq.jobs.job import Job, decode_fields, job_from_raw, make_job
+from django_delayq.monitoring import tracing
 from django_delayq.monitoring.health import named_queues, new_names
 from django_delayq.outbox import placement
 from django_delayq.outbox import rows as outbox
@@ -74,14 +75,31 @@ async def _aschedule_planned(plan: Plan, args: tuple | list, kwargs: dict) -> Jo
         where = plan.place(None, now)
     else:
         where = await sync_to_async(plan.place)(None, now)
-    prepared = Prepared(plan, args, kwargs, outbox=where.in_outbox)
     if where is not REDIS:
+        prepared = Prepared(plan, args, kwargs, outbox=where.in_outbox)
         job = await sync_to_async(placement.to_outbox)(prepared, where, now)
         membership.joined([job])
         return job
+    tracer = tracing.tracer()
+    if tracer is None:
+        return await _store(plan, Prepared(plan, args, kwargs))
+    # A PRODUCER span; its context travels with the job (monitoring/tracing.py).
+    with tracing.sending(tracer, plan.queue, plan.name) as (span, context):
+        prepared = Prepared(plan, args, kwargs, trace=context)
+        span.set_attribute("messaging.message.id", prepared.id)
+        return await _store(plan, prepared)
+
+
+async def _store(plan: Plan, prepared: Prepared) -> Job:
+    """Store a job in Redis now and send job_scheduled."""
     try:
         result = await get_async_store().schedule(
-            plan.queue, prepared.id, prepared.record, link=prepared.link, **plan.options
+            plan.queue,
+            prepared.id,
+            prepared.record,
+            link=prepared.link,
+            trace=prepared.trace,
+            **plan.options,
         )
     except OutcomeUnknown as exc:
         raise OutcomeUnknown(
