@@ -249,3 +249,26 @@ def test_a_garbage_context_costs_the_link_not_the_job(store, spans):
     assert RAN == ["g"]
     (process,) = _by_name(exporter, "process default")
     assert process.links == ()
+
+
+def test_a_replace_by_key_takes_the_new_context_or_drops_the_old(store, spans, monkeypatch):
+    caller, _ = spans
+    with caller.start_as_current_span("first"):
+        first = schedule(ok, "r1", key="r", delay=60)
+    stored = _stored(store, first.id)
+    with caller.start_as_current_span("second"):
+        second = schedule(ok, "r2", key="r", delay=60)
+    assert second.id == first.id and second.outcome == "replaced"
+    assert _stored(store, first.id) not in (None, stored)  # the replacing call's context
+    monkeypatch.setattr(tracing, "_tracer", False)  # tracing off: an untraced replace
+    third = schedule(ok, "r3", key="r", delay=60)
+    assert third.outcome == "replaced" and _stored(store, first.id) is None
+    assert not traced(store.client.hget(store.key("default", "jobs"), first.id))
+    assert store.cancel("default", job_id=first.id) is not None
+
+
+def test_a_cancelled_job_leaves_no_context(store, spans):
+    job = schedule(ok, "c", delay=60)
+    assert _stored(store, job.id) is not None
+    assert store.cancel("default", job_id=job.id) is not None
+    assert not store.client.exists(store.key("default", "trace"))
