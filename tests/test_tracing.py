@@ -272,3 +272,19 @@ def test_a_cancelled_job_leaves_no_context(store, spans):
     assert _stored(store, job.id) is not None
     assert store.cancel("default", job_id=job.id) is not None
     assert not store.client.exists(store.key("default", "trace"))
+
+
+def test_a_context_with_a_tracestate_goes_through_the_propagators(store, spans):
+    _, exporter = spans
+    job = schedule(ok, "s")
+    parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    store.client.hset(
+        store.key("default", "trace"),
+        job.id,
+        f'{{"traceparent":"{parent}","tracestate":"vendor=1"}}',
+    )
+    run_burst()
+    (process,) = _by_name(exporter, "process default")
+    (link,) = process.links
+    assert link.context.span_id == 0xB7AD6B7169203331 and link.context.is_remote
+    assert link.context.trace_state.get("vendor") == "1"
