@@ -5,16 +5,15 @@ task records its runs in the separate "runs" Redis (tests/reliability/tasks.py t
 
 from __future__ import annotations
 
-import signal
 import time
 from collections import Counter
 
 import pytest
 
 from django_delayq.storage.store import Store
-from tests.reliability.harness import held_by, installed, sizes, wait_until, worker_env
+from tests.reliability.harness import installed, sizes, wait_until, worker_env
 from tests.reliability.tasks import explode, timed
-from tests.reliability.test_batches import Run, settled, timed_runs, up_for_sigterm
+from tests.reliability.test_batches import KillLoop, Run, settled, timed_runs
 
 pytestmark = pytest.mark.reliability
 
@@ -48,11 +47,7 @@ def test_chains_with_delays_while_workers_are_killed(
     store = Store(data.client(), prefix)
     env = worker_env(data.url, runs_server.url, prefix, VISIBILITY_TIMEOUT=2, MAX_SLEEP=1)
 
-    def start(slot: int, generation: int):
-        name = f"ch-{slot}-{generation}"
-        return workers.start(env, "--concurrency", "2", "-v", "0", name=name)
-
-    procs = [start(slot, 0) for slot in range(2)]
+    loop = KillLoop(workers, env, store, "ch", 2)
     death_tag = f"{tag}:death"
     with installed(store):
         firsts = []
@@ -68,28 +63,18 @@ def test_chains_with_delays_while_workers_are_killed(
             .on_death(timed.call(death_tag, "death"))
             .schedule()
         )
-        exposed: Counter[str] = Counter()
-        kills, began = 0, time.monotonic()
+        began = time.monotonic()
 
         def ended() -> bool:
             values = {r.value for r in timed_runs(runs_client, tag)}
             lasts = {f"{c}.{STEPS - 1}" for c in range(CHAINS)}
             return lasts <= values and bool(timed_runs(runs_client, death_tag))
 
-        while not ended() and time.monotonic() - began < 60:
-            time.sleep(1.5)
-            slot = kills % 2
-            procs[slot].signal(signal.SIGKILL)
-            procs[slot].wait(10)
-            kills += 1
-            exposed.update(held_by(store, procs[slot].name))
-            procs[slot] = start(slot, kills)
+        loop.run(ended, 1.5, began)
         wait_until(lambda: settled(store), 60, "every chain to end and its ends to be forwarded")
         time.sleep(DELAY + 0.5)  # a step stored twice would run now
-        up_for_sigterm(store, procs)
-    for proc in procs:
-        proc.signal(signal.SIGTERM)
-    codes = [proc.wait(30) for proc in procs]
+        codes = loop.stop()
+    exposed, kills = loop.exposed, loop.kills
     ran = timed_runs(runs_client, tag)
     by_id = Counter(r.job_id for r in ran)
     report(

@@ -7,20 +7,19 @@ from __future__ import annotations
 
 import signal
 import time
-from collections import Counter
 
 import pytest
 
 from django_delayq import batch, cancel_batch, get_batch, schedule_many
 from django_delayq.storage.store import Store
-from tests.reliability.harness import held_by, installed, runs, sizes, wait_until, worker_env
+from tests.reliability.harness import installed, runs, sizes, wait_until, worker_env
 from tests.reliability.tasks import explode, timed
 from tests.reliability.test_batches import (
+    KillLoop,
     callbacks,
     check_callbacks,
     settled,
     timed_runs,
-    up_for_sigterm,
 )
 
 pytestmark = pytest.mark.reliability
@@ -37,10 +36,7 @@ def test_a_batch_of_chains_with_a_dying_chain_while_workers_are_killed(
     store = Store(data.client(), prefix)
     env = worker_env(data.url, runs_server.url, prefix, VISIBILITY_TIMEOUT=2, MAX_SLEEP=1)
 
-    def start(slot: int, generation: int):
-        return workers.start(env, "--concurrency", "2", "-v", "0", name=f"bc-{slot}-{generation}")
-
-    procs = [start(slot, 0) for slot in range(2)]
+    loop = KillLoop(workers, env, store, "bc", 2)
     cb_tag, chain_death = f"{tag}:cb", f"{tag}:chain-death"
     with installed(store):
         with batch(**callbacks(cb_tag)) as b:
@@ -54,27 +50,17 @@ def test_a_batch_of_chains_with_a_dying_chain_while_workers_are_killed(
                     .on_death(timed.call(chain_death, f"c{c}"))
                     .schedule()
                 )
-        exposed: Counter[str] = Counter()
-        kills, began = 0, time.monotonic()
+        began = time.monotonic()
 
         def complete_ran() -> bool:
             return "complete" in {r.value for r in timed_runs(runs_client, cb_tag)}
 
-        while not complete_ran() and time.monotonic() - began < 60:
-            time.sleep(2.0)
-            slot = kills % 2
-            procs[slot].signal(signal.SIGKILL)
-            procs[slot].wait(10)
-            kills += 1
-            exposed.update(held_by(store, procs[slot].name))
-            procs[slot] = start(slot, kills)
+        loop.run(complete_ran, 2.0, began)
         wait_until(lambda: settled(store), 60, "the batch to drain")
         time.sleep(1.0)
         state = get_batch(b.id)
-        up_for_sigterm(store, procs)
-    for proc in procs:
-        proc.signal(signal.SIGTERM)
-    codes = [proc.wait(30) for proc in procs]
+        codes = loop.stop()
+    exposed, kills = loop.exposed, loop.kills
     ran = timed_runs(runs_client, tag)
     values = {r.value for r in ran}
     report(scenario="batches of chains, a dying chain, SIGKILL every 2 s", jobs=35, kills=kills)

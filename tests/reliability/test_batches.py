@@ -10,7 +10,9 @@ from __future__ import annotations
 import signal
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -50,16 +52,46 @@ def callbacks(tag: str) -> dict[str, object]:
     return {f"on_{kind}": timed.call(tag, kind) for kind in KINDS}
 
 
-def up_for_sigterm(store: Store, procs: list) -> None:
-    """Wait for ``procs`` to be on the roster: a worker SIGTERMed before its signal handlers
-    are set dies of it (-15), and it joins the roster after setting them (a worker restarted
-    by a kill loop just before its end may not be there yet)."""
-    names = {proc.name for proc in procs}
-    wait_until(
-        lambda: names <= {w.name for w in store.live_workers(time.time())},
-        30,
-        "every worker up before its SIGTERM",
-    )
+class KillLoop:
+    """``count`` worker processes (``--concurrency 2``, named ``<name>-<slot>-<generation>``),
+    one SIGKILLed and restarted every ``every`` seconds while :meth:`run` waits; ``exposed``
+    counts the jobs each killed worker held (a job may run again once for each)."""
+
+    def __init__(self, workers: Any, env: dict, store: Store, name: str, count: int) -> None:
+        self.workers, self.env, self.store, self.name = workers, env, store, name
+        self.procs = [self.start(slot, 0) for slot in range(count)]
+        self.exposed: Counter[str] = Counter()
+        self.kills = 0
+
+    def start(self, slot: int, generation: int) -> Any:
+        name = f"{self.name}-{slot}-{generation}"
+        return self.workers.start(self.env, "--concurrency", "2", "-v", "0", name=name)
+
+    def run(self, done: Callable[[], bool], every: float, began: float, limit: float = 60) -> None:
+        """Kill one worker in turn every ``every`` seconds until ``done()`` (or ``limit``
+        seconds after ``began``)."""
+        while not done() and time.monotonic() - began < limit:
+            time.sleep(every)
+            slot = self.kills % len(self.procs)
+            self.procs[slot].signal(signal.SIGKILL)
+            self.procs[slot].wait(10)
+            self.kills += 1
+            self.exposed.update(held_by(self.store, self.procs[slot].name))
+            self.procs[slot] = self.start(slot, self.kills)
+
+    def stop(self) -> list[int]:
+        """SIGTERM every worker once it is on the roster (one SIGTERMed before its signal
+        handlers are set dies of it, -15; it joins the roster after setting them); their
+        exit codes."""
+        names = {proc.name for proc in self.procs}
+        wait_until(
+            lambda: names <= {w.name for w in self.store.live_workers(time.time())},
+            30,
+            "every worker up before its SIGTERM",
+        )
+        for proc in self.procs:
+            proc.signal(signal.SIGTERM)
+        return [proc.wait(30) for proc in self.procs]
 
 
 def settled(store: Store) -> bool:
@@ -113,11 +145,7 @@ def test_a_batch_drains_while_workers_are_killed(
     store = Store(data.client(), prefix)
     env = worker_env(data.url, runs_server.url, prefix, VISIBILITY_TIMEOUT=2, MAX_SLEEP=1)
 
-    def start(slot: int, generation: int):
-        name = f"bk-{slot}-{generation}"
-        return workers.start(env, "--concurrency", "2", "-v", "0", name=name)
-
-    procs = [start(slot, 0) for slot in range(3)]
+    loop = KillLoop(workers, env, store, "bk", 3)
     cb_tag = f"{tag}:cb"
     began = time.monotonic()
     with installed(store):
@@ -126,28 +154,17 @@ def test_a_batch_drains_while_workers_are_killed(
                 {"args": [tag, str(i), 0.1], "delay": spread * i / members} for i in range(members)
             ]
             schedule_many(timed, calls)
-        exposed: Counter[str] = Counter()
-        kills = 0
 
         def callbacks_ran() -> bool:
             values = {r.value for r in timed_runs(runs_client, cb_tag)}
             return {"success", "complete"} <= values
 
-        while not callbacks_ran() and time.monotonic() - began < 60:
-            time.sleep(2.0)
-            slot = kills % 3
-            procs[slot].signal(signal.SIGKILL)
-            procs[slot].wait(10)
-            kills += 1
-            exposed.update(held_by(store, procs[slot].name))
-            procs[slot] = start(slot, kills)
+        loop.run(callbacks_ran, 2.0, began)
         wait_until(lambda: settled(store), 60, "the batch to drain and its ends to be forwarded")
         time.sleep(1.0)  # a callback stored twice would show up now
         state = get_batch(b.id)
-        up_for_sigterm(store, procs)
-    for proc in procs:
-        proc.signal(signal.SIGTERM)
-    codes = [proc.wait(30) for proc in procs]
+        codes = loop.stop()
+    exposed, kills = loop.exposed, loop.kills
     ran = timed_runs(runs_client, tag)
     done = Counter(r.value for r in ran)
     by_id = Counter(r.job_id for r in ran)
