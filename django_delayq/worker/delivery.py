@@ -12,10 +12,10 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from django_delayq.batches.forwarding import forward_ids
 from django_delayq.jobs.record import FLAG_LINKED
 from django_delayq.storage.store import Store
 from django_delayq.worker.execution import Executor, Outcome
+from django_delayq.worker.forwarder import Forwarder
 from django_delayq.worker.holdings import Holdings
 
 logger = logging.getLogger("django_delayq.worker")
@@ -33,7 +33,9 @@ class Results:
         dead_options: dict[str, Any],
         default_max_retries: int,
         now: Callable[[], float | None],
+        forwarder: Forwarder,
     ) -> None:
+        self.forward = forwarder.notify  # the ends of linked jobs go there (forwarder.py)
         self.store = store
         self.executor = executor
         self.holdings = holdings
@@ -86,7 +88,7 @@ class Results:
                 self.executor.lost(outcome)
         self.keep(kept)
         if linked:
-            forward_ids(self.store, linked)
+            self.forward(linked)
 
     def settle_acks(self, outcomes: list[Outcome], flags: list[int], resent: bool = False) -> None:
         """``resent``: the answers of a claim the transport re-sent after a lost reply."""
@@ -100,7 +102,7 @@ class Results:
                 # ack, re-sent by the transport after a lost reply (its entry is there then).
                 linked.append((outcome.attempt.queue, outcome.attempt.id))
         if linked:
-            forward_ids(self.store, linked)
+            self.forward(linked)
 
 
 def _linked(outcome: Outcome) -> bool:

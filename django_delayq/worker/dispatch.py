@@ -104,6 +104,7 @@ class Worker:
         self._stopping = False
         self._forced = False
         self._reachable = False  # the last round trip got through
+        self._forwardings = 0  # the forwarder's generation at the last claim (--burst)
         self.loops = 0  # turns of the dispatcher's loop (a spinning loop shows here)
         self.parts = make_parts(
             self,
@@ -218,6 +219,7 @@ class Worker:
         if self.async_concurrency:
             threads.append(parts.loop.thread())
         threads.append(duty_thread(parts.heartbeat, self._stopped))
+        threads.append(parts.forwarder.thread())
         threads.append(parts.presence.new_thread())
         if not self.burst:
             duties: list[Duty] = [] if parts.relay is None else [parts.relay]
@@ -233,6 +235,7 @@ class Worker:
         """The dispatcher is done: stop the threads, leave the roster and the worker set."""
         self._stopped.set()
         self.parts.holdings.wake_all()
+        self.parts.forwarder.close()  # ends not forwarded yet (else the sweep takes them)
         self.parts.marker.close()
         self.parts.presence.close()  # off the roster
         if self._reachable:  # else recovery drops them in time
@@ -251,6 +254,7 @@ class Worker:
                 if not recovered_at_start:  # --burst: leave no expired lease behind
                     self.parts.recovery.burst_pass()
                     recovered_at_start = True
+                self._forwardings = self.parts.forwarder.generation  # before the claim
                 self.parts.exchange.run()
                 outage.ok()
                 outage_since = None
@@ -294,7 +298,15 @@ class Worker:
         """--burst: nothing held, nothing due now, no due job left behind by the last claim."""
         deadline = self.parts.exchange.deadline
         due_soon = deadline is not None and deadline <= time.monotonic()
-        return self.parts.holdings.idle() and not self.parts.exchange.more_due and not due_soon
+        # A forwarding since the last claim may have stored a chain step or a callback.
+        forwarder = self.parts.forwarder
+        settled = forwarder.idle() and forwarder.generation == self._forwardings
+        return (
+            self.parts.holdings.idle()
+            and not self.parts.exchange.more_due
+            and not due_soon
+            and settled
+        )
 
     def _burst_end(self, outage: Backoff) -> int | None:
         """--burst, nothing left to run: recover expired leases; 0 once none was left, 1 when

@@ -19,6 +19,7 @@ from django_delayq.worker.aio import Loop
 from django_delayq.worker.claiming import Exchange
 from django_delayq.worker.delivery import Results
 from django_delayq.worker.execution import Executor
+from django_delayq.worker.forwarder import Forwarder
 from django_delayq.worker.holdings import Holdings
 from django_delayq.worker.maintenance import Heartbeat, Recovery
 from django_delayq.worker.prefetch import Prefetch
@@ -45,6 +46,7 @@ class Parts:
     recovery: Recovery  # the expired leases' recovery,
     presence: Presence  # the roster entry,
     relay: Relay | None  # and the outbox relay (``relay=True``)
+    forwarder: Forwarder  # the ends of batch members and chain steps (forwarder.py)
 
 
 def make_parts(
@@ -73,7 +75,8 @@ def make_parts(
     prefetch = Prefetch(holdings, aio.loop_share)
     marker = store.marker()
     starts = Starts(store, marker, lease, default_max_retries)
-    results = Results(store, executor, holdings, dead_options, default_max_retries, now)
+    forwarder = Forwarder(store, stopped, wake)
+    results = Results(store, executor, holdings, dead_options, default_max_retries, now, forwarder)
     shared = (holdings, prefetch, starts, executor)
     events: dict[str, Any] = {"wake": wake, "stopped": stopped, "stopping": stopping}
     exchange = Exchange(
@@ -103,6 +106,7 @@ def make_parts(
         recovery=_recovery(worker, dead_options, default_max_retries, stopped, now),
         presence=Presence(worker, stopped),
         relay=Relay(store, stopped) if relay else None,
+        forwarder=forwarder,
     )
 
 
