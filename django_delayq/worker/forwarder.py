@@ -43,6 +43,7 @@ class Forwarder:
         """The worker stops (``stopped`` is set): let a forwarding under way end, then
         forward what is left here."""
         if self._thread is not None and self._thread.is_alive():
+            self._more.set()  # wakes the thread at once: it sees ``stopped`` and ends
             self._thread.join(timeout)
         self.flush()
 
