@@ -27,6 +27,11 @@ BEFORE_BATCHES = "cd75a54"  # the last commit before batches landed (version 0.5
 def old_tree(path) -> str:
     """django_delayq and tests as they were at BEFORE_BATCHES, extracted under ``path``."""
     archive = path / "old.tar"
+    found = subprocess.run(
+        ["git", "cat-file", "-e", f"{BEFORE_BATCHES}^{{commit}}"], cwd=ROOT, capture_output=True
+    )
+    if found.returncode != 0:  # a shallow clone, or no git checkout at all
+        pytest.skip(f"this checkout has no commit {BEFORE_BATCHES} (0.5.0) to run a worker of")
     subprocess.run(
         ["git", "archive", "-o", str(archive), BEFORE_BATCHES, "django_delayq", "tests"],
         cwd=ROOT,
@@ -67,15 +72,14 @@ def start_old_worker(tree: str, env: dict[str, str], log, queue: str) -> subproc
         )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an old worker runs its own ack.lua, which writes no forward entry (and leaves "
-    "the job's link in the queue's `links` hash): the member's end never reaches the batch, "
-    "which stays pending with on_complete never decided (no sweep can find it)",
-)
-def test_a_member_acked_by_an_old_worker_ends_its_batch(
+def test_a_member_acked_by_an_old_worker_never_reaches_its_batch(
     servers, runs_server, runs_client, workers, prefix, tag, tmp_path
 ):
+    """The limit docs/howto/upgrading.rst states (every worker on 0.6 before the first
+    batch): a 0.5.0 worker runs a batch member, but its own ack.lua writes no forward entry
+    and leaves the job's link in its queue's `links` hash, so the batch never hears of the
+    member (pending, no callback, whatever the new worker's sweeps do). This test fails the
+    day that changes, so the docs change with it."""
     data = servers.redis("data")
     store = Store(data.client(), prefix)
     env = worker_env(data.url, runs_server.url, prefix, VISIBILITY_TIMEOUT=2, MAX_SLEEP=1)
@@ -87,8 +91,9 @@ def test_a_member_acked_by_an_old_worker_ends_its_batch(
                 mark.schedule(tag, "by-old", queue="old")
             wait_until(lambda: runs(runs_client, tag) == ["by-old"], 30, "the old worker's run")
             wait_until(lambda: sizes(store, "old")["running"] == 0, 30, "its ack")
-            # A forward entry would be forwarded by the new worker's sweep within ~12 s.
-            deadline = time.monotonic() + 14
+            # A forward entry would be forwarded by the new worker's sweep within ~4 s (its
+            # recovery pass every lease/2, entries older than a lease).
+            deadline = time.monotonic() + 8
             while time.monotonic() < deadline and not timed_runs(runs_client, f"{tag}:cb"):
                 time.sleep(0.2)
             state = get_batch(b.id)
@@ -97,5 +102,6 @@ def test_a_member_acked_by_an_old_worker_ends_its_batch(
         old.wait(30)
         new.signal(signal.SIGTERM)
         new.wait(30)
-    assert state.pending == 0 and state.done, f"the batch never heard of its member: {state}"
-    assert [r.value for r in timed_runs(runs_client, f"{tag}:cb")] == ["complete"]
+    assert (state.total, state.pending, state.done) == (1, 1, False), state
+    assert timed_runs(runs_client, f"{tag}:cb") == []
+    assert data.client().hlen(store.key("old", "links")) == 1  # the link the old ack left
