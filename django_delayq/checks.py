@@ -65,6 +65,8 @@ NUMBERS = {
     "RETRY_BACKOFF_MAX": ((int, float), 0, False),
     "DEAD_MAX_AGE": ((int, float), 0, True),
     "DEAD_MAX_COUNT": ((int,), 0, False),
+    "FINISHED_MAX_AGE": ((int, float), 0, False),
+    "FINISHED_MAX_COUNT": ((int,), 0, False),
     "MAX_ERRORS_KEPT": ((int,), 1, False),
     "MAX_SLEEP": ((int, float), 0, True),
     "SHUTDOWN_TIMEOUT": ((int, float), 0, False),

@@ -36,6 +36,10 @@ DEFAULTS: dict[str, Any] = {
     # Dead-letter retention.
     "DEAD_MAX_AGE": 30 * DAY,
     "DEAD_MAX_COUNT": 10_000,
+    # Jobs that succeeded or were cancelled stay visible (with their attempts) this many
+    # seconds, at most this many per queue; 0 for either keeps none.
+    "FINISHED_MAX_AGE": 60 * 60,
+    "FINISHED_MAX_COUNT": 10_000,
     # Errors (with tracebacks) kept per job.
     "MAX_ERRORS_KEPT": 10,
     # Longest a worker sleeps without looking at Redis (seconds).

@@ -11,14 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from functools import cached_property
 from typing import Any
 
 from django_delayq.exceptions import CorruptJob
+from django_delayq.jobs.finished import AttemptRecord, KeptEntry, attempt_records, parse_kept
 from django_delayq.jobs.ids import id_timestamp
 from django_delayq.jobs.record import EMPTY, Fields, decode_record
 from django_delayq.jobs.state import last_error_of, parse_errors, parse_state, worker_of
+from django_delayq.jobs.times import to_datetime
 
 PENDING = "pending"
 RUNNING = "running"
@@ -41,23 +43,14 @@ IN_DATABASE = "database"
 RESERVED = 10_000_000_000
 
 
-def to_datetime(epoch: float | None) -> datetime | None:
-    """An aware UTC datetime, or None for None and for what no datetime can hold (a
-    garbage score read from Redis must not break a page)."""
-    if epoch is None:
-        return None
-    try:
-        return datetime.fromtimestamp(epoch, tz=UTC)
-    except (OverflowError, OSError, ValueError):
-        return None
-
-
 @dataclass(frozen=True)
 class Job:
     """A job as stored in Redis at the moment it was read.
 
-    ``status`` is ``"pending"``, ``"running"`` or ``"dead"``. A job that finished
-    successfully (or was cancelled) no longer exists: ``get_job`` returns None.
+    ``status`` is ``"pending"``, ``"running"`` or ``"dead"``; ``"succeeded"`` or
+    ``"cancelled"`` for a finished job, kept a while (``DELAYQ["FINISHED_MAX_AGE"]``), which
+    ``get_job(id, finished=True)`` and the admin return (plain ``get_job`` returns None for
+    it, as before 0.7); ``finished_at`` is when it ended.
     ``outcome`` is set only on the Job returned by ``schedule()``: ``"created"``,
     ``"replaced"`` or ``"kept"`` (unique keys), or ``"deferred"`` (on_commit inside a
     transaction: its row is in the transaction, Redis gets it after the commit).
@@ -84,6 +77,16 @@ class Job:
     outcome: str | None = None
     waits_in: str = IN_REDIS
     priority: int = 0
+    finished_at: datetime | None = None
+    # The attempt that ended a succeeded job: attempt, started (epoch s), duration (s), worker.
+    last_attempt: dict | None = field(default=None, repr=False)
+
+    @property
+    def attempt_history(self) -> list[AttemptRecord]:
+        """Its attempts so far, in order, each with its worker, start, duration, error and
+        the wait before the next (from its errors, and the attempt that ended it when it
+        succeeded; the errors kept are the last ``DELAYQ["MAX_ERRORS_KEPT"]``)."""
+        return attempt_records(self.errors, self.last_attempt)
 
     @property
     def will_retry(self) -> bool:
@@ -160,6 +163,7 @@ def make_job(
     worker: str | None = None,
     outcome: str | None = None,
     waits_in: str = IN_REDIS,
+    kept: KeptEntry | None = None,
 ) -> Job:
     """The one place a Job is assembled (API, worker, recovery, admin, backend)."""
     when = to_datetime(score)
@@ -187,6 +191,8 @@ def make_job(
             "outcome": outcome,
             "waits_in": waits_in,
             "priority": fields.priority,
+            "finished_at": to_datetime(kept.ended_at) if kept else None,
+            "last_attempt": kept.last_attempt if kept else None,
         }
     )
 
@@ -213,6 +219,9 @@ def decode_fields(record: bytes | None) -> Fields:
 
 def job_from_raw(raw: Any, default_max_retries: int, outcome: str | None = None) -> Job:
     """A Job from a store.RawJob (what the reads return). A corrupt record gives task ''."""
+    kept = parse_kept(raw.kept) if raw.status is None and raw.kept else None
+    if kept is not None:
+        return job_from_kept(raw.id, raw.queue, kept, default_max_retries)
     attempts, token = parse_state(raw.state)
     score = raw.score
     if raw.status == RUNNING and score is not None:
@@ -231,4 +240,28 @@ def job_from_raw(raw: Any, default_max_retries: int, outcome: str | None = None)
         errors=parse_errors(raw.errors),
         worker=worker_of(token),
         outcome=outcome,
+    )
+
+
+def job_from_kept(job_id: str, queue: str, kept: KeptEntry, default_max_retries: int) -> Job:
+    """A finished job from what was kept of it (jobs/finished.py): status "succeeded" or
+    "cancelled", its attempts counted from its errors and its last attempt."""
+    last = kept.last_attempt
+    attempts = (
+        last["attempt"]
+        if last
+        else max(
+            [e.get("attempt", 0) for e in kept.errors if isinstance(e.get("attempt"), int)],
+            default=0,
+        )
+    )
+    return make_job(
+        job_id,
+        queue,
+        kept.outcome,
+        decode_fields(kept.record or None),
+        default_max_retries,
+        attempts=attempts,
+        errors=kept.errors,
+        kept=kept,
     )

@@ -261,14 +261,16 @@ def search_queues(queue: str | None = None) -> Iterator[str]:
     yield from iter_known_queues(get_store())
 
 
-def get_job(job_id: str, queue: str | None = None) -> Job | None:
+def get_job(job_id: str, queue: str | None = None, *, finished: bool = False) -> Job | None:
     """The job with that id as it is now, or None (finished, cancelled or unknown): in
     Redis, else in the database outbox (a job beyond DELAYQ["HORIZON"], an on_commit job
     inside the transaction that scheduled it or waiting for its relay, whatever HORIZON
-    is now). A miss in Redis costs one indexed query per outbox database."""
+    is now). A miss in Redis costs one indexed query per outbox database. ``finished=True``
+    also returns a job that succeeded or was cancelled while it is kept
+    (``DELAYQ["FINISHED_MAX_AGE"]``): status "succeeded" or "cancelled"."""
     if not isinstance(job_id, str):
         raise TypeError(f"job id must be a string, got {job_id!r}")
-    raw = get_store().find(job_id, search_queues(queue))
+    raw = get_store().find(job_id, search_queues(queue), finished)
     if raw is not None:
         return job_from_raw(raw, delayq_settings.MAX_RETRIES)
     row = outbox.find(job_id, queue)

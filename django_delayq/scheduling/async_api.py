@@ -135,13 +135,13 @@ async def _first(
     return None
 
 
-async def aget_job(job_id: str, queue: str | None = None) -> Job | None:
+async def aget_job(job_id: str, queue: str | None = None, *, finished: bool = False) -> Job | None:
     """:func:`~django_delayq.get_job` from async code: the job with that id, or None. A
     miss in Redis asks the database outbox through ``sync_to_async``."""
     if not isinstance(job_id, str):
         raise TypeError(f"job id must be a string, got {job_id!r}")
     store = get_async_store()
-    raw = await _first(store, queue, lambda name: store.fetch(name, job_id))
+    raw = await _first(store, queue, lambda name: store.fetch(name, job_id, finished))
     if raw is not None:
         return job_from_raw(raw, delayq_settings.MAX_RETRIES)
     row = await sync_to_async(outbox.find)(job_id, queue)

@@ -178,12 +178,15 @@ class AsyncStore:
         """As :meth:`.store.Store.cancel` (sent once: a lost reply raises OutcomeUnknown)."""
         return await self.transport.call(self.store.cancel_op(queue, job_id, key), API_BUDGET)
 
-    async def fetch(self, queue: str, job_id: str) -> RawJob | None:
-        return await self.transport.call(self.store.fetch_op(queue, job_id), API_BUDGET)
+    async def fetch(self, queue: str, job_id: str, finished: bool = False) -> RawJob | None:
+        op = self.store.fetch_op(queue, job_id, finished)
+        return await self.transport.call(op, API_BUDGET)
 
-    async def find(self, job_id: str, queues: Iterable[str]) -> RawJob | None:
+    async def find(
+        self, job_id: str, queues: Iterable[str], finished: bool = False
+    ) -> RawJob | None:
         for queue in queues:
-            raw = await self.fetch(queue, job_id)
+            raw = await self.fetch(queue, job_id, finished)
             if raw is not None:
                 return raw
         return None

@@ -33,6 +33,8 @@ KEY_KINDS = (
     "parked",  # due jobs of a group at its limit, waiting for a slot (lua/claim.lua)
     "holds",  # per task and group: its lease holders and rate state (lua/claim.lua)
     "trace",  # job id -> the context of the span that scheduled it, for jobs with flag 't'
+    "finished",  # jobs that succeeded or were cancelled, kept a while: id -> ended (epoch ms)
+    "kept",  # job id -> what is kept of a finished job (jobs/finished.py reads it)
 )
 
 # A batch's keys are ``{prefix}:{b:<batch id>}:<kind>``: a slot of their own (members may be in

@@ -37,6 +37,7 @@ class RawJob:
     record: bytes | None
     state: bytes | None = None
     errors: bytes | None = None
+    kept: bytes | None = None  # what is kept of it once finished (jobs/finished.py)
 
 
 def _bytes(value: Any) -> bytes | None:
@@ -49,17 +50,23 @@ def _text(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
-def _raw_job(queue: str, job_id: str, reply: Any) -> RawJob | None:
-    """fetch.lua's reply read: the job, or None when nothing of it is stored."""
+def _raw_job(queue: str, job_id: str, reply: Any, finished: bool = False) -> RawJob | None:
+    """fetch.lua's reply read: the job, or None when nothing of it is stored (nor, with
+    ``finished``, kept of it since it finished)."""
     record, state, errors, *scores = reply
+    kept = scores.pop() if len(scores) > len(STATUS_KINDS) else None
     if not record and not state and not errors and not any(scores):
+        if kept and finished:  # status None: job_from_raw reads the kept entry
+            return RawJob(job_id, queue, None, None, None, kept=_bytes(kept))
         return None
     status, score = None, None
     for name, value in zip(STATUS_KINDS, scores, strict=True):
         if value:
             status, score = name, seconds(value)
             break
-    return RawJob(job_id, queue, status, score, _bytes(record), _bytes(state), _bytes(errors))
+    return RawJob(
+        job_id, queue, status, score, _bytes(record), _bytes(state), _bytes(errors), _bytes(kept)
+    )
 
 
 def _queue_names(members: Any) -> list[str]:
@@ -83,13 +90,16 @@ def _status(status: str) -> str:
 class Reads(Calls):
     """The read-only half of the Store."""
 
-    def fetch(self, queue: str, job_id: str) -> RawJob | None:
-        """One job's record, state, errors and set, read atomically (fetch.lua)."""
-        return self.call(self.fetch_op(queue, job_id))
+    def fetch(self, queue: str, job_id: str, finished: bool = False) -> RawJob | None:
+        """One job's record, state, errors and set, read atomically (fetch.lua); with
+        ``finished``, also a job kept since it finished (status None, ``kept`` set)."""
+        return self.call(self.fetch_op(queue, job_id, finished))
 
-    def fetch_op(self, queue: str, job_id: str) -> Op:
+    def fetch_op(self, queue: str, job_id: str, finished: bool = False) -> Op:
         """:meth:`fetch` as an op (aget_job() sends it on the asyncio client)."""
-        return self.op("fetch", queue, (job_id,), lambda reply: _raw_job(queue, job_id, reply))
+        return self.op(
+            "fetch", queue, (job_id,), lambda reply: _raw_job(queue, job_id, reply, finished)
+        )
 
     def fetch_many(self, queue: str, status: str, ids_scores: Sequence[tuple]) -> list[RawJob]:
         if not ids_scores:
@@ -260,9 +270,9 @@ class Reads(Calls):
             b"SADD", self.queues_key, check_queue_name(queue), route=self.queues_key
         )
 
-    def find(self, job_id: str, queues: Iterable[str]) -> RawJob | None:
+    def find(self, job_id: str, queues: Iterable[str], finished: bool = False) -> RawJob | None:
         for queue in queues:
-            raw = self.fetch(queue, job_id)
+            raw = self.fetch(queue, job_id, finished)
             if raw is not None:
                 return raw
         return None

@@ -63,6 +63,8 @@ KEY_NAMES = {
     "parked": "Y",
     "holds": "Z",
     "trace": "O",  # OpenTelemetry (monitoring/tracing.py, storage/traces.py)
+    "finished": "V",  # finished jobs kept (jobs/finished.py)
+    "kept": "I",
     # A batch's keys (keys.BATCH_KINDS), for the batch_* scripts.
     "batch": "B",
     "ended": "N",

@@ -18,6 +18,8 @@ from typing import Any
 
 from django_delayq.exceptions import ConnectionError as DelayQConnectionError
 from django_delayq.storage.calls import API_BUDGET, WORKER_BUDGET
+from django_delayq.storage.finished import FinishedReads, Keep, keep_setting
+from django_delayq.storage.manual import ManualOps
 from django_delayq.storage.marks import StartMarks
 from django_delayq.storage.milliseconds import ms, now_arg
 from django_delayq.storage.old_layout import OldLayout
@@ -36,24 +38,28 @@ from django_delayq.storage.replies import (  # the reply types are part of the s
     parse_recovered,
     parse_resent_claim,
     parse_schedule,
-    text,
 )
 from django_delayq.storage.roster import Roster
 from django_delayq.storage.scripts import lib_constant
 
 RECOVER_LIMIT = 100
-PURGE_CHUNK = 500
 # How long (seconds) a finished job's tombstone is kept (lua/_lib.lua, in milliseconds): a
 # schedule() re-sent within it never stores a finished job again. It must exceed API_BUDGET.
 DONE_TTL = lib_constant("DONE_TTL") / 1000
 assert DONE_TTL > 10 * API_BUDGET
 
 
+def _quadruples(entries: Iterable[tuple[str, ...]]) -> list[str]:
+    """Ack entries as the scripts take them: (id, token, info, attempt), attempt '' when
+    the entry has none."""
+    return [part for entry in entries for part in (entry if len(entry) == 4 else (*entry, ""))]
+
+
 def _is_one(reply: Any) -> bool:
     return int(reply) == 1
 
 
-class Store(Reads, Roster, OldLayout):
+class Store(Reads, FinishedReads, ManualOps, Roster, OldLayout):
     """Byte-level access to one Redis (or Redis Cluster) for one key prefix."""
 
     def marker(self) -> StartMarks:
@@ -196,27 +202,33 @@ class Store(Reads, Roster, OldLayout):
         lease: float,
         token: str,
         instance: str = "",
-        acks: Iterable[tuple[str, str, str]] = (),
+        acks: Iterable[tuple[str, ...]] = (),
+        keep: Keep | None = None,
         now: float | None = None,
     ) -> Op:
-        """``acks``: (id, token, info) of finished jobs, acknowledged in the same call before
-        claiming; their flags come back in ``Claim.acked``."""
+        """``acks``: (id, token, info[, attempt]) of finished jobs, acknowledged in the same
+        call before claiming; their flags come back in ``Claim.acked``. ``keep``: (max age
+        ms, max count) of finished jobs kept (None: the settings')."""
         argv: list[Any] = [now_arg(now), int(limit), ms(lease), token, instance]
-        argv += [part for entry in acks for part in entry]
+        argv += keep or keep_setting()
+        argv += _quadruples(acks)
         return self.op("claim", queue, argv, parse_claim, parse_resent=parse_resent_claim)
 
     def claim(self, queue: str, limit: int, **options: Any) -> Claim:
         return self.call(self.claim_op(queue, limit, **options), WORKER_BUDGET)
 
     def ack_op(
-        self, queue: str, entries: Iterable[tuple[str, str, str]], now: float | None = None
+        self,
+        queue: str,
+        entries: Iterable[tuple[str, ...]],
+        now: float | None = None,
+        keep: Keep | None = None,
     ) -> Op:
-        argv: list[Any] = [now_arg(now)]
-        for entry in entries:
-            argv += entry
+        """``entries``: (id, token, info[, attempt]), as :meth:`claim_op`'s acks."""
+        argv: list[Any] = [now_arg(now), *(keep or keep_setting()), *_quadruples(entries)]
         return self.op("ack", queue, argv, parse_ints)
 
-    def ack(self, queue: str, entries: Iterable[tuple[str, str, str]], **kw: Any) -> list[int]:
+    def ack(self, queue: str, entries: Iterable[tuple[str, ...]], **kw: Any) -> list[int]:
         return self.call(self.ack_op(queue, entries, **kw), WORKER_BUDGET)
 
     def fail_op(
@@ -339,46 +351,8 @@ class Store(Reads, Roster, OldLayout):
         """:meth:`cancel` as an op (acancel() sends it on the asyncio client)."""
         if not job_id and not key:
             raise ValueError("cancel() needs a job id or a key")
-        argv = (job_id or "", key or "", now_arg(now))
+        argv = (job_id or "", key or "", now_arg(now), *keep_setting())
         return self.op("cancel", queue, argv, parse_cancel, Policy.ONCE)
-
-    def requeue(self, queue: str, ids: Sequence[str], now: float | None = None) -> list[int]:
-        """Dead -> pending (due now, attempts reset): 1 requeued, 0 not dead, 2 its unique key
-        is held by another pending job, 3 its record is missing."""
-        if not ids:
-            return []
-        op = self.op("requeue", queue, (now_arg(now), *ids), parse_ints, Policy.ONCE)
-        return self.call(op)
-
-    def run_now(self, queue: str, ids: Sequence[str], now: float | None = None) -> list[bool]:
-        """Pending -> due now; a flag per id."""
-        if not ids:
-            return []
-        return self.call(self.op("run_now", queue, (now_arg(now), *ids), parse_flags))
-
-    def delete_dead(self, queue: str, ids: Sequence[str], now: float | None = None) -> list[bool]:
-        if not ids:
-            return []
-        op = self.op("delete", queue, (now_arg(now), *ids), parse_flags, Policy.ONCE)
-        return self.call(op)
-
-    def purge_dead(self, queue: str, died_before: float | None = None) -> int:
-        """Delete the dead jobs of a queue (those that died at or before ``died_before``,
-        if given: what a confirmation page showed), a bounded chunk per script call."""
-        dead = self.key(queue, "dead")
-        deleted = 0
-        while True:
-            if died_before is None:
-                read = self.command(b"ZRANGE", dead, 0, PURGE_CHUNK - 1, route=dead)
-            else:
-                high = ms(died_before)
-                read = self.command(
-                    b"ZRANGEBYSCORE", dead, b"-inf", high, b"LIMIT", 0, PURGE_CHUNK, route=dead
-                )
-            ids = [text(i) for i in self.call(read)]
-            if not ids:
-                return deleted
-            deleted += sum(self.delete_dead(queue, ids))
 
     # -- waking sleeping workers ---------------------------------------------------
 

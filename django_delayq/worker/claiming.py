@@ -24,6 +24,7 @@ from typing import Any
 from django_delayq.exceptions import DelayQError
 from django_delayq.monitoring.tracing import tracer as current_tracer
 from django_delayq.recurring.claims import claimed as recurring_claimed
+from django_delayq.storage.finished import attempt_summary, keep_setting
 from django_delayq.storage.store import Claim, Store
 from django_delayq.worker.delivery import Results
 from django_delayq.worker.execution import Attempt, Outcome
@@ -78,6 +79,7 @@ class Exchange:
         self.deadline: float | None = None  # monotonic time of the next due job
         self.more_due = False  # the last claim left due jobs behind
         self.limits_published = False  # @task(rate=, concurrency=) written for claim.lua
+        self.keep = keep_setting()  # finished jobs kept: (max age ms, max count) or (0, 0)
 
     def run(self, claim: bool = True) -> None:
         """Deliver finished jobs' results and, with ``claim``, claim due ones. Results that
@@ -174,13 +176,28 @@ class Exchange:
                 lease=self.lease,
                 token=token,
                 instance=self.instance,
-                acks=[(o.attempt.id, o.attempt.token, o.attempt.info) for o in acks],
+                acks=self._ack_entries(acks),
+                keep=self.keep,
                 now=self.now(),
             )
         )
         replies = self.store.run(ops)
         self.results.settle_fails(fails, replies[: len(fails)])
         return replies[-1]
+
+    def _ack_entries(self, acks: list[Outcome]) -> list[tuple[str, ...]]:
+        """What claim.lua takes of each finished job; with the attempt's summary when
+        finished jobs are kept (its number, start, duration and this worker's name)."""
+        if not self.keep[0]:
+            return [(o.attempt.id, o.attempt.token, o.attempt.info) for o in acks]
+        wall, name = time.time() - time.monotonic(), self.results.executor.worker
+        entries = []
+        for o in acks:
+            a = o.attempt
+            began = a.started if a.started is not None else o.ended
+            summary = attempt_summary(a.number, wall + began, o.ended - began, name)
+            entries.append((a.id, a.token, a.info, summary))
+        return entries
 
     def _take(
         self, queue: str, token: str, claim: Claim, tracer: Any = None, started: int = 0

@@ -134,6 +134,7 @@ class Outcome:
     delay: float = -1.0  # seconds before the retry; negative: never retry
     resends: int = 0  # round trips that failed to deliver it
     late: bool = False  # returned after its timeout failed it: discarded
+    ended: float = field(default_factory=time.monotonic)  # when the attempt ended
 
 
 def _call(task: Task, job: Job, timeout: float | None) -> Any:
@@ -359,13 +360,11 @@ class Executor:
             traceback=tb,
             will_retry=will_retry,
         )
-        return Outcome(
-            attempt,
-            ok=False,
-            job=job,
-            error=error_info(exc, job.attempts, self.worker, tb),
-            delay=delay,
-        )
+        error = error_info(exc, job.attempts, self.worker, tb)
+        error["duration"] = round(duration, 6)
+        if will_retry:
+            error["retry_in"] = round(delay, 3)
+        return Outcome(attempt, ok=False, job=job, error=error, delay=delay)
 
     def lost(self, outcome: Outcome) -> None:
         """Redis no longer had the attempt under its lease when its result arrived."""

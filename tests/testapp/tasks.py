@@ -214,3 +214,13 @@ def fails_once_then_records(tag, value):
     if runs_client().lpop(f"runs:{tag}:armed") is not None:
         raise ValueError(f"armed: {tag}")
     record_run(tag, value)
+
+
+@task(max_retries=2, retry_backoff=0)
+def fails_first_attempt(tag):
+    """Raises on its first attempt, succeeds on the next (retried at once)."""
+    from django_delayq import current_job
+
+    if current_job().attempts == 1:
+        raise ValueError(f"first attempt of {tag}")
+    CALLS.append(((tag,), {}))

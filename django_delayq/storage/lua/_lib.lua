@@ -75,6 +75,15 @@
 --   Z holds    hash        group key -> "<id>|<token> ..." (the group's lease holders, checked
 --                          against S at every claim, as "hold:<task>" is); "\n<group key>" ->
 --                          the group's next free claim time (microseconds, GCRA as "tat:")
+--   V finished sorted set  job id -> when it ended (epoch ms): the jobs that succeeded or were
+--                          cancelled, kept for DELAYQ["FINISHED_MAX_AGE"] and at most
+--                          DELAYQ["FINISHED_MAX_COUNT"] per queue (0 for either: none kept);
+--                          trimmed by the scripts that add to it (keep, trim_kept)
+--   I kept     hash        job id -> what is kept of a finished job, read only by Python
+--                          (jobs/finished.py): "<outcome> <ended ms>\n", then framed
+--                          ("<byte length>\n<bytes>") its record and its last attempt
+--                          ("<attempt> <started ms> <duration ms> <worker>", '' for a cancelled
+--                          job), then its errors as E held them (the failed attempts)
 --   O trace    hash        job id -> the context of the span that scheduled it (JSON, read only
 --                          by Python: monitoring/tracing.py) of a job whose record has flag
 --                          't'. Kept while the job exists (its retries and a requeue link to
@@ -368,6 +377,44 @@ local function tombstone(ids, now, long)
   redis.call('ZREMRANGEBYSCORE', F, '-inf', '(' .. int(now - DONE_TTL))
 end
 
+-- Keep finished jobs (V, I) when `keep` = {age = ms, count = n} (nil: keep none): `ends` is a
+-- list of {id, outcome, record, attempt summary, errors}. Then at most #ends + 100 entries
+-- older than the age, and as many beyond the count, are dropped (so each call removes at
+-- least what it adds), and both keys expire `age` after this call (turned off, what is left
+-- goes by itself).
+local function keep_finished(keep, now, ends)
+  if not keep or #ends == 0 then return end
+  local scores, entries, at = {}, {}, int(now)
+  for _, e in ipairs(ends) do
+    local record, summary = e[3] or '', e[4] or ''
+    table.insert(scores, at) table.insert(scores, e[1])
+    table.insert(entries, e[1])
+    table.insert(entries, e[2] .. ' ' .. at .. '\n' .. #record .. '\n' .. record .. #summary
+      .. '\n' .. summary .. (e[5] or ''))
+  end
+  batched('ZADD', V, scores)
+  batched('HSET', I, entries)
+  local room = #ends + 100
+  local old = redis.call('ZRANGEBYSCORE', V, '-inf', '(' .. int(now - keep.age), 'LIMIT', 0, room)
+  local excess = redis.call('ZCARD', V) - #old - keep.count
+  if excess > 0 then
+    local first = #old
+    for _, id in ipairs(redis.call('ZRANGE', V, first, first + math.min(excess, room) - 1)) do
+      table.insert(old, id)
+    end
+  end
+  if #old > 0 then batched('ZREM', V, old) batched('HDEL', I, old) end
+  redis.call('PEXPIRE', V, keep.age) redis.call('PEXPIRE', I, keep.age)
+end
+
+-- The keep setting of ARGV[i] (max age, ms) and ARGV[i + 1] (max count): nil when either is
+-- 0 or absent (keep none).
+local function keep_of(i)
+  local age, count = tonumber(ARGV[i] or ''), tonumber(ARGV[i + 1] or '')
+  if not age or not count or age <= 0 or count <= 0 then return nil end
+  return {age = age, count = count}
+end
+
 -- Bounded trim of the dead set: by age, then by count, at most 100 of each per call.
 local function trim_dead(now, max_age, max_count)
   local old = redis.call('ZRANGEBYSCORE', D, '-inf', '(' .. int(now - max_age), 'LIMIT', 0, 100)
@@ -381,21 +428,23 @@ local function trim_dead(now, max_age, max_count)
   end
 end
 
--- Acknowledge finished jobs given as ARGV triples (job id, lease token, info) from
--- ARGV[first] on; info is the record's flags, then '=' and the unique key if it has one.
+-- Acknowledge finished jobs given as ARGV quadruples (job id, lease token, info, attempt) from
+-- ARGV[first] on; info is the record's flags, then '=' and the unique key if it has one;
+-- attempt the summary kept with a finished job (see I; '' when none is kept).
 -- Appends one flag per triple to `out`: 1 acknowledged; 0 gone (already acknowledged,
 -- e.g. by this very call sent before, or cancelled); -1 held by another lease or no longer
 -- running (recovered, claimed again): nothing changed. Counts the acknowledged ones.
 -- `released` (optional): ids whose group slot the caller already gave away (claim.lua).
+-- `keep` (keep_of): the acknowledged jobs are kept as finished (see V, I).
 -- Checks the types of the keys it writes unread before its first write.
-local function ack_from(first, now, out, released)
+local function ack_from(first, now, out, released, keep)
   local ids = {}
-  for i = first, #ARGV, 3 do table.insert(ids, ARGV[i]) end
+  for i = first, #ARGV, 4 do table.insert(ids, ARGV[i]) end
   if #ids == 0 then return end
   local states = batched('HMGET', S, ids)
   zsets(R) hashes(J, E, T)
   local keyed, flagged, linked, traced = false, false, false, false
-  for i = first, #ARGV, 3 do
+  for i = first, #ARGV, 4 do
     local info = ARGV[i + 2]
     local flags = string.match(info, '^[^=]*')
     keyed = keyed or string.find(info, '=', 1, true) ~= nil
@@ -407,9 +456,10 @@ local function ack_from(first, now, out, released)
   if flagged then zsets(F) end
   if linked then hashes(L, G) end
   if traced then hashes(O) end
-  local done, finished, long, links, traces = {}, {}, {}, {}, {}
+  if keep then zsets(V) hashes(I) end
+  local done, finished, long, links, traces, summaries = {}, {}, {}, {}, {}, {}
   for j, id in ipairs(ids) do
-    local i = first + (j - 1) * 3
+    local i = first + (j - 1) * 4
     local token, info = ARGV[i + 1], ARGV[i + 2]
     local _, t, running = parse_state(states[j])
     if running and t == token then
@@ -417,6 +467,7 @@ local function ack_from(first, now, out, released)
       local flags = eq and string.sub(info, 1, eq - 1) or info
       release_key(eq and string.sub(info, eq + 1) or '', id)
       table.insert(done, id)
+      if keep then summaries[id] = ARGV[i + 3] or '' end
       if has(flags, 'i') then table.insert(finished, id) end
       if has(flags, 'e') then long[id] = true end
       if has(flags, 'l') then forward(id, 'succeeded', now) table.insert(links, id) end
@@ -430,6 +481,13 @@ local function ack_from(first, now, out, released)
     end
   end
   if #done > 0 then
+    if keep then
+      local records, errors, ends = batched('HMGET', J, done), batched('HMGET', E, done), {}
+      for j, id in ipairs(done) do
+        ends[j] = {id, 'succeeded', records[j] or '', summaries[id], errors[j] or ''}
+      end
+      keep_finished(keep, now, ends)
+    end
     batched('ZREM', R, done)
     batched('HDEL', J, done)
     batched('HDEL', S, done)

@@ -1,14 +1,19 @@
 -- cancel.lua: delete a pending job, found by id or by unique key.
--- KEYS: pending jobs state keys errors done ranked links forward groups parked trace
+-- KEYS: pending jobs state keys errors done ranked links forward groups parked trace finished kept
 -- ARGV[1] job id, or '' to look it up by ARGV[2]
 -- ARGV[2] unique key, or ''
 -- ARGV[3] now (epoch milliseconds) or '' for Redis TIME (for the tombstone)
+-- ARGV[4] finished jobs' max age (integer milliseconds; absent or 0: keep none), see ack.lua
+-- ARGV[5] finished jobs' max count per queue (absent or 0: keep none)
 -- A pending job is in `pending` or, with a priority, in `ranked`: both are looked in.
 -- Returns {id, record} when a pending job was deleted, {} otherwise (unknown, running or dead).
 -- Reads only the record's header (its unique key and flags), whatever the record's size; a
 -- job with flag 'i' leaves a tombstone in `done` (see schedule.lua); one with flag 'l' its link
--- in `forward`, outcome 'cancelled' (see _lib.lua).
+-- in `forward`, outcome 'cancelled' (see _lib.lua). While finished jobs are kept, the job goes
+-- to `kept` and `finished`, outcome 'cancelled' (see _lib.lua).
 zsets(P, Q, F) hashes(J, S, E, U, L, G, O)
+local keep = keep_of(4)
+if keep then zsets(V) hashes(I) end
 local id = ARGV[1]
 if id == '' then
   id = redis.call('HGET', U, ARGV[2])
@@ -19,6 +24,7 @@ local record = redis.call('HGET', J, id) or ''
 local _, flags, ukey = header(record)
 local now = clock(ARGV[3])
 release_key(ukey, id)
+keep_finished(keep, now, {{id, 'cancelled', record, '', redis.call('HGET', E, id) or ''}})
 if has(flags, 'l') then forward(id, 'cancelled', now) end
 forget(id)
 if has(flags, 'i') then tombstone({id}, now) end

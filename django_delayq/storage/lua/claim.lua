@@ -1,12 +1,15 @@
 -- claim.lua: acknowledge a worker's finished jobs, then lease up to `limit` due jobs to it.
--- KEYS: pending running dead jobs state keys wake stats errors done claims ranked control links forward groups parked holds trace
+-- KEYS: pending running dead jobs state keys wake stats errors done claims ranked control links forward groups parked holds trace finished kept
 -- ARGV[1] now (epoch milliseconds) or '' for Redis TIME
 -- ARGV[2] limit (integer >= 0; 0 only acknowledges and reports the next due time)
 -- ARGV[3] lease (integer milliseconds)
 -- ARGV[4] lease token (string, unique per claim call; ack, fail, extend and release present it)
 -- ARGV[5] worker instance (string): the field of `claims` remembering this worker's last claim
--- ARGV[6..] optional triples: job id, lease token, info of finished jobs, acknowledged first
---           exactly as ack.lua does (a worker's acks and its next claim in one call)
+-- ARGV[6] finished jobs' max age (integer milliseconds; 0: keep none), as ack.lua's ARGV[2]
+-- ARGV[7] finished jobs' max count per queue, as ack.lua's ARGV[3]
+-- ARGV[8..] optional quadruples: job id, lease token, info, attempt of finished jobs,
+--           acknowledged first exactly as ack.lua does (a worker's acks and its next claim
+--           in one call). Before 0.7: triples from ARGV[6].
 -- Returns {now, next_due, {ack flags}, {id1, record1, attempt1, id2, ...}}: next_due is the
 -- due_at of the earliest pending job left ('' when none); the ack flags are ack.lua's, one
 -- per triple; attempt is the number the attempt will have once started.
@@ -44,7 +47,7 @@
 -- The queue's own concurrency limit (same path): `control` field "qconc" = N (from
 -- DELAYQ['QUEUES'], written by workers) lets at most N attempts of the queue's jobs hold a
 -- lease at once across all workers. Field "qhold" lists the holders as "hold:<task>" does,
--- each checked the same way at every claim; a holder this very call acknowledges (ARGV[6..])
+-- each checked the same way at every claim; a holder this very call acknowledges (ARGV[8..])
 -- counts as free. The claim takes at most the free slots; due jobs left behind stay
 -- pending untouched (no attempt counted) and next_due is then CONC_GAP ms ahead, so workers
 -- poll for a free slot instead of waking each other. "qhold" left without "qconc" (the
@@ -108,7 +111,7 @@ if controlled then
     local live = group_live[gkey]
     if not live then
       local acking = {}
-      for i = 6, #ARGV, 3 do acking[ARGV[i] .. '|' .. ARGV[i + 1]] = true end
+      for i = 8, #ARGV, 4 do acking[ARGV[i] .. '|' .. ARGV[i + 1]] = true end
       live = {}
       for h_id, h_token in string.gmatch(redis.call('HGET', Z, gkey) or '', '([^|%s]+)|(%S+)') do
         local holder = h_id .. '|' .. h_token
@@ -165,11 +168,11 @@ if controlled then
     redis.call('ZADD', Y, 0, member)
     redis.call('HSET', A, id, member)
   end
-  -- The slots this call's acknowledgements free (ARGV[6..], flag 'g' in their info, still
+  -- The slots this call's acknowledgements free (ARGV[8..], flag 'g' in their info, still
   -- holding their lease): each group's first parked job goes back to pending before the
   -- jobs are read, so this very call can claim it (ack_from then only drops the holder).
   release_acked = function()
-    for i = 6, #ARGV, 3 do
+    for i = 8, #ARGV, 4 do
       local id = ARGV[i]
       if has(string.match(ARGV[i + 2], '^[^=]*'), 'g') and owned(id, ARGV[i + 1]) then
         local gkey = group_of(id)
@@ -219,7 +222,7 @@ else
   if qslots then
     queue_held = {}
     local acking = {}
-    for i = 6, #ARGV, 3 do acking[ARGV[i] .. '|' .. ARGV[i + 1]] = true end
+    for i = 8, #ARGV, 4 do acking[ARGV[i] .. '|' .. ARGV[i + 1]] = true end
     for h_id, h_token in string.gmatch(qhold or '', '([^|%s]+)|(%S+)') do
       if not acking[h_id .. '|' .. h_token] and owned(h_id, h_token) then
         table.insert(queue_held, h_id .. '|' .. h_token)
@@ -383,7 +386,7 @@ end
 local wakes = limit > 0 and next_due and next_due <= now
 if wakes then lists(W) end
 local acked = {}
-ack_from(6, now, acked, released)
+ack_from(8, now, acked, released, keep_of(6))
 local jobs = {}
 if resend then
   -- This call, sent again: the jobs the first send leased, if the token still holds them.

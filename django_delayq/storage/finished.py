@@ -1,0 +1,66 @@
+"""Finished jobs kept a while: the queue's ``finished`` set and ``kept`` hash (lua/_lib.lua).
+
+Jobs that succeeded (ack.lua, claim.lua's acks) or were cancelled (cancel.lua) are kept, when
+``DELAYQ["FINISHED_MAX_AGE"]`` and ``DELAYQ["FINISHED_MAX_COUNT"]`` are both above 0, with
+their record, their errors and the attempt that ended them; the scripts that add an entry
+trim the oldest (by age, then by count). This module gives the scripts their keep arguments
+and reads the kept jobs back (:mod:`django_delayq.jobs.finished` decodes an entry).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from django_delayq.conf import delayq_settings
+from django_delayq.storage.calls import Calls
+from django_delayq.storage.milliseconds import ms
+from django_delayq.storage.replies import pairs
+
+Keep = tuple[int, int]  # (max age in ms, max count); (0, 0): keep none
+
+
+def keep_setting() -> Keep:
+    """The scripts' keep arguments from the settings: (0, 0) when either is 0."""
+    age, count = delayq_settings.FINISHED_MAX_AGE, delayq_settings.FINISHED_MAX_COUNT
+    if not age or not count:
+        return (0, 0)
+    return (ms(age), int(count))
+
+
+def attempt_summary(number: int, started: float, duration: float, worker: str) -> str:
+    """What a kept job holds of the attempt that ended it: its number, start (epoch seconds)
+    and duration (seconds), and the worker that ran it."""
+    return f"{number} {round(started * 1000)} {duration * 1000:.3f} {worker}"
+
+
+class FinishedReads(Calls):
+    """Reads of the kept finished jobs (a base of the Store)."""
+
+    def finished_count(self, queue: str) -> int:
+        key = self.key(queue, "finished")
+        return int(self.call(self.command(b"ZCARD", key, route=key)) or 0)
+
+    def finished_page(self, queue: str, offset: int, limit: int) -> list[tuple[str, float]]:
+        """(id, ended at in epoch seconds) of kept jobs, the newest first."""
+        if limit <= 0:
+            return []
+        key = self.key(queue, "finished")
+        reply = self.call(
+            self.command(
+                b"ZRANGE", key, offset, offset + limit - 1, b"REV", b"WITHSCORES", route=key
+            )
+        )
+        return [(_text(job_id), float(score) / 1000) for job_id, score in pairs(reply)]
+
+    def kept_entries(self, queue: str, ids: Sequence[str]) -> list[bytes | None]:
+        """The kept entries of ``ids`` (None for an id not kept, or no longer)."""
+        if not ids:
+            return []
+        key = self.key(queue, "kept")
+        reply = self.call(self.command(b"HMGET", key, *ids, route=key))
+        return [value if value else None for value in reply]
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
