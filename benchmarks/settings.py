@@ -13,6 +13,10 @@ production worker would run: ``CONN_MAX_AGE`` from ``DELAYQ_BENCH_CONN_MAX_AGE``
 ``DELAYQ_BENCH_SETTINGS_SCHEDULES=N`` (bench/recurring_scale.py) defines N schedules in
 ``DELAYQ["SCHEDULES"]``, ``cfg0`` ... each ``* * * * *`` running ``occurrence_probe``.
 
+``DELAYQ_BENCH_KEEP_FINISHED=0`` (issue 28) keeps no finished job (``FINISHED_MAX_COUNT``
+0; by default they are kept, as a user's are): ``run.py --only push`` with and without it
+gives keeping's cost with worker processes.
+
 ``DELAYQ_BENCH_OTEL=1`` (issue 28) configures an OpenTelemetry SDK tracer provider in this
 process and its workers, its spans batched (``BatchSpanProcessor``, as in production) to an
 exporter that drops them: the cost of tracing on (every span made, linked, ended and
@@ -54,6 +58,8 @@ if os.environ.get("DELAYQ_BENCH_SETTINGS_SCHEDULES"):  # issue 25: N settings sc
     }
 DEFAULT_AUTO_FIELD = "django.db.models.AutoField"
 
+if os.environ.get("DELAYQ_BENCH_KEEP_FINISHED") == "0":  # issue 28: finished jobs not kept
+    DELAYQ["FINISHED_MAX_COUNT"] = 0
 if os.environ.get("DELAYQ_BENCH_OTEL") == "1":
     from opentelemetry import trace
     from opentelemetry.sdk.trace import TracerProvider
