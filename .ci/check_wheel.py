@@ -1,6 +1,6 @@
 """Check that a built wheel carries all of django_delayq, not only its Python modules:
 
-    python .ci/check_wheel.py dist/django_delayq-0.6.0-py3-none-any.whl
+    python .ci/check_wheel.py dist/django_delayq-0.7.0-py3-none-any.whl
 
 Every file git tracks under django_delayq/ (every file there, without git) must be in
 the wheel, and so must at least one file of each kind the app cannot run without: Lua

@@ -40,7 +40,7 @@ from django_delayq.scheduling.pausing import is_paused, pause, resume
 from django_delayq.scheduling.registry import Task, task
 from django_delayq.worker.execution import current_job
 
-__version__ = "0.6.0"
+__version__ = "0.7.0"
 
 # Old module path (before 0.5) -> the module's new path.
 MOVED = {
