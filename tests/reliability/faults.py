@@ -73,11 +73,12 @@ def script_argv(cmd: list[bytes]) -> list[bytes]:
 
 def carries_acks(cmd: list[bytes]) -> bool:
     """The worker's round trip that acknowledges finished jobs: the acks of a queue ride in
-    its claim.lua call (ARGV[6..]: id, token, info triples after the five claim arguments);
-    ack.lua takes them alone. A claim without acks has exactly five ARGV."""
+    its claim.lua call (ARGV[8..]: id, token, info, attempt quadruples after the five claim
+    arguments and the two of finished jobs' keeping); ack.lua takes them alone. A claim
+    without acks has exactly seven ARGV."""
     if script("ack")(cmd):
         return True
-    return script("claim")(cmd) and len(script_argv(cmd)) > 5
+    return script("claim")(cmd) and len(script_argv(cmd)) > 7
 
 
 def claims_jobs(cmd: list[bytes]) -> bool:

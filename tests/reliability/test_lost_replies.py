@@ -141,8 +141,7 @@ def test_lost_ack_reply_jobs_run_once_and_settle(
     data = servers.redis("data")
     store = Store(data.client(), prefix)
     with FaultProxy(data.port) as proxy, installed(store):
-        for i in range(jobs):
-            schedule(mark, tag, str(i), max_retries=0)
+        ids = [schedule(mark, tag, str(i), max_retries=0).id for i in range(jobs)]
         lost = proxy.add_rule(carries_acks, drop_reply(), times=drops)
         env = worker_env(proxy.url, runs_server.url, prefix, VISIBILITY_TIMEOUT=2)
         worker = workers.start(env, name="acker")
@@ -161,6 +160,19 @@ def test_lost_ack_reply_jobs_run_once_and_settle(
     assert sorted(done) == list(range(jobs)), f"runs: {sorted(done)}"
     assert sizes(store) == EMPTY
     assert code == 0, worker.output()
+    assert_kept_once(store, ids, "acker")
+
+
+def assert_kept_once(store: Store, ids: list[str], worker: str) -> None:
+    """Each job is kept as finished once (the ack re-sent after a lost reply or an error
+    changed nothing), as succeeded at its first attempt by ``worker``."""
+    assert store.finished_count("default") == len(ids)
+    with installed(store):
+        for job_id in ids:
+            kept = get_job(job_id, finished=True)
+            assert kept is not None and kept.status == "succeeded", (job_id, kept)
+            assert kept.last_attempt["attempt"] == 1, kept.last_attempt
+            assert kept.last_attempt["worker"].startswith(worker), kept.last_attempt
 
 
 # Injected error replies, and how many sends of the round trip get one: NOSCRIPT on every
@@ -235,6 +247,7 @@ def test_redis_error_in_the_ack_round_trip_keeps_the_result(
     )
     assert sizes(store) == EMPTY
     assert code == 0, worker.output()
+    assert_kept_once(store, [job.id], "acker")
 
 
 def poll(predicate, timeout: float) -> bool:
