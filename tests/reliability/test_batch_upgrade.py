@@ -24,16 +24,16 @@ pytestmark = pytest.mark.reliability
 BEFORE_BATCHES = "cd75a54"  # the last commit before batches landed (version 0.5.0)
 
 
-def old_tree(path) -> str:
-    """django_delayq and tests as they were at BEFORE_BATCHES, extracted under ``path``."""
+def old_tree(path, commit: str = BEFORE_BATCHES, release: str = "0.5.0") -> str:
+    """django_delayq and tests as they were at ``commit``, extracted under ``path``."""
     archive = path / "old.tar"
     found = subprocess.run(
-        ["git", "cat-file", "-e", f"{BEFORE_BATCHES}^{{commit}}"], cwd=ROOT, capture_output=True
+        ["git", "cat-file", "-e", f"{commit}^{{commit}}"], cwd=ROOT, capture_output=True
     )
     if found.returncode != 0:  # a shallow clone, or no git checkout at all
-        pytest.skip(f"this checkout has no commit {BEFORE_BATCHES} (0.5.0) to run a worker of")
+        pytest.skip(f"this checkout has no commit {commit} ({release}) to run a worker of")
     subprocess.run(
-        ["git", "archive", "-o", str(archive), BEFORE_BATCHES, "django_delayq", "tests"],
+        ["git", "archive", "-o", str(archive), commit, "django_delayq", "tests"],
         cwd=ROOT,
         check=True,
     )
