@@ -166,3 +166,21 @@ def proxied():
         finally:
             store.client = real_redis()  # the cleanup must not go through the proxy
             installed.close()
+
+
+def run_machine(machine: type, examples: int, steps: int = 40) -> None:
+    """Run a hypothesis state machine ``examples`` times, ``steps`` steps each, no deadline
+    (a shared machine's pauses are not the code's speed)."""
+    from hypothesis import HealthCheck
+    from hypothesis import settings as hypothesis_settings
+    from hypothesis.stateful import run_state_machine_as_test
+
+    run_state_machine_as_test(
+        machine,
+        settings=hypothesis_settings(
+            max_examples=examples,
+            stateful_step_count=steps,
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
+        ),
+    )

@@ -18,7 +18,6 @@ import itertools
 import json
 
 import fakeredis
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
@@ -27,7 +26,7 @@ from django_delayq.jobs.ids import new_job_id
 from django_delayq.jobs.record import encode_record
 from django_delayq.storage import batches as stored
 from django_delayq.storage.store import Store
-from tests.conftest import delete_keys, real_redis
+from tests.conftest import delete_keys, real_redis, run_machine
 from tests.testapp import tasks as t
 
 Q = "default"
@@ -215,26 +214,12 @@ class BatchMachine(RuleBasedStateMachine):
             assert placed == bool(found[kind]), (kind, fields, found)
 
 
-def _run(machine: type, examples: int) -> None:
-    from hypothesis.stateful import run_state_machine_as_test
-
-    run_state_machine_as_test(
-        machine,
-        settings=settings(
-            max_examples=examples,
-            stateful_step_count=40,
-            deadline=None,
-            suppress_health_check=list(HealthCheck),
-        ),
-    )
-
-
 def test_the_batch_machine_on_fakeredis():
-    _run(BatchMachine, 150)
+    run_machine(BatchMachine, 150)
 
 
 def test_the_batch_machine_on_redis():
     class Machine(BatchMachine):
         client_factory = staticmethod(real_redis)
 
-    _run(Machine, 15)
+    run_machine(Machine, 15)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import itertools
 
 import fakeredis
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
@@ -25,7 +24,7 @@ from django_delayq.jobs.finished import parse_kept
 from django_delayq.jobs.ids import new_job_id
 from django_delayq.jobs.record import encode_record
 from django_delayq.storage.store import Store
-from tests.conftest import delete_keys, real_redis
+from tests.conftest import delete_keys, real_redis, run_machine
 
 Q = "default"
 T0 = 1_800_000_000_000  # epoch ms: the model counts in integer milliseconds, as Redis does
@@ -139,26 +138,12 @@ class FinishedMachine(RuleBasedStateMachine):
             assert self.store.fetch(Q, job_id) is None  # never live and kept
 
 
-def _run(machine: type, examples: int) -> None:
-    from hypothesis.stateful import run_state_machine_as_test
-
-    run_state_machine_as_test(
-        machine,
-        settings=settings(
-            max_examples=examples,
-            stateful_step_count=40,
-            deadline=None,
-            suppress_health_check=list(HealthCheck),
-        ),
-    )
-
-
 def test_the_finished_machine_on_fakeredis():
-    _run(FinishedMachine, 120)
+    run_machine(FinishedMachine, 120)
 
 
 def test_the_finished_machine_on_redis():
     class Machine(FinishedMachine):
         client_factory = staticmethod(real_redis)
 
-    _run(Machine, 30)
+    run_machine(Machine, 30)
