@@ -62,7 +62,7 @@ def forward_ids(store: Store, ended: Iterable[tuple[str, str]]) -> None:
 def forward(store: Store, entries: Sequence[Ended]) -> None:
     """Take each entry to its chain and batch, then delete it (see the module docstring)."""
     for_batches: dict[str, list[tuple[str, str]]] = {}
-    taken: list[Ended] = []
+    taken: list[tuple[Ended, Any]] = []  # (entry, its batch id) of each entry taken
     for entry in sorted(entries, key=lambda e: e.at_ms):  # a member's ends in their order
         link = links.loads(entry.link)
         try:
@@ -73,7 +73,7 @@ def forward(store: Store, entries: Sequence[Ended]) -> None:
         batch_id = link.get("b")
         if isinstance(batch_id, str) and outcome is not None:
             for_batches.setdefault(batch_id, []).append((link.get("m") or entry.id, outcome))
-        taken.append(entry)
+        taken.append((entry, batch_id))
     refused: set[str] = set()
     for batch_id, outcomes in for_batches.items():
         try:
@@ -82,7 +82,7 @@ def forward(store: Store, entries: Sequence[Ended]) -> None:
         except Exception as exc:
             logger.warning("batch %s: outcomes not recorded yet (%s)", batch_id, exc)
             refused.add(batch_id)
-    _drop(store, [e for e in taken if links.loads(e.link).get("b") not in refused])
+    _drop(store, [e for e, batch_id in taken if batch_id not in refused])
 
 
 def _drop(store: Store, entries: Sequence[Ended]) -> None:
