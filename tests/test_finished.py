@@ -141,3 +141,18 @@ def test_the_worker_keeps_finished_jobs_as_the_settings_say(store, keep):
         assert Worker(["default"], burst=True).run() == 0
     found = get_job(job.id, finished=True)
     assert (found is not None and found.status == "succeeded") is keep
+
+
+def test_a_record_above_64_kib_is_kept_without_its_arguments(store, redis_client):
+    big = "x" * 70_000
+    job = t.remember.schedule(big, key="order:1")
+    assert cancel(job.id)
+    kept = get_job(job.id, finished=True)
+    assert kept.status == "cancelled" and kept.task == t.remember.name
+    assert kept.args == [] and kept.kwargs == {} and kept.key == "order:1"
+    assert kept.args_not_kept > 70_000
+    assert len(redis_client.hget(store.key(Q, "kept"), job.id)) < 200
+    small = t.remember.schedule("x" * 60_000, y=1)  # under the bound: kept whole
+    assert cancel(small.id)
+    kept = get_job(small.id, finished=True)
+    assert kept.args == ["x" * 60_000] and kept.kwargs == {"y": 1} and kept.args_not_kept is None

@@ -4,7 +4,9 @@ A job that succeeded or was cancelled is kept a while (``DELAYQ["FINISHED_MAX_AG
 ``["FINISHED_MAX_COUNT"]``, storage/finished.py) as one entry written by the script that
 ended it (lua/_lib.lua's ``keep_finished``)::
 
-    succeeded 1764351234567\\n      its outcome and when it ended (epoch ms)
+    succeeded 1764351234567\\n      its outcome and when it ended (epoch ms); a third field,
+                                   the record's size, when it was above 64 KiB: only its
+                                   header and task line are kept (no arguments)
     57\\n<record>                   its record, framed ("<byte length>\\n<bytes>")
     38\\n2 1764351234560 6.250 w1    the attempt that ended it, framed: number, start (epoch
                                    ms), duration (ms), worker ('' for a cancelled job)
@@ -38,6 +40,7 @@ class KeptEntry:
     record: bytes
     last_attempt: dict[str, Any] | None
     errors: list[dict]
+    cut: int | None = None  # the record's size when only its header and task were kept
 
 
 @dataclass(frozen=True)
@@ -84,11 +87,13 @@ def parse_kept(raw: bytes | str | None) -> KeptEntry | None:
         raw = raw.encode("utf-8", "surrogateescape")
     try:
         newline = raw.index(b"\n")
-        outcome, _, ended = raw[:newline].decode().partition(" ")
+        outcome, ended, *cut = raw[:newline].decode().split(" ")
         record, pos = _frame(raw, newline + 1)
         summary, pos = _frame(raw, pos)
         last = parse_summary(summary.decode("utf-8", "replace"))
-        return KeptEntry(outcome, int(ended) / 1000, record, last, parse_errors(raw[pos:]))
+        size = int(cut[0]) if cut else None
+        errors = parse_errors(raw[pos:])
+        return KeptEntry(outcome, int(ended) / 1000, record, last, errors, size)
     except (ValueError, UnicodeDecodeError):
         return None
 

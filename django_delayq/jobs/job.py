@@ -18,7 +18,7 @@ from typing import Any
 from django_delayq.exceptions import CorruptJob
 from django_delayq.jobs.finished import AttemptRecord, KeptEntry, attempt_records, parse_kept
 from django_delayq.jobs.ids import id_timestamp
-from django_delayq.jobs.record import EMPTY, Fields, decode_record
+from django_delayq.jobs.record import EMPTY, Fields, decode_record, head_fields
 from django_delayq.jobs.state import last_error_of, parse_errors, parse_state, worker_of
 from django_delayq.jobs.times import to_datetime
 
@@ -78,6 +78,9 @@ class Job:
     waits_in: str = IN_REDIS
     priority: int = 0
     finished_at: datetime | None = None
+    # A finished job whose record was above 64 KiB: its size in bytes; only its task and
+    # header were kept (args and kwargs are then empty).
+    args_not_kept: int | None = None
     # The attempt that ended a succeeded job: attempt, started (epoch s), duration (s), worker.
     last_attempt: dict | None = field(default=None, repr=False)
 
@@ -193,6 +196,7 @@ def make_job(
             "priority": fields.priority,
             "finished_at": to_datetime(kept.ended_at) if kept else None,
             "last_attempt": kept.last_attempt if kept else None,
+            "args_not_kept": kept.cut if kept else None,
         }
     )
 
@@ -259,9 +263,18 @@ def job_from_kept(job_id: str, queue: str, kept: KeptEntry, default_max_retries:
         job_id,
         queue,
         kept.outcome,
-        decode_fields(kept.record or None),
+        _kept_fields(kept),
         default_max_retries,
         attempts=attempts,
         errors=kept.errors,
         kept=kept,
     )
+
+
+def _kept_fields(kept: KeptEntry) -> Fields:
+    if kept.cut is None:
+        return decode_fields(kept.record or None)
+    try:
+        return head_fields(kept.record)
+    except CorruptJob:
+        return EMPTY

@@ -218,3 +218,15 @@ def _decode_legacy(raw: bytes) -> Fields:
     ):
         raise CorruptJob(f"job record has malformed fields: {raw[:80]!r}")
     return Fields(head["t"], args, kwargs, key, max_retries)
+
+
+def head_fields(raw: bytes) -> Fields:
+    """The fields of a record cut after its task line (a finished job whose arguments were
+    too large to keep: jobs/finished.py): the task and header, no arguments; raise
+    CorruptJob."""
+    match = _HEADER.match(raw)
+    if match is None:
+        raise CorruptJob(f"job record has no header (newer format, or damaged): {raw[:80]!r}")
+    flags = match.group(2).replace(FLAG_KWARGS.encode(), b"")
+    head = match.group(1) + flags + raw[match.end() :].rstrip(b"\n")
+    return decode_record(head + b"\n")

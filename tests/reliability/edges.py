@@ -41,12 +41,13 @@ def leftovers(client: redis.Redis, prefix: str, job_id: str, queue: str = "defau
     """Where ``job_id`` still appears among the queue's keys: a member of a sorted set, a
     field or a value of a hash, an item of a list, or a key named after it. The tombstone a
     finished or cancelled job leaves in ``done`` (kept DONE_TTL seconds, so a schedule()
-    re-sent after a lost reply does not store it again) is not a leftover."""
+    re-sent after a lost reply does not store it again) is not a leftover, nor is the job
+    kept as finished in ``finished`` and ``kept`` (FINISHED_MAX_AGE: tests check it apart)."""
     found = []
     needle = job_id.encode()
-    tombstones = queue_key(prefix, queue, "done").encode()
+    kept = {queue_key(prefix, queue, kind).encode() for kind in ("done", "finished", "kept")}
     for key in queue_keys(client, prefix, queue):
-        if key == tombstones:
+        if key in kept:
             continue
         kind = client.type(key)
         name = key.decode(errors="replace")

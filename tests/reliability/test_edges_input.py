@@ -149,12 +149,14 @@ def test_cancel_by_key_of_deepest_accepted_arguments_frees_the_key(store, report
         job = schedule(t.remember, nested(depth), key="deep")
         assert get_job(job.id).key == "deep"
         cancelled = cancel(key="deep")
+        kept = get_job(job.id, finished=True)
     left = leftovers(client, prefix, job.id)
     again = schedule(t.remember, 1, key="deep")
     report(scenario="18a. cancel by key of the deepest accepted args", jobs=1, depth=depth)
     assert cancelled is True
     assert left == [], f"cancel(key=...) of a job nested {depth} deep left {left}"
     assert again.outcome == "created", again
+    assert kept.status == "cancelled" and kept.key == "deep" and kept.args_not_kept is None
 
 
 def test_cancel_by_key_of_a_20_mb_job_frees_the_key(data, store, report):
@@ -170,6 +172,7 @@ def test_cancel_by_key_of_a_20_mb_job_frees_the_key(data, store, report):
     spent = redis_usec(client) - before
     slowest, command = slowest_command(client)
     left = leftovers(client, prefix, job.id)
+    kept = get_job(job.id, finished=True)
     again = schedule(t.remember, 1, key="big")
     report(
         scenario="18b. cancel by key of a 20 MB job",
@@ -181,6 +184,10 @@ def test_cancel_by_key_of_a_20_mb_job_frees_the_key(data, store, report):
     assert cancelled is True
     assert left == [], f"cancel(key=...) of a 20 MB job left {left}"
     assert again.outcome == "created", again
+    # Kept as cancelled without its 20 MB (only its task and header: bounded memory).
+    assert kept.status == "cancelled" and kept.task == t.remember.name and kept.args == []
+    assert kept.key == "big" and kept.args_not_kept > 20 * 1024 * 1024
+    assert client.memory_usage(store.key("default", "kept")) < 64 * 1024
 
 
 # -- 11. validation gaps --------------------------------------------------------------------

@@ -80,7 +80,9 @@
 --                          DELAYQ["FINISHED_MAX_COUNT"] per queue (0 for either: none kept);
 --                          trimmed by the scripts that add to it (keep, trim_kept)
 --   I kept     hash        job id -> what is kept of a finished job, read only by Python
---                          (jobs/finished.py): "<outcome> <ended ms>\n", then framed
+--                          (jobs/finished.py): "<outcome> <ended ms>\n" (" <size>" before
+--                          the newline: a record above KEPT_RECORD_MAX bytes, of which only
+--                          the header and task line are kept), then framed
 --                          ("<byte length>\n<bytes>") its record and its last attempt
 --                          ("<attempt> <started ms> <duration ms> <worker>", '' for a cancelled
 --                          job), then its errors as E held them (the failed attempts)
@@ -377,6 +379,9 @@ local function tombstone(ids, now, long)
   redis.call('ZREMRANGEBYSCORE', F, '-inf', '(' .. int(now - DONE_TTL))
 end
 
+-- A kept job's record longer than this (bytes) is kept as its header and task line only.
+local KEPT_RECORD_MAX = 65536
+
 -- Keep finished jobs (V, I) when `keep` = {age = ms, count = n} (nil: keep none): `ends` is a
 -- list of {id, outcome, record, attempt summary, errors}. Then at most #ends + 100 entries
 -- older than the age, and as many beyond the count, are dropped (so each call removes at
@@ -386,11 +391,16 @@ local function keep_finished(keep, now, ends)
   if not keep or #ends == 0 then return end
   local scores, entries, at = {}, {}, int(now)
   for _, e in ipairs(ends) do
-    local record, summary = e[3] or '', e[4] or ''
+    local record, summary, cut = e[3] or '', e[4] or '', ''
+    if #record > KEPT_RECORD_MAX then  -- its header and task only: " <size>" says so
+      local first = string.find(record, '\n', 1, true) or #record
+      cut = ' ' .. #record
+      record = string.sub(record, 1, string.find(record, '\n', first + 1, true) or #record)
+    end
     table.insert(scores, at) table.insert(scores, e[1])
     table.insert(entries, e[1])
-    table.insert(entries, e[2] .. ' ' .. at .. '\n' .. #record .. '\n' .. record .. #summary
-      .. '\n' .. summary .. (e[5] or ''))
+    table.insert(entries, e[2] .. ' ' .. at .. cut .. '\n' .. #record .. '\n' .. record
+      .. #summary .. '\n' .. summary .. (e[5] or ''))
   end
   batched('ZADD', V, scores)
   batched('HSET', I, entries)
