@@ -109,9 +109,15 @@ def fill(store: Store, count: int, rng: random.Random) -> None:
         done += n
 
 
-def median_ms(client: Client, url: str, runs: int) -> float:
-    for _ in range(WARMUP):
-        assert client.get(url).status_code == 200, url
+def median_ms(
+    client: Client, url: str, runs: int, expect: str | None = None, warmup: int = WARMUP
+) -> float:
+    """The median time of ``runs`` GETs of ``url`` after ``warmup`` ones, each answering
+    200 (and, for the warm-up ones, holding ``expect`` when given)."""
+    for _ in range(warmup):
+        response = client.get(url)
+        assert response.status_code == 200, url
+        assert expect is None or expect in response.content.decode(), (url, expect)
     times = []
     for _ in range(runs):
         start = time.perf_counter()

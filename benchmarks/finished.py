@@ -103,8 +103,10 @@ def main(argv: list[str] | None = None) -> int:
             m = {k: statistics.median(r[figure] for r in v) for k, v in results.items()}
             print(f"{figure:24} {m['off']:10.1f} {m['on']:10.1f}  {m['on'] / m['off']:9.2f}")
         small = statistics.median(r["bytes/kept job"] for r in results["on"])
-        print(f"\nRedis bytes per kept job: {small:,.0f} (no-op job, one int argument), "
-              f"{sized['bytes/kept job']:,.0f} (about 300 bytes of arguments)")
+        print(
+            f"\nRedis bytes per kept job: {small:,.0f} (no-op job, one int argument), "
+            f"{sized['bytes/kept job']:,.0f} (about 300 bytes of arguments)"
+        )
     return 0
 
 
