@@ -187,10 +187,12 @@ class Exchange:
 
     def _ack_entries(self, acks: list[Outcome]) -> list[tuple[str, ...]]:
         """What claim.lua takes of each finished job; with the attempt's summary when
-        finished jobs are kept (its number, start, duration and this worker's name)."""
+        finished jobs are kept (its number, start on Redis's clock, as the time it ended
+        is, duration and this worker's name)."""
         if not self.keep[0]:
             return [(o.attempt.id, o.attempt.token, o.attempt.info) for o in acks]
-        wall, name = time.time() - time.monotonic(), self.results.executor.worker
+        wall = time.time() + self.starts.offset - time.monotonic()
+        name = self.results.executor.worker
         entries = []
         for o in acks:
             a = o.attempt

@@ -12,6 +12,7 @@ from unittest import mock
 import pytest
 from django.utils import timezone
 
+from django_delayq import get_job
 from django_delayq.storage.store import Store
 from tests.reliability.harness import installed, runs, wait_until, worker_env
 from tests.reliability.tasks import stamp
@@ -50,6 +51,7 @@ def test_skewed_producers_and_workers_run_jobs_on_redis_clock(
         for offset in (SKEW, -SKEW)
     ]
     due: dict[str, float] = {}
+    job_ids: dict[str, str] = {}
     with installed(store):
         began = time.monotonic()
         for offset in (SKEW, -SKEW):
@@ -58,6 +60,7 @@ def test_skewed_producers_and_workers_run_jobs_on_redis_clock(
                 for d in delays:
                     before = redis_now()
                     job = stamp.schedule(tag, f"{offset:+.0f}/{d}", delay=d)
+                    job_ids[f"{offset:+.0f}/{d}"] = job.id
                     after = redis_now()
                     at = job.due_at.timestamp()
                     assert before + d - 0.01 <= at <= after + d + 0.01, (offset, d)
@@ -71,6 +74,8 @@ def test_skewed_producers_and_workers_run_jobs_on_redis_clock(
         time.sleep(0.5)
         elapsed = time.monotonic() - began
         assert store.fetch("default", ahead.id).status == "pending"  # no worker ran it early
+        ids = {v: j for v, j in job_ids.items() if v in due}
+        kept = {v: get_job(j, finished=True) for v, j in ids.items()}
     for proc in procs:
         proc.signal(signal.SIGTERM)
     codes = [proc.wait(30) for proc in procs]
@@ -89,3 +94,8 @@ def test_skewed_producers_and_workers_run_jobs_on_redis_clock(
     # Never early; late by far less than the skew (a worker going by its own clock would be
     # 30 s early or late), with room for a loaded 2-core machine (1.5 s was seen there).
     assert all(-0.01 <= late < SKEW / 3 for late in lateness.values()), lateness
+    # The finished jobs' timelines are on Redis's clock too: each attempt started after its
+    # due time and before it ended (a start on the worker's own clock would be 30 s off).
+    for value, job in kept.items():
+        started = job.last_attempt["started"]
+        assert due[value] - 0.01 <= started <= job.finished_at.timestamp() + 0.01, (value, job)
