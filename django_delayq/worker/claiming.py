@@ -191,7 +191,7 @@ class Exchange:
         is, duration and this worker's name)."""
         if not self.keep[0]:
             return [(o.attempt.id, o.attempt.token, o.attempt.info) for o in acks]
-        wall = time.time() + self.starts.offset - time.monotonic()
+        wall = self.starts.redis_now() - time.monotonic()
         name = self.results.executor.worker
         entries = []
         for o in acks:

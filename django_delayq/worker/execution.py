@@ -165,7 +165,9 @@ async def bounded(
         ) from None
 
 
-def error_info(exc: BaseException, attempt: int, worker: str, tb: str | None = None) -> dict:
+def error_info(
+    exc: BaseException, attempt: int, worker: str, tb: str | None = None, at: float | None = None
+) -> dict:
     kind = type(exc)
     tb = tb if tb is not None else "".join(traceback.format_exception(exc))
     return {
@@ -173,7 +175,7 @@ def error_info(exc: BaseException, attempt: int, worker: str, tb: str | None = N
         "message": str(exc)[:MESSAGE_LIMIT],
         "traceback": tb[-TRACEBACK_LIMIT:],
         "attempt": attempt,
-        "at": time.time(),
+        "at": time.time() if at is None else at,
         "worker": worker,
     }
 
@@ -195,8 +197,14 @@ class Executor:
         self.retry_backoff_max = retry_backoff_max
         # Set by the runners (runners.py): watch() is told of an attempt with a deadline,
         # returned() says whether a returning task still owns its attempt (not timed out).
+        # The time of an error: Redis's clock as the worker last saw it (parts.py sets it).
+        self.now: Callable[[], float] = time.time
         self.watch: Callable[[Attempt], None] = lambda attempt: None
         self.returned: Callable[[Attempt], bool] = lambda attempt: True
+
+    def error_info(self, exc: BaseException, attempt: int, tb: str | None = None) -> dict:
+        """:func:`error_info` of this worker, its time on Redis's clock (``now``)."""
+        return error_info(exc, attempt, self.worker, tb, self.now())
 
     def job(self, attempt: Attempt) -> Job:
         return make_job(
@@ -217,7 +225,7 @@ class Executor:
                 attempt.fields = decode_record(attempt.record)
         except CorruptJob as exc:
             logger.error(CORRUPT_LINE, attempt.id, exc)
-            return Outcome(attempt, ok=False, error=error_info(exc, attempt.number, self.worker))
+            return Outcome(attempt, ok=False, error=self.error_info(exc, attempt.number))
         job = self.job(attempt)
         if attempt.ready is not None:  # a recurring occurrence's record, committed first
             attempt.ready.wait(RECORD_WAIT)
@@ -266,7 +274,7 @@ class Executor:
 
     def internal_error(self, attempt: Attempt, exc: BaseException) -> Outcome:
         logger.exception("internal error running job %s", attempt.id)
-        return Outcome(attempt, ok=False, error=error_info(exc, attempt.number, self.worker))
+        return Outcome(attempt, ok=False, error=self.error_info(exc, attempt.number))
 
     def raised(
         self, attempt: Attempt, job: Job, task: Task | None, exc: BaseException, duration: float
@@ -360,7 +368,7 @@ class Executor:
             traceback=tb,
             will_retry=will_retry,
         )
-        error = error_info(exc, job.attempts, self.worker, tb)
+        error = self.error_info(exc, job.attempts, tb)
         error["duration"] = round(duration, 6)
         if will_retry:
             error["retry_in"] = round(delay, 3)

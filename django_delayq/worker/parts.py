@@ -75,6 +75,7 @@ def make_parts(
     prefetch = Prefetch(holdings, aio.loop_share)
     marker = store.marker()
     starts = Starts(store, marker, lease, default_max_retries)
+    executor.now = starts.redis_now
     forwarder = Forwarder(store, stopped, wake)
     results = Results(store, executor, holdings, dead_options, default_max_retries, now, forwarder)
     shared = (holdings, prefetch, starts, executor)

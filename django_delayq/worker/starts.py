@@ -45,6 +45,10 @@ class Starts:
         self.default_max_retries = default_max_retries
         self.offset = 0.0  # Redis's clock minus this machine's (the worker sets it per claim)
 
+    def redis_now(self) -> float:
+        """Redis's clock, as this worker's clock and the offset of its last claim say."""
+        return time.time() + self.offset
+
     def _lease_until(self) -> float:
         return time.time() + self.offset + self.lease
 

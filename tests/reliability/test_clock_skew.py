@@ -13,9 +13,10 @@ import pytest
 from django.utils import timezone
 
 from django_delayq import get_job
+from django_delayq.jobs.job import job_from_raw
 from django_delayq.storage.store import Store
 from tests.reliability.harness import installed, runs, wait_until, worker_env
-from tests.reliability.tasks import stamp
+from tests.reliability.tasks import explode, stamp
 
 pytestmark = pytest.mark.reliability
 
@@ -65,6 +66,7 @@ def test_skewed_producers_and_workers_run_jobs_on_redis_clock(
                     at = job.due_at.timestamp()
                     assert before + d - 0.01 <= at <= after + d + 0.01, (offset, d)
                     due[f"{offset:+.0f}/{d}"] = at
+        exploded = [explode.schedule(tag, f"boom{n}", max_retries=1) for n in range(4)]
         # at= is absolute: "my now + 2 s" from a clock 30 s fast is 32 s from now.
         with skewed_clock(SKEW):
             ahead = stamp.schedule(tag, "at-ahead", at=timezone.now() + timedelta(seconds=2))
@@ -74,6 +76,8 @@ def test_skewed_producers_and_workers_run_jobs_on_redis_clock(
         time.sleep(0.5)
         elapsed = time.monotonic() - began
         assert store.fetch("default", ahead.id).status == "pending"  # no worker ran it early
+        wait_until(lambda: store.size("default", "dead") == 4, 30, "the failing jobs to die")
+        dead = [store.fetch("default", job.id) for job in exploded]
         ids = {v: j for v, j in job_ids.items() if v in due}
         kept = {v: get_job(j, finished=True) for v, j in ids.items()}
     for proc in procs:
@@ -99,3 +103,10 @@ def test_skewed_producers_and_workers_run_jobs_on_redis_clock(
     for value, job in kept.items():
         started = job.last_attempt["started"]
         assert due[value] - 0.01 <= started <= job.finished_at.timestamp() + 0.01, (value, job)
+    # And their errors: each failed attempt's time is before the job's death, on Redis's clock.
+    for raw in dead:
+        job = job_from_raw(raw, 1)
+        assert len(job.errors) == 2, job.errors
+        for error in job.errors:
+            assert error["at"] <= job.died_at.timestamp() + 0.01, (error, job.died_at)
+            assert job.died_at.timestamp() - error["at"] < SKEW / 3, (error, job.died_at)
