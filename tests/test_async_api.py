@@ -270,3 +270,12 @@ def test_one_loop_keeps_its_store_and_connections_across_calls(real_store):
 
     same, connected = run(calls)
     assert same and connected
+
+
+def test_aget_job_finds_a_finished_job_only_when_asked(astore):
+    job = schedule(t.remember, 1)
+    assert run(acancel, job.id)
+    assert run(aget_job, job.id) is None
+    kept = run(aget_job, job.id, finished=True)
+    assert kept.status == "cancelled" and kept.args == [1]
+    assert kept == get_job(job.id, finished=True)
