@@ -63,6 +63,10 @@ def test_e003_prefix():
         ("RETRY_BACKOFF", -1),
         ("DEAD_MAX_AGE", 0),
         ("DEAD_MAX_COUNT", True),
+        ("FINISHED_MAX_AGE", -1),
+        ("FINISHED_MAX_AGE", "1h"),
+        ("FINISHED_MAX_COUNT", 2.5),
+        ("FINISHED_MAX_COUNT", -10),
         ("MAX_ERRORS_KEPT", 0),
         ("MAX_SLEEP", 0),
         ("SHUTDOWN_TIMEOUT", None),
@@ -74,6 +78,10 @@ def test_e004_numbers(name, value):
     with override_settings(DELAYQ={name: value}):
         (error,) = check_settings()
     assert error.id == "delayq.E004" and name in error.msg and repr(value) in error.msg
+
+
+def test_keeping_no_finished_job_is_allowed():
+    assert ids(FINISHED_MAX_AGE=0, FINISHED_MAX_COUNT=0) == []
 
 
 def test_e005_queues():
