@@ -452,14 +452,17 @@ def worker_env(data_url: str, runs_url: str, prefix: str, **settings: object) ->
 
 
 def sizes(store: Store, queue: str = "default") -> dict[str, int]:
-    """ZCARD of pending, running and dead, and the number of job records."""
-    client = store.client
-    return {
-        "pending": client.zcard(store.key(queue, "pending")),
-        "running": client.zcard(store.key(queue, "running")),
-        "dead": client.zcard(store.key(queue, "dead")),
-        "records": client.hlen(store.key(queue, "jobs")),
-    }
+    """ZCARD of pending, running and dead, and the number of job records, read at one
+    instant (MULTI/EXEC): four separate reads raced with the scripts that move jobs, and
+    a recovery moving every job from running to pending between the read of pending (0)
+    and the read of running (0) once made a queue with 100 jobs left look drained."""
+    pipe = store.client.pipeline(transaction=True)
+    pipe.zcard(store.key(queue, "pending"))
+    pipe.zcard(store.key(queue, "running"))
+    pipe.zcard(store.key(queue, "dead"))
+    pipe.hlen(store.key(queue, "jobs"))
+    pending, running, dead, records = pipe.execute()
+    return {"pending": pending, "running": running, "dead": dead, "records": records}
 
 
 def waiting_workers(server: RedisServer) -> int:

@@ -72,7 +72,8 @@ def test_sigkilled_child_is_replaced_and_its_jobs_recovered(
 
     def drained() -> bool:
         done = {v.split()[0] for v in runs(runs_client, tag)}
-        return len(done) == 204 and sizes(store)["pending"] == 0 and sizes(store)["running"] == 0
+        state = sizes(store)  # one snapshot (two reads race with a recovery between them)
+        return len(done) == 204 and state["pending"] == 0 and state["running"] == 0
 
     wait_until(drained, 120, "every job to run")
     sup.signal(signal.SIGTERM)
