@@ -25,6 +25,7 @@ from django_delayq.exceptions import DelayQError
 from django_delayq.monitoring.tracing import tracer as current_tracer
 from django_delayq.recurring.claims import claimed as recurring_claimed
 from django_delayq.storage.finished import attempt_summary, keep_setting
+from django_delayq.storage.history import due_times
 from django_delayq.storage.store import Claim, Store
 from django_delayq.worker.delivery import Results
 from django_delayq.worker.execution import Attempt, Outcome
@@ -80,6 +81,8 @@ class Exchange:
         self.more_due = False  # the last claim left due jobs behind
         self.limits_published = False  # @task(rate=, concurrency=) written for claim.lua
         self.keep = keep_setting()  # finished jobs kept: (max age ms, max count) or (0, 0)
+        self.history = results.history  # None when history is off (worker/history.py)
+        self._due: dict[str, float] = {}  # job id -> due (epoch s) read with the last claim
 
     def run(self, claim: bool = True) -> None:
         """Deliver finished jobs' results and, with ``claim``, claim due ones. Results that
@@ -169,6 +172,8 @@ class Exchange:
         """One round trip: ``fails``, then the claim carrying ``acks``. Settles the failures
         and returns the claim's reply (an exception when it did not get through)."""
         ops: list[Any] = [self.results.fail_op(o) for o in fails]
+        reads = self.store.due_ops(queue, limit) if self.history and limit > 0 else []
+        ops += reads
         ops.append(
             self.store.claim_op(
                 queue,
@@ -183,6 +188,7 @@ class Exchange:
         )
         replies = self.store.run(ops)
         self.results.settle_fails(fails, replies[: len(fails)])
+        self._due = due_times(replies[len(fails) : -1]) if reads else {}
         return replies[-1]
 
     def _ack_entries(self, acks: list[Outcome]) -> list[tuple[str, ...]]:
@@ -207,6 +213,9 @@ class Exchange:
         self.starts.offset = claim.now - time.time()
         if claim.jobs:
             attempts = [Attempt(queue, c.id, token, c.record, c.attempt) for c in claim.jobs]
+            if self._due:
+                for a in attempts:
+                    a.due = self._due.get(a.id)
             if tracer is not None:
                 received(tracer, self.store, queue, started, attempts)
             recurring_claimed(self.store, claim.now, attempts, self.now())

@@ -9,6 +9,7 @@ finished job's result is never dropped. Acks and failures answer the same when s
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -16,6 +17,7 @@ from django_delayq.jobs.record import FLAG_LINKED
 from django_delayq.storage.store import Store
 from django_delayq.worker.execution import Executor, Outcome
 from django_delayq.worker.forwarder import Forwarder
+from django_delayq.worker.history import HistoryCounts
 from django_delayq.worker.holdings import Holdings
 
 logger = logging.getLogger("django_delayq.worker")
@@ -34,7 +36,9 @@ class Results:
         default_max_retries: int,
         now: Callable[[], float | None],
         forwarder: Forwarder,
+        history: HistoryCounts | None = None,
     ) -> None:
+        """``history``: the queues' history, counted as attempts settle (None: off)."""
         self.forward = forwarder.notify  # the ends of linked jobs go there (forwarder.py)
         self.store = store
         self.executor = executor
@@ -42,6 +46,7 @@ class Results:
         self.dead_options = dead_options
         self.default_max_retries = default_max_retries
         self.now = now
+        self.history = history
 
     def take_all(self) -> list[Outcome]:
         """Every outcome not delivered yet, for the next round trip."""
@@ -80,6 +85,8 @@ class Results:
                 continue
             self.holdings.settle(outcome.attempt)
             what, when = result
+            if self.history is not None:
+                self.counted(outcome, "f" if what != "lost" else "", what == "dead")
             if what == "dead":
                 if _linked(outcome):
                     linked.append((outcome.attempt.queue, outcome.attempt.id))
@@ -95,14 +102,30 @@ class Results:
         linked = []
         for outcome, flag in zip(outcomes, flags, strict=True):
             self.holdings.settle(outcome.attempt)
-            if flag == -1 or (flag == 0 and not outcome.resends and not resent):
+            lost = flag == -1 or (flag == 0 and not outcome.resends and not resent)
+            if lost:
                 self.executor.lost(outcome)  # 0 after a re-send: the lost round trip acked it
+            if self.history is not None:
+                self.counted(outcome, "" if lost else "d")
             if flag >= 0 and _linked(outcome):
                 # A batch member or chain step: its end goes on. 0 too: gone may be this very
                 # ack, re-sent by the transport after a lost reply (its entry is there then).
                 linked.append((outcome.attempt.queue, outcome.attempt.id))
         if linked:
             self.forward(linked)
+
+    def counted(self, outcome: Outcome, kind: str, dead: bool = False) -> None:
+        """Count a settled attempt in the history: ``kind`` ("d" done, "f" failed, "":
+        neither, its lease was lost), ``dead``, and its lateness when its due time is known
+        (its start on Redis's clock: the worker's offset to it, as ``now`` gives)."""
+        history, a = self.history, outcome.attempt
+        assert history is not None
+        if kind:
+            history.add(a.queue, kind)
+        if dead:
+            history.add(a.queue, "x")
+        if a.due is not None and a.started is not None:
+            history.late(a.queue, history.clock() - (time.monotonic() - a.started), a.due)
 
 
 def _linked(outcome: Outcome) -> bool:

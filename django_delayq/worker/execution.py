@@ -114,6 +114,9 @@ class Attempt:
     # The context of the span that scheduled it (record flag 't'), read by the claim only
     # when tracing is on (claiming.py): its attempt's span links to it.
     trace: bytes | None = None
+    # When the job was due (epoch s, Redis's clock), when history is on and the claim's
+    # round trip read it (worker/history.py): its lateness is counted.
+    due: float | None = None
 
     @property
     def lease(self) -> tuple[str, str]:

@@ -20,6 +20,7 @@ from django_delayq.worker.claiming import Exchange
 from django_delayq.worker.delivery import Results
 from django_delayq.worker.execution import Executor
 from django_delayq.worker.forwarder import Forwarder
+from django_delayq.worker.history import HistoryCounts, HistoryFlush, history_on
 from django_delayq.worker.holdings import Holdings
 from django_delayq.worker.maintenance import Heartbeat, Recovery
 from django_delayq.worker.prefetch import Prefetch
@@ -47,6 +48,7 @@ class Parts:
     presence: Presence  # the roster entry,
     relay: Relay | None  # and the outbox relay (``relay=True``)
     forwarder: Forwarder  # the ends of batch members and chain steps (forwarder.py)
+    history: HistoryFlush | None  # the queues' history, flushed (None: DELAYQ["HISTORY"] off)
 
 
 def make_parts(
@@ -77,7 +79,10 @@ def make_parts(
     starts = Starts(store, marker, lease, default_max_retries)
     executor.now = starts.redis_now
     forwarder = Forwarder(store, stopped, wake)
-    results = Results(store, executor, holdings, dead_options, default_max_retries, now, forwarder)
+    counts = HistoryCounts(starts.redis_now) if history_on() else None
+    results = Results(
+        store, executor, holdings, dead_options, default_max_retries, now, forwarder, counts
+    )
     shared = (holdings, prefetch, starts, executor)
     events: dict[str, Any] = {"wake": wake, "stopped": stopped, "stopping": stopping}
     exchange = Exchange(
@@ -93,6 +98,8 @@ def make_parts(
         now=now,
         queue_limits=queue_limits,
     )
+    recovery = _recovery(worker, dead_options, default_max_retries, stopped, now)
+    recovery.history = counts
     return Parts(
         executor=executor,
         holdings=holdings,
@@ -104,10 +111,11 @@ def make_parts(
         results=results,
         exchange=exchange,
         heartbeat=Heartbeat(store, lease, holdings.holding, now),
-        recovery=_recovery(worker, dead_options, default_max_retries, stopped, now),
+        recovery=recovery,
         presence=Presence(worker, stopped),
         relay=Relay(store, stopped) if relay else None,
         forwarder=forwarder,
+        history=HistoryFlush(store, counts) if counts is not None else None,
     )
 
 
