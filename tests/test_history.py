@@ -5,11 +5,11 @@ failed, jobs dead and lateness, kept 72 hours. The store on fakeredis and the re
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime
 
 import pytest
 
 from django_delayq.storage.history import (
+    BAND,
     ERROR_BOUND,
     KEEP_HOURS,
     MARGIN_HOURS,
@@ -56,7 +56,11 @@ def test_flushed_counts_come_back_per_minute_and_per_point(store):
     assert points[-1].start == minute * 60
     assert (points[-1].done, points[-1].failed, points[-1].dead) == (3, 2, 1)
     assert points[-1].p50 == points[-1].p99 == bucket_value(bucket_of(40))
-    assert (points[-2].done, points[-2].failed, points[-2].p50) == (5, 0, bucket_value(11))
+    assert (points[-2].done, points[-2].failed, points[-2].p50) == (
+        5,
+        0,
+        bucket_value(bucket_of(2000)),
+    )
     assert points[0].done == 0 and points[0].p50 is None
     # flushed again (a second worker): added, not replaced
     store.flush_history({(Q, minute): {"d": 1}})
@@ -122,20 +126,25 @@ def test_a_failed_flush_keeps_its_counts_for_the_next(store):
         flush.flush()
     flush.store = store
     flush.flush()
-    assert store.history(Q, time.time(), minutes=2)[-1].done + store.history(
-        Q, time.time(), minutes=2
-    )[0].done == 2
+    assert (
+        store.history(Q, time.time(), minutes=2)[-1].done
+        + store.history(Q, time.time(), minutes=2)[0].done
+        == 2
+    )
 
 
-def test_a_burst_worker_flushes_what_happened_and_its_lateness(store):
+def test_a_burst_worker_flushes_what_happened_and_its_lateness(store, redis_client):
     """4 jobs done at once, 1 done after a failed attempt, 1 dead: all due 10 minutes ago
-    (the retry due at its failure). Lateness: 6 attempts 600 s late (and the time the burst
-    took), the retry's a little."""
-    past = datetime.fromtimestamp(time.time() - 600, UTC)
-    for i in range(4):
-        t.add.schedule(i, 1, at=past)
-    t.fails_first_attempt.schedule("h", at=past)
-    t.always_fails.schedule(max_retries=0, at=past)
+    (schedule() stores a past time as now: the scores are moved back, as if no worker ran
+    for 10 minutes; the retry is due at its failure). Lateness: 6 attempts 600 s late (and
+    the time the burst took), the retry's a little."""
+    jobs = [t.add.schedule(i, 1) for i in range(4)]
+    jobs.append(t.fails_first_attempt.schedule("h"))
+    jobs.append(t.always_fails.schedule(max_retries=0, priority=3))  # a ranked one too
+    past = int((time.time() - 600) * 1000)
+    redis_client.zadd(store.key(Q, "pending"), {j.id: past for j in jobs[:5]}, xx=True)
+    ranked = (100 - 3) * BAND + past
+    assert redis_client.zadd(store.key(Q, "ranked"), {jobs[5].id: ranked}, xx=True, ch=True)
     assert Worker([Q], burst=True).run() == 0
     points = store.history(Q, time.time(), minutes=15)
     done, failed, dead = (sum(getattr(p, k) for p in points) for k in ("done", "failed", "dead"))
