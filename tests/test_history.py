@@ -13,6 +13,7 @@ from django_delayq.storage.history import (
     ERROR_BOUND,
     KEEP_HOURS,
     MARGIN_HOURS,
+    SPAN,
     bucket_of,
     bucket_value,
     due_times,
@@ -74,33 +75,42 @@ def test_hour_keys_expire_after_the_kept_hours_and_garbage_is_skipped(store, red
     now = time.time()
     minute = int(now // 60)
     store.flush_history({(Q, minute): {"d": 1}})
-    key = store.history_key(Q, minute // 60)
+    key = store.history_key(Q, minute - minute % SPAN)
     assert key.startswith(f"{store.prefix}:{{{Q}}}:")  # in the queue's slot
     ttl = redis_client.ttl(key)
-    end_of_hour = (minute // 60 + 1) * 3600
-    expected = end_of_hour + (KEEP_HOURS + MARGIN_HOURS) * 3600 - now
+    end_of_span = (minute - minute % SPAN + SPAN) * 60
+    expected = end_of_span + (KEEP_HOURS + MARGIN_HOURS) * 3600 - now
     assert expected - 5 <= ttl <= expected + 1
-    redis_client.hset(key, mapping={"zz": 1, "7q": 3, "99d": 2, f"{minute % 60}l": 4, "1d": "x"})
+    garbage = {
+        "zz": 1,
+        "7q": 3,
+        "10d": 2,
+        f"{minute % SPAN}l": 4,
+        f"{(minute + 1) % SPAN}d": "x",
+        "12345d": 9,
+    }
+    redis_client.hset(key, mapping=garbage)
     [point] = store.history(Q, now, minutes=1)
     assert point.done == 1 and point.lateness == {}
     # counts older than the kept hours expire at once: nothing is stored
     old = minute - (KEEP_HOURS + MARGIN_HOURS + 1) * 60
     store.flush_history({(Q, old): {"d": 1}})
-    assert not redis_client.exists(store.history_key(Q, old // 60))
+    assert not redis_client.exists(store.history_key(Q, old - old % SPAN))
 
 
 def test_the_size_is_bounded_by_the_hour_keys_of_72_hours(store, redis_client):
-    """Every minute of 80 hours written: at most KEEP_HOURS + MARGIN_HOURS + 1 hour keys
-    live, each with at most 60 * (3 + buckets used) fields."""
+    """Every minute of 80 hours written: only the keys of the last KEEP_HOURS +
+    MARGIN_HOURS hours (and the current span) live, each with at most SPAN * (fields used
+    a minute) fields, each expiring within the kept hours and the margin."""
     now = time.time()
     minute = int(now // 60)
     counts = {(Q, minute - m): {"d": 9, "f": 1, "l10": 3, "l30": 1} for m in range(80 * 60)}
     store.flush_history(counts)
     keys = list(redis_client.scan_iter(match=f"{store.prefix}:{{{Q}}}:history:*"))
-    assert len(keys) <= KEEP_HOURS + MARGIN_HOURS + 1
+    assert len(keys) <= (KEEP_HOURS + MARGIN_HOURS) * 60 // SPAN + 1
     for key in keys:
-        assert 0 < redis_client.ttl(key) <= (KEEP_HOURS + MARGIN_HOURS + 1) * 3600
-        assert redis_client.hlen(key) <= 60 * 4
+        assert 0 < redis_client.ttl(key) <= (KEEP_HOURS + MARGIN_HOURS) * 3600 + SPAN * 60
+        assert redis_client.hlen(key) <= SPAN * 4
     points = store.history(Q, now, minutes=KEEP_HOURS * 60 + 500, step=60)
     assert len(points) == KEEP_HOURS  # the window is capped at the kept hours
     assert sum(p.done for p in points) == 9 * KEEP_HOURS * 60

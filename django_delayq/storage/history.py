@@ -2,12 +2,16 @@
 lateness (the start of an attempt minus its due time), kept :data:`KEEP_HOURS` hours.
 
 Workers count in memory (worker/history.py) and flush here every few seconds: HINCRBY on one
-hash per queue and hour, ``{prefix}:{<queue>}:history:<hour>`` (``<hour>``: epoch ms //
-3,600,000), each flush also setting the key's EXPIREAT to the end of its hour plus
-:data:`KEEP_HOURS` and :data:`MARGIN_HOURS`, so at most 75 hour keys exist per queue and the
-size is bounded without a trimmer. Fields are ``<minute of the hour><kind>``: ``7d`` jobs done
-in minute 7, ``7f`` attempts failed, ``7x`` jobs dead, ``7l<b>`` attempts whose lateness fell
-in bucket ``b`` (:func:`bucket_of`); only counts above 0 are written.
+hash per queue and :data:`SPAN` minutes, ``{prefix}:{<queue>}:history:<first minute>``
+(``<first minute>``: the epoch minute the span starts, a multiple of SPAN), each flush also
+setting the key's EXPIREAT to the end of its span plus :data:`KEEP_HOURS` and
+:data:`MARGIN_HOURS`, so at most 445 keys exist per queue and the size is bounded without a
+trimmer. Fields are ``<minute in the span><kind>``: ``7d`` jobs done in the span's minute 7,
+``7f`` attempts failed, ``7x`` jobs dead, ``7l<b>`` attempts whose lateness fell in bucket
+``b`` (:func:`bucket_of`); only counts above 0 are written. Ten minutes a key keep even a
+queue with 40 lateness buckets a minute under Redis's ``hash-max-listpack-entries`` (512 by
+default): a compact listpack; hour keys of a busy queue (about 640 fields) became hash
+tables of five times the bytes (benchmarks/history.py).
 
 Lateness buckets are log-scale, :data:`STEPS` per doubling: bucket 0 holds lateness under
 1 ms (or negative: started before due), bucket ``b >= 1`` holds [2^((b-1)/4), 2^(b/4)) ms. A
@@ -34,8 +38,8 @@ from django_delayq.storage.replies import pairs
 from django_delayq.storage.scripts import lib_constant
 
 KEEP_HOURS = 72  # hours of minutes readable
-MARGIN_HOURS = 2  # an hour key lives to the end of its hour + KEEP_HOURS + MARGIN_HOURS
-HOUR_MS = 3_600_000
+MARGIN_HOURS = 2  # a key lives to the end of its span + KEEP_HOURS + MARGIN_HOURS
+SPAN = 10  # minutes a key
 STEPS = 4  # lateness buckets per doubling
 MAX_BUCKET = 127  # 2^(126/4) ms: about 34 days; anything later shares it
 ERROR_BOUND = 2 ** (1 / (2 * STEPS)) - 1  # a percentile's largest relative error
@@ -108,24 +112,24 @@ class History(Calls):
         self, counts: Mapping[tuple[str, int], Mapping[str, int]]
     ) -> tuple[list[Op], list[tuple[str, int, str, int]]]:
         """HINCRBY of ``counts`` ((queue, epoch minute) -> field -> count, field one of
-        KINDS or ``l<bucket>``), then the EXPIREAT of each hour key touched; and what each
+        KINDS or ``l<bucket>``), then the EXPIREAT of each key touched; and what each
         HINCRBY adds (queue, minute, field, count). Sent once only (Policy.ONCE)."""
         ops: list[Op] = []
         adds: list[tuple[str, int, str, int]] = []
-        hours: dict[str, int] = {}
+        spans: dict[str, int] = {}
         for (queue, minute), fields in counts.items():
-            hour = minute // 60
-            key = self.history_key(queue, hour)
+            span = minute - minute % SPAN
+            key = self.history_key(queue, span)
             for name, count in fields.items():
                 if count > 0:
-                    field_name = f"{minute % 60}{name}"
+                    field_name = f"{minute - span}{name}"
                     ops.append(
                         self.command(b"HINCRBY", key, field_name, count, route=key, policy=ONCE)
                     )
                     adds.append((queue, minute, name, count))
-            hours[key] = hour
-        for key, hour in hours.items():
-            until = ((hour + 1 + KEEP_HOURS + MARGIN_HOURS) * HOUR_MS) // 1000
+            spans[key] = span
+        for key, span in spans.items():
+            until = (span + SPAN) * 60 + (KEEP_HOURS + MARGIN_HOURS) * 3600
             ops.append(self.command(b"EXPIREAT", key, until, route=key))
         return ops, adds
 
@@ -156,24 +160,24 @@ class History(Calls):
         last = int(now // 60)
         first = last - -(-minutes // step) * step + 1  # whole points, the last one ends now
         points = [Point(m * 60.0, step) for m in range(first, last + 1, step)]
-        hours = list(range(first // 60, last // 60 + 1))
-        keys = [self.history_key(queue, hour) for hour in hours]
+        spans = list(range(first - first % SPAN, last + 1, SPAN))
+        keys = [self.history_key(queue, span) for span in spans]
         replies = self.run([self.command(b"HGETALL", key, route=key) for key in keys])
-        for hour, reply in zip(hours, replies, strict=True):
+        for span, reply in zip(spans, replies, strict=True):
             if isinstance(reply, Exception):
                 raise reply
             for raw_field, raw_value in pairs(reply):
-                self._add(points, first, step, hour, raw_field, raw_value)
+                self._add(points, first, step, span, raw_field, raw_value)
         return points
 
     @staticmethod
-    def _add(points: list[Point], first: int, step: int, hour: int, raw: Any, value: Any) -> None:
+    def _add(points: list[Point], first: int, step: int, span: int, raw: Any, value: Any) -> None:
         name = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
         digits = len(name) - len(name.lstrip("0123456789"))
         count = _int(value)
-        if not 0 < digits <= 2 or count is None or not 0 <= int(name[:digits]) < 60:
+        if not 0 < digits <= 2 or count is None or not 0 <= int(name[:digits]) < SPAN:
             return
-        minute = hour * 60 + int(name[:digits])
+        minute = span + int(name[:digits])
         index = (minute - first) // step
         if minute < first or index >= len(points):
             return

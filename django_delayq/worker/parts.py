@@ -67,12 +67,7 @@ def make_parts(
     """The parts of ``worker``: what it is (store, name, instance, queues, concurrency,
     lease) is read from it, its counters at each roster beat."""
     store, queues, lease = worker.store, worker.queues, worker.lease
-    executor = Executor(
-        worker.name,
-        default_max_retries=default_max_retries,
-        retry_backoff=float(delayq_settings.RETRY_BACKOFF),
-        retry_backoff_max=float(delayq_settings.RETRY_BACKOFF_MAX),
-    )
+    executor = _executor(worker.name, default_max_retries)
     holdings = Holdings(worker.concurrency, async_concurrency, aio.classify)
     prefetch = Prefetch(holdings, aio.loop_share)
     marker = store.marker()
@@ -98,8 +93,6 @@ def make_parts(
         now=now,
         queue_limits=queue_limits,
     )
-    recovery = _recovery(worker, dead_options, default_max_retries, stopped, now)
-    recovery.history = counts
     return Parts(
         executor=executor,
         holdings=holdings,
@@ -111,11 +104,20 @@ def make_parts(
         results=results,
         exchange=exchange,
         heartbeat=Heartbeat(store, lease, holdings.holding, now),
-        recovery=recovery,
+        recovery=_recovery(worker, dead_options, default_max_retries, stopped, now, counts),
         presence=Presence(worker, stopped),
         relay=Relay(store, stopped) if relay else None,
         forwarder=forwarder,
-        history=HistoryFlush(store, counts) if counts is not None else None,
+        history=None if counts is None else HistoryFlush(store, counts),
+    )
+
+
+def _executor(name: str, default_max_retries: int) -> Executor:
+    return Executor(
+        name,
+        default_max_retries=default_max_retries,
+        retry_backoff=float(delayq_settings.RETRY_BACKOFF),
+        retry_backoff_max=float(delayq_settings.RETRY_BACKOFF_MAX),
     )
 
 
@@ -125,8 +127,12 @@ def _recovery(
     default_max_retries: int,
     stopped: threading.Event,
     now: Callable[[], float | None],
+    history: HistoryCounts | None,
 ) -> Recovery:
-    """Recovery, every half lease (0.25 s to 30 s): an expired lease waits at most that."""
+    """Recovery, every half lease (0.25 s to 30 s): an expired lease waits at most that;
+    it counts the failures and deaths it settles in ``history``."""
     every = min(max(worker.lease / 2, 0.25), 30.0)
     args = (dead_options, default_max_retries, stopped, now)
-    return Recovery(worker.store, list(worker.queues), worker.instance, *args, every=every)
+    recovery = Recovery(worker.store, list(worker.queues), worker.instance, *args, every=every)
+    recovery.history = history
+    return recovery
