@@ -176,3 +176,30 @@ def test_no_history_is_written_when_the_setting_is_off(store, redis_client):
         assert Worker([Q], burst=True).run() == 0
     assert not list(redis_client.scan_iter(match=f"{store.prefix}:*history*"))
     assert sum(p.done for p in store.history(Q, time.time(), minutes=5)) == 0
+
+
+def _overdue(store, redis_client, kind: str, seconds: float, priority: int = 0) -> str:
+    """A pending job whose due time is moved ``seconds`` back (into ``kind``'s form)."""
+    job = t.add.schedule(1, 2, priority=priority)
+    due = int((store.server_time() - seconds) * 1000)
+    if kind == "ranked":
+        redis_client.zadd(store.key(Q, "ranked"), {job.id: (100 - priority) * BAND + due}, xx=True)
+    elif kind == "parked":  # as claim.lua parks a job of a group at its limit
+        redis_client.zrem(store.key(Q, "pending"), job.id)
+        member = f"{t.add.name}\ng1\n{(100 - priority) * BAND + due:020d}\n{job.id}"
+        redis_client.zadd(store.key(Q, "parked"), {member: 0})
+    else:
+        redis_client.zadd(store.key(Q, "pending"), {job.id: due}, xx=True)
+    return job.id
+
+
+@pytest.mark.parametrize("kind", ["pending", "ranked", "parked"])
+def test_the_lag_is_the_wait_of_the_oldest_due_job_wherever_it_waits(store, redis_client, kind):
+    """delayq_lag_seconds (monitoring/health.py): the oldest due job's wait, whether it is
+    in pending, among the prioritised jobs or parked for its group's slot."""
+    from django_delayq.monitoring.health import report
+
+    _overdue(store, redis_client, "pending", 60)
+    _overdue(store, redis_client, kind, 600, priority=0 if kind == "pending" else 5)
+    [queue] = [q for q in report(store, [Q]).queues if q.queue == Q]
+    assert 600 <= queue.lag < 660
