@@ -9,7 +9,6 @@ finished job's result is never dropped. Acks and failures answer the same when s
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -74,7 +73,7 @@ class Results:
         self.holdings.return_results(outcomes)
 
     def settle_fails(self, outcomes: list[Outcome], results: list[Any]) -> None:
-        kept, linked = [], []
+        kept, linked, settled = [], [], []
         for outcome, result in zip(outcomes, results, strict=True):
             if isinstance(result, Exception):
                 if outcome.resends == 0:
@@ -85,8 +84,7 @@ class Results:
                 continue
             self.holdings.settle(outcome.attempt)
             what, when = result
-            if self.history is not None:
-                self.counted(outcome, "f" if what != "lost" else "", what == "dead")
+            settled.append((outcome.attempt, "f" if what != "lost" else "", what == "dead"))
             if what == "dead":
                 if _linked(outcome):
                     linked.append((outcome.attempt.queue, outcome.attempt.id))
@@ -94,38 +92,28 @@ class Results:
             elif what == "lost":
                 self.executor.lost(outcome)
         self.keep(kept)
+        if self.history is not None and settled:
+            self.history.settled(settled)
         if linked:
             self.forward(linked)
 
     def settle_acks(self, outcomes: list[Outcome], flags: list[int], resent: bool = False) -> None:
         """``resent``: the answers of a claim the transport re-sent after a lost reply."""
-        linked = []
+        linked, settled = [], []
         for outcome, flag in zip(outcomes, flags, strict=True):
             self.holdings.settle(outcome.attempt)
             lost = flag == -1 or (flag == 0 and not outcome.resends and not resent)
             if lost:
                 self.executor.lost(outcome)  # 0 after a re-send: the lost round trip acked it
-            if self.history is not None:
-                self.counted(outcome, "" if lost else "d")
+            settled.append((outcome.attempt, "" if lost else "d", False))
             if flag >= 0 and _linked(outcome):
                 # A batch member or chain step: its end goes on. 0 too: gone may be this very
                 # ack, re-sent by the transport after a lost reply (its entry is there then).
                 linked.append((outcome.attempt.queue, outcome.attempt.id))
+        if self.history is not None and settled:
+            self.history.settled(settled)
         if linked:
             self.forward(linked)
-
-    def counted(self, outcome: Outcome, kind: str, dead: bool = False) -> None:
-        """Count a settled attempt in the history: ``kind`` ("d" done, "f" failed, "":
-        neither, its lease was lost), ``dead``, and its lateness when its due time is known
-        (its start on Redis's clock: the worker's offset to it, as ``now`` gives)."""
-        history, a = self.history, outcome.attempt
-        assert history is not None
-        if kind:
-            history.add(a.queue, kind)
-        if dead:
-            history.add(a.queue, "x")
-        if a.due is not None and a.started is not None:
-            history.late(a.queue, history.clock() - (time.monotonic() - a.started), a.due)
 
 
 def _linked(outcome: Outcome) -> bool:

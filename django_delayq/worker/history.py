@@ -2,23 +2,26 @@
 dispatcher settles attempts, flushed to Redis by a duty every :data:`FLUSH_EVERY` seconds and
 once more when the worker stops.
 
-The dispatcher's cost per attempt is a few dict increments under an uncontended lock; the
-flush is one pipelined round trip of HINCRBYs. A worker killed with SIGKILL (or whose host
-died) loses what it counted since its last flush: at most FLUSH_EVERY seconds of its own
-attempts (the jobs themselves are unaffected: recovery settles them, and counts them if it
-moves them to the dead-letter set). While Redis is unreachable the counts wait in memory
-(at most KEEP_HOURS of minutes per queue) and go with the next flush that gets through.
+The dispatcher's cost per attempt is a few dict increments (one uncontended lock for the
+attempts one round trip settled); the flush is one pipelined round trip of HINCRBYs. A
+worker killed with SIGKILL (or whose host died) loses what it counted since its last flush:
+at most FLUSH_EVERY seconds of its own attempts (the jobs themselves are unaffected:
+recovery settles them, and counts them if it moves them to the dead-letter set). While Redis
+is unreachable the counts wait in memory (at most KEEP_HOURS of minutes per queue) and go
+with the next flush that gets through.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 from django_delayq.conf import delayq_settings
 from django_delayq.storage.history import KEEP_HOURS, bucket_of
 from django_delayq.storage.store import Store
+from django_delayq.worker.execution import Attempt
 
 logger = logging.getLogger("django_delayq.worker")
 
@@ -48,13 +51,28 @@ class HistoryCounts:
             fields = self._counts.setdefault((queue, minute), {})
             fields[kind] = fields.get(kind, 0) + count
 
-    def late(self, queue: str, started: float, due: float) -> None:
-        """An attempt started at ``started`` of a job due at ``due`` (epoch s both)."""
-        kind = f"l{bucket_of((started - due) * 1000)}"
-        minute = int(started // 60)
+    def settled(self, attempts: list[tuple[Attempt, str, bool]]) -> None:
+        """Attempts Redis just settled, each with its kind ("d" done, "f" failed, "": its
+        lease was lost) and whether its job died; the lateness of each that started and
+        whose due time the claim read: its start (monotonic) on Redis's clock minus its due
+        time, counted in the minute it started. One lock for all of them."""
+        now = self.clock()
+        minute, wall = int(now // 60), now - time.monotonic()
         with self._lock:
-            fields = self._counts.setdefault((queue, minute), {})
-            fields[kind] = fields.get(kind, 0) + 1
+            counts = self._counts
+            for a, kind, dead in attempts:
+                fields = counts.get((a.queue, minute))
+                if fields is None:
+                    fields = counts[a.queue, minute] = {}
+                if kind:
+                    fields[kind] = fields.get(kind, 0) + 1
+                if dead:
+                    fields["x"] = fields.get("x", 0) + 1
+                if a.due is not None and a.started is not None:
+                    started = wall + a.started
+                    late = f"l{bucket_of((started - a.due) * 1000)}"
+                    fields = counts.setdefault((a.queue, int(started // 60)), {})
+                    fields[late] = fields.get(late, 0) + 1
 
     def take(self) -> Counts:
         """Every count so far (they are forgotten here)."""
