@@ -203,3 +203,18 @@ def test_the_lag_is_the_wait_of_the_oldest_due_job_wherever_it_waits(store, redi
     _overdue(store, redis_client, kind, 600, priority=0 if kind == "pending" else 5)
     [queue] = [q for q in report(store, [Q]).queues if q.queue == Q]
     assert 600 <= queue.lag < 660
+
+
+def test_recovery_counts_the_attempts_it_fails_and_the_jobs_it_dead_letters(store):
+    """A worker that died holding two started jobs (one on its last attempt): the worker
+    whose recovery settles them counts two failed attempts and one dead job."""
+    t.always_fails.schedule(max_retries=0)
+    t.always_fails.schedule(max_retries=3)
+    claim = store.claim(Q, 2, lease=1, token="crashed#1", instance="crashed")
+    for c in claim.jobs:
+        store.call(store.mark_op(Q, c.id, claim.now + 1))
+    worker = Worker([Q], clock=lambda: time.time() + 5)
+    assert worker.parts.recovery.run_pass() == 2
+    worker.parts.history.flush()
+    [point] = store.history(Q, time.time(), minutes=1)
+    assert (point.done, point.failed, point.dead) == (0, 2, 1)
