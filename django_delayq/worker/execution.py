@@ -115,8 +115,10 @@ class Attempt:
     # when tracing is on (claiming.py): its attempt's span links to it.
     trace: bytes | None = None
     # When the job was due (epoch s, Redis's clock), when history is on and the claim's
-    # round trip read it (worker/history.py): its lateness is counted.
+    # round trip read it (worker/history.py): its lateness is counted, ``weight`` times
+    # (the attempts of claims that read no due time it stands for).
     due: float | None = None
+    weight: int = 1
 
     @property
     def lease(self) -> tuple[str, str]:
