@@ -22,7 +22,8 @@ exactly, so a wider point of the chart is as precise as a minute.
 The due times of claimed jobs are read here too (:meth:`History.due_ops`): the claim's reply
 does not carry them (lua/claim.lua returns id, record, attempt), so when history is on the
 worker sends ``ZRANGE ... WITHSCORES`` of the first ``limit`` jobs of ``pending`` and
-``ranked`` in the claim's own round trip, before the claim.
+``ranked`` in the claim's own round trip, before the claim (of some claims only:
+worker/history.py's DueSampler).
 """
 
 from __future__ import annotations
