@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from django_delayq.jobs.times import to_datetime
@@ -46,12 +47,12 @@ def _ms_text(value: float | None) -> str:
     if value is None:
         return "-"
     if value < 1000:
-        return f"{value:.0f} ms"
+        return gettext("%(value)s ms") % {"value": f"{value:.0f}"}
     if value < 60_000:
-        return f"{value / 1000:.1f} s"
+        return gettext("%(value)s s") % {"value": f"{value / 1000:.1f}"}
     if value < 3_600_000:
-        return f"{value / 60_000:.1f} min"
-    return f"{value / 3_600_000:.1f} h"
+        return gettext("%(value)s min") % {"value": f"{value / 60_000:.1f}"}
+    return gettext("%(value)s h") % {"value": f"{value / 3_600_000:.1f}"}
 
 
 def _late_y(value: float | None, top: float) -> float | None:
