@@ -91,3 +91,11 @@ def test_the_chart_scales_bars_to_the_peak_and_lateness_to_a_log_scale():
     y50 = round(48 - math.log10(p50) / math.log10(p99) * 48, 1)
     assert chart["lines"]["p50"] == f"7.5,{y50:g}" and chart["lines"]["p99"] == "7.5,0"
     assert second["p99"] == f"{bucket_value(bucket_of(10_000)) / 1000:.1f} s"
+
+
+def test_the_dashboard_says_when_history_is_off(store, admin_client):
+    from tests.conftest import more_settings
+
+    assert 'id="dq-history-off"' not in text(admin_client.get(url("changelist")))
+    with more_settings(store, HISTORY=False):
+        assert 'id="dq-history-off"' in text(admin_client.get(url("changelist")))

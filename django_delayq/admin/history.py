@@ -14,6 +14,7 @@ from typing import Any
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
+from django_delayq.conf import delayq_settings
 from django_delayq.jobs.times import to_datetime
 from django_delayq.storage.history import Point
 from django_delayq.storage.store import Store
@@ -115,6 +116,7 @@ def history_context(store: Store, queues: list[str], now: float, chosen: str | N
         points = store.history(queue, now, minutes=window.minutes, step=window.step)
         charts.append({"name": queue, "chart": history_chart(points)})
     return {
+        "history_off": delayq_settings.HISTORY is not True,
         "history_windows": WINDOWS,
         "history_window": window,
         "history": charts,
