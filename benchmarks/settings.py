@@ -17,6 +17,10 @@ production worker would run: ``CONN_MAX_AGE`` from ``DELAYQ_BENCH_CONN_MAX_AGE``
 0; by default they are kept, as a user's are): ``run.py --only push`` with and without it
 gives keeping's cost with worker processes.
 
+``DELAYQ_BENCH_HISTORY=0`` (issue 28) keeps no history (``DELAYQ["HISTORY"]`` False; on by
+default, as a user's): ``run.py --only push`` with and without it gives its cost with
+worker processes.
+
 ``DELAYQ_BENCH_OTEL=1`` (issue 28) configures an OpenTelemetry SDK tracer provider in this
 process and its workers, its spans batched (``BatchSpanProcessor``, as in production) to an
 exporter that drops them: the cost of tracing on (every span made, linked, ended and
@@ -60,6 +64,8 @@ DEFAULT_AUTO_FIELD = "django.db.models.AutoField"
 
 if os.environ.get("DELAYQ_BENCH_KEEP_FINISHED") == "0":  # issue 28: finished jobs not kept
     DELAYQ["FINISHED_MAX_COUNT"] = 0
+if os.environ.get("DELAYQ_BENCH_HISTORY") == "0":  # issue 28: no history kept
+    DELAYQ["HISTORY"] = False
 if os.environ.get("DELAYQ_BENCH_OTEL") == "1":
     from opentelemetry import trace
     from opentelemetry.sdk.trace import TracerProvider

@@ -8,7 +8,7 @@ delayq.E001  the Redis connection cannot be built from CACHE (missing alias, or 
 delayq.E002  REDIS_URL is not a redis://, rediss:// or unix:// URL
 delayq.E003  PREFIX is not a non-empty string without braces
 delayq.E004  a number setting has the wrong type or range (numbers must be finite and below
-             10**9); CLUSTER or CHECK_NAMES is not a bool
+             10**9); CLUSTER, CHECK_NAMES or HISTORY is not a bool
 delayq.E005  QUEUES / DEFAULT_QUEUE are not valid queue names
 delayq.E006  DELAYQ is not a dict
 delayq.E007  METRICS_TOKEN is neither None nor a string of at least 16 characters
@@ -152,7 +152,7 @@ def _check_numbers() -> list:
                     id="delayq.E004",
                 )
             )
-    for name in ("CLUSTER", "CHECK_NAMES"):
+    for name in ("CLUSTER", "CHECK_NAMES", "HISTORY"):
         value = getattr(delayq_settings, name)
         if not isinstance(value, bool):
             errors.append(

@@ -72,6 +72,8 @@ def test_e003_prefix():
         ("SHUTDOWN_TIMEOUT", None),
         ("CLUSTER", "yes"),
         ("CHECK_NAMES", 0),
+        ("HISTORY", "off"),
+        ("HISTORY", None),
     ],
 )
 def test_e004_numbers(name, value):

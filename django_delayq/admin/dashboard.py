@@ -55,6 +55,7 @@ from django_delayq.admin import views as views
 from django_delayq.admin.action_pages import ActionPages
 from django_delayq.admin.batch_pages import BatchPages
 from django_delayq.admin.batch_views import job_link
+from django_delayq.admin.history import history_context
 from django_delayq.admin.list_pages import ListPages
 from django_delayq.admin.pages import URL_PREFIX
 from django_delayq.admin.texts import STATUS_TITLES
@@ -128,6 +129,9 @@ class JobAdmin(ListPages, ActionPages, BatchPages):
             can_pause=self._perm(request, "pause_queue"),
             queue_url=self._url("queue"),
             now=to_datetime(now),
+            **history_context(
+                store, [s["name"] for s in summaries], now, request.GET.get("history")
+            ),
         )
         return self._render(request, "dashboard.html", context)
 

@@ -40,6 +40,9 @@ DEFAULTS: dict[str, Any] = {
     # seconds, at most this many per queue; 0 for either keeps none.
     "FINISHED_MAX_AGE": 60 * 60,
     "FINISHED_MAX_COUNT": 10_000,
+    # Workers keep each queue's history (jobs done, failed, dead and lateness per minute,
+    # 72 hours) for the dashboard; False: none is counted or written.
+    "HISTORY": True,
     # Errors (with tracebacks) kept per job.
     "MAX_ERRORS_KEPT": 10,
     # Longest a worker sleeps without looking at Redis (seconds).

@@ -228,6 +228,24 @@ def pending_page(store: Store, queue: str, offset: int, limit: int) -> list[tupl
     return out
 
 
+# Parked members read for the queue's lag: exact while at most this many jobs are parked;
+# beyond, the earliest due of the first ones in group order (the lag may then read low).
+PARKED_LAG_READ = 1000
+
+
+def oldest_parked_due(store: Store, queue: str) -> int | None:
+    """The earliest due time (epoch ms) of the queue's parked jobs (due jobs waiting for a
+    slot of their group: lua/claim.lua), read from their members' ranks; None for none."""
+    key = store.key(queue, "parked")
+    members = store.call(store.command(b"ZRANGE", key, 0, PARKED_LAG_READ - 1, route=key))
+    dues = []
+    for member in members:
+        parts = _text(member).split("\n")
+        if len(parts) == 4 and parts[2].isdigit():
+            dues.append(int(parts[2]) % BAND)
+    return min(dues) if dues else None
+
+
 def _due(score: Any) -> Any:
     """A ranked score's due time (ms): what is left of the priority band; a score that is
     not a finite number (garbage in the set) is passed on as it is, for the reader to show."""

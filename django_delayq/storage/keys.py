@@ -66,6 +66,11 @@ class KeyNames:
     def key(self, queue: str, kind: str) -> str:
         return self.keys(queue)[KEY_KINDS.index(kind)]
 
+    def history_key(self, queue: str, minute: int) -> str:
+        """``{prefix}:{<queue>}:history:<minute>``: the queue's history of the ten minutes
+        from epoch minute ``minute``, in the queue's slot (storage/history.py)."""
+        return f"{self.key(queue, 'pending')[: -len('pending')]}history:{minute}"
+
     @property
     def queues_key(self) -> str:
         """``{prefix}:queues``: the set of queues ever scheduled to."""

@@ -209,6 +209,12 @@ class Reads(Calls):
             "parked": int(sizes[8]),
         }
         counts["pending"] += counts["parked"]
+        if counts["parked"]:  # due jobs too: the lag is the oldest due job's wait
+            parked_due = control.oldest_parked_due(self, queue)
+            if parked_due is not None:
+                counts["oldest_due_at"] = min(
+                    t for t in (counts["oldest_due_at"], parked_due / 1000) if t is not None
+                )
         if int(sizes[6]):  # prioritised pending jobs: counted band by band (control.py)
             extra = control.ranked_counts(self, queue, now)
             counts["pending"] += extra["pending"]

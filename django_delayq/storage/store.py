@@ -19,6 +19,7 @@ from typing import Any
 from django_delayq.exceptions import ConnectionError as DelayQConnectionError
 from django_delayq.storage.calls import API_BUDGET, WORKER_BUDGET
 from django_delayq.storage.finished import FinishedReads, Keep, keep_setting
+from django_delayq.storage.history import History
 from django_delayq.storage.manual import ManualOps
 from django_delayq.storage.marks import StartMarks
 from django_delayq.storage.milliseconds import ms, now_arg
@@ -59,7 +60,7 @@ def _is_one(reply: Any) -> bool:
     return int(reply) == 1
 
 
-class Store(Reads, FinishedReads, ManualOps, Roster, OldLayout):
+class Store(Reads, FinishedReads, History, ManualOps, Roster, OldLayout):
     """Byte-level access to one Redis (or Redis Cluster) for one key prefix."""
 
     def marker(self) -> StartMarks:

@@ -16,6 +16,7 @@ from django_delayq.jobs.record import FLAG_LINKED
 from django_delayq.storage.store import Store
 from django_delayq.worker.execution import Executor, Outcome
 from django_delayq.worker.forwarder import Forwarder
+from django_delayq.worker.history import HistoryCounts
 from django_delayq.worker.holdings import Holdings
 
 logger = logging.getLogger("django_delayq.worker")
@@ -34,7 +35,9 @@ class Results:
         default_max_retries: int,
         now: Callable[[], float | None],
         forwarder: Forwarder,
+        history: HistoryCounts | None = None,
     ) -> None:
+        """``history``: the queues' history, counted as attempts settle (None: off)."""
         self.forward = forwarder.notify  # the ends of linked jobs go there (forwarder.py)
         self.store = store
         self.executor = executor
@@ -42,6 +45,7 @@ class Results:
         self.dead_options = dead_options
         self.default_max_retries = default_max_retries
         self.now = now
+        self.history = history
 
     def take_all(self) -> list[Outcome]:
         """Every outcome not delivered yet, for the next round trip."""
@@ -69,7 +73,7 @@ class Results:
         self.holdings.return_results(outcomes)
 
     def settle_fails(self, outcomes: list[Outcome], results: list[Any]) -> None:
-        kept, linked = [], []
+        kept, linked, settled = [], [], []
         for outcome, result in zip(outcomes, results, strict=True):
             if isinstance(result, Exception):
                 if outcome.resends == 0:
@@ -80,6 +84,7 @@ class Results:
                 continue
             self.holdings.settle(outcome.attempt)
             what, when = result
+            settled.append((outcome.attempt, "f" if what != "lost" else "", what == "dead"))
             if what == "dead":
                 if _linked(outcome):
                     linked.append((outcome.attempt.queue, outcome.attempt.id))
@@ -87,20 +92,26 @@ class Results:
             elif what == "lost":
                 self.executor.lost(outcome)
         self.keep(kept)
+        if self.history is not None and settled:
+            self.history.settled(settled)
         if linked:
             self.forward(linked)
 
     def settle_acks(self, outcomes: list[Outcome], flags: list[int], resent: bool = False) -> None:
         """``resent``: the answers of a claim the transport re-sent after a lost reply."""
-        linked = []
+        linked, settled = [], []
         for outcome, flag in zip(outcomes, flags, strict=True):
             self.holdings.settle(outcome.attempt)
-            if flag == -1 or (flag == 0 and not outcome.resends and not resent):
+            lost = flag == -1 or (flag == 0 and not outcome.resends and not resent)
+            if lost:
                 self.executor.lost(outcome)  # 0 after a re-send: the lost round trip acked it
+            settled.append((outcome.attempt, "" if lost else "d", False))
             if flag >= 0 and _linked(outcome):
                 # A batch member or chain step: its end goes on. 0 too: gone may be this very
                 # ack, re-sent by the transport after a lost reply (its entry is there then).
                 linked.append((outcome.attempt.queue, outcome.attempt.id))
+        if self.history is not None and settled:
+            self.history.settled(settled)
         if linked:
             self.forward(linked)
 

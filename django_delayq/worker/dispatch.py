@@ -221,6 +221,8 @@ class Worker:
         threads.append(duty_thread(parts.heartbeat, self._stopped))
         threads.append(parts.forwarder.thread())
         threads.append(parts.presence.new_thread())
+        if parts.history is not None:
+            threads.append(duty_thread(parts.history, self._stopped))
         if not self.burst:
             duties: list[Duty] = [] if parts.relay is None else [parts.relay]
             duties.append(parts.recovery)
@@ -237,6 +239,8 @@ class Worker:
         self.parts.holdings.wake_all()
         self.parts.forwarder.close()  # ends not forwarded yet (else the sweep takes them)
         self.parts.marker.close()
+        if self.parts.history is not None:
+            self.parts.history.last_flush()  # the counts since the last flush
         self.parts.presence.close()  # off the roster
         if self._reachable:  # else recovery drops them in time
             with contextlib.suppress(DelayQError):

@@ -32,6 +32,7 @@ from django_delayq.storage.store import RECOVER_LIMIT, Recovered, Store
 from django_delayq.wording import counted
 from django_delayq.worker.duties import Backoff
 from django_delayq.worker.execution import FINISHED
+from django_delayq.worker.history import HistoryCounts
 
 if TYPE_CHECKING:
     from django_delayq.worker.execution import Attempt, Executor
@@ -153,6 +154,7 @@ class Recovery:
         self.stopped, self.now, self.every = stopped, now, every
         self._tokens = itertools.count(1)
         self.passes = 0
+        self.history: HistoryCounts | None = None  # counts its failures and deaths
 
     def step(self) -> float:
         self.run_pass()
@@ -224,6 +226,10 @@ class Recovery:
             )
             return
         dead = recovered.outcome == "dead"
+        if self.history is not None:  # a lost lease is a failed attempt (job_failed below)
+            self.history.add(queue, "f")
+            if dead:
+                self.history.add(queue, "x")
         logger.warning(
             "job %s recovered from a lost worker: %s (worker %s stopped heartbeating)",
             recovered.id,

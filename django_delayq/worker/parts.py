@@ -20,6 +20,7 @@ from django_delayq.worker.claiming import Exchange
 from django_delayq.worker.delivery import Results
 from django_delayq.worker.execution import Executor
 from django_delayq.worker.forwarder import Forwarder
+from django_delayq.worker.history import HistoryCounts, HistoryFlush, history_on
 from django_delayq.worker.holdings import Holdings
 from django_delayq.worker.maintenance import Heartbeat, Recovery
 from django_delayq.worker.prefetch import Prefetch
@@ -47,6 +48,7 @@ class Parts:
     presence: Presence  # the roster entry,
     relay: Relay | None  # and the outbox relay (``relay=True``)
     forwarder: Forwarder  # the ends of batch members and chain steps (forwarder.py)
+    history: HistoryFlush | None  # the queues' history, flushed (None: DELAYQ["HISTORY"] off)
 
 
 def make_parts(
@@ -65,19 +67,17 @@ def make_parts(
     """The parts of ``worker``: what it is (store, name, instance, queues, concurrency,
     lease) is read from it, its counters at each roster beat."""
     store, queues, lease = worker.store, worker.queues, worker.lease
-    executor = Executor(
-        worker.name,
-        default_max_retries=default_max_retries,
-        retry_backoff=float(delayq_settings.RETRY_BACKOFF),
-        retry_backoff_max=float(delayq_settings.RETRY_BACKOFF_MAX),
-    )
+    executor = _executor(worker.name, default_max_retries)
     holdings = Holdings(worker.concurrency, async_concurrency, aio.classify)
     prefetch = Prefetch(holdings, aio.loop_share)
     marker = store.marker()
     starts = Starts(store, marker, lease, default_max_retries)
     executor.now = starts.redis_now
     forwarder = Forwarder(store, stopped, wake)
-    results = Results(store, executor, holdings, dead_options, default_max_retries, now, forwarder)
+    counts = HistoryCounts(starts.redis_now) if history_on() else None
+    results = Results(
+        store, executor, holdings, dead_options, default_max_retries, now, forwarder, counts
+    )
     shared = (holdings, prefetch, starts, executor)
     events: dict[str, Any] = {"wake": wake, "stopped": stopped, "stopping": stopping}
     exchange = Exchange(
@@ -104,10 +104,20 @@ def make_parts(
         results=results,
         exchange=exchange,
         heartbeat=Heartbeat(store, lease, holdings.holding, now),
-        recovery=_recovery(worker, dead_options, default_max_retries, stopped, now),
+        recovery=_recovery(worker, dead_options, default_max_retries, stopped, now, counts),
         presence=Presence(worker, stopped),
         relay=Relay(store, stopped) if relay else None,
         forwarder=forwarder,
+        history=None if counts is None else HistoryFlush(store, counts),
+    )
+
+
+def _executor(name: str, default_max_retries: int) -> Executor:
+    return Executor(
+        name,
+        default_max_retries=default_max_retries,
+        retry_backoff=float(delayq_settings.RETRY_BACKOFF),
+        retry_backoff_max=float(delayq_settings.RETRY_BACKOFF_MAX),
     )
 
 
@@ -117,8 +127,12 @@ def _recovery(
     default_max_retries: int,
     stopped: threading.Event,
     now: Callable[[], float | None],
+    history: HistoryCounts | None,
 ) -> Recovery:
-    """Recovery, every half lease (0.25 s to 30 s): an expired lease waits at most that."""
+    """Recovery, every half lease (0.25 s to 30 s): an expired lease waits at most that;
+    it counts the failures and deaths it settles in ``history``."""
     every = min(max(worker.lease / 2, 0.25), 30.0)
     args = (dead_options, default_max_retries, stopped, now)
-    return Recovery(worker.store, list(worker.queues), worker.instance, *args, every=every)
+    recovery = Recovery(worker.store, list(worker.queues), worker.instance, *args, every=every)
+    recovery.history = history
+    return recovery
