@@ -16,12 +16,11 @@ from django_delayq.storage.history import (
     SPAN,
     bucket_of,
     bucket_value,
-    due_times,
     percentile,
 )
 from django_delayq.worker.dispatch import Worker
 from django_delayq.worker.execution import Attempt
-from django_delayq.worker.history import DueSampler, HistoryCounts, HistoryFlush, sample_weight
+from django_delayq.worker.history import HistoryCounts, HistoryFlush
 from tests.conftest import more_settings
 from tests.testapp import tasks as t
 
@@ -117,12 +116,14 @@ def test_the_size_is_bounded_by_the_hour_keys_of_72_hours(store, redis_client):
     assert sum(p.done for p in points) == 9 * KEEP_HOURS * 60
 
 
-def test_due_times_are_read_from_pending_and_ranked(store):
-    t.add.schedule(1, 2, delay=60)
-    job = t.add.schedule(1, 2, delay=30, priority=5)
-    due = due_times(store.run(store.due_ops(Q, 10)))
-    assert len(due) == 2
-    assert abs(due[job.id] - job.due_at.timestamp()) < 0.002
+def test_the_claim_returns_each_job_s_due_time_from_pending_and_ranked(store):
+    plain = t.add.schedule(1, 2, delay=-60)
+    ranked = t.add.schedule(1, 2, delay=-30, priority=5)
+    claim = store.claim(Q, 10, lease=30, token="w#1", instance="w")
+    due = {c.id: c.due for c in claim.jobs}
+    assert due == {plain.id: plain.due_at.timestamp(), ranked.id: ranked.due_at.timestamp()}
+    again = store.claim(Q, 10, lease=30, token="w#1", instance="w")  # a re-send: not at hand
+    assert {c.id: c.due for c in again.jobs} == {plain.id: None, ranked.id: None}
 
 
 def test_a_failed_flush_keeps_its_counts_for_the_next(store):
@@ -157,7 +158,6 @@ def test_a_burst_worker_flushes_what_happened_and_its_lateness(store, redis_clie
     ranked = (100 - 3) * BAND + past
     assert redis_client.zadd(store.key(Q, "ranked"), {jobs[5].id: ranked}, xx=True, ch=True)
     worker = Worker([Q], burst=True)
-    worker.parts.exchange.sampler.every = 0  # every claim reads its due times
     assert worker.run() == 0
     points = store.history(Q, time.time(), minutes=15)
     done, failed, dead = (sum(getattr(p, k) for p in points) for k in ("done", "failed", "dead"))
@@ -223,32 +223,9 @@ def test_recovery_counts_the_attempts_it_fails_and_the_jobs_it_dead_letters(stor
     assert (point.done, point.failed, point.dead) == (0, 2, 1)
 
 
-def test_claims_that_read_no_due_time_are_stood_for_by_the_next_that_does():
-    """At most one claim of a queue reads due times every ``every`` seconds; the attempts
-    of the claims in between are counted through the next read's samples (weights)."""
-    sampler = DueSampler(every=3600)
-
-    def claim(queue: str, ids: list[str], read: bool) -> list[Attempt]:
-        attempts = [Attempt(queue, i, "w#1", b"", 1) for i in ids]
-        assert sampler.wants(queue) is read
-        sampler.claimed(queue, attempts, {i: 1.0 for i in ids if i != "parked"} if read else None)
-        return attempts
-
-    first = claim(Q, ["a", "b"], read=True)
-    assert [(a.due, a.weight) for a in first] == [(1.0, 1), (1.0, 1)]
-    claim(Q, ["c", "d", "e"], read=False)
-    claim(Q, ["f"], read=False)
-    assert claim("other", ["x"], read=True)[0].weight == 1  # a queue of its own
-    sampler.every = 0
-    later = claim(Q, ["g", "parked"], read=True)  # 4 unread + 2 claimed, 1 sample
-    assert (later[0].due, later[0].weight) == (1.0, 6)
-    assert later[1].due is None
-    assert sample_weight(10, 3) == 3 and sample_weight(1, 4) == 1 and sample_weight(5, 0) == 0
-
-
-def test_a_weighted_sample_counts_as_the_attempts_it_stands_for():
+def test_an_attempt_s_lateness_is_counted_in_the_minute_it_started():
     counts = HistoryCounts(lambda: 1_800_000_030.0)
-    a = Attempt(Q, "a", "w#1", b"", 1, started=time.monotonic(), due=1_800_000_000.0, weight=5)
+    a = Attempt(Q, "a", "w#1", b"", 1, started=time.monotonic(), due=1_800_000_000.0)
     counts.settled([(a, "d", False)])
     [(where, fields)] = counts.take().items()
-    assert where == (Q, 30_000_000) and fields == {"d": 1, f"l{bucket_of(30_000)}": 5}
+    assert where == (Q, 30_000_000) and fields == {"d": 1, f"l{bucket_of(30_000)}": 1}

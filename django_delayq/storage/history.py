@@ -19,17 +19,14 @@ percentile is read as the bucket's geometric middle, so it is within 2^(1/8) - 1
 the true value (of the sample at that rank); histograms of several minutes or workers add up
 exactly, so a wider point of the chart is as precise as a minute.
 
-The due times of claimed jobs are read here too (:meth:`History.due_ops`): the claim's reply
-does not carry them (lua/claim.lua returns id, record, attempt), so when history is on the
-worker sends ``ZRANGE ... WITHSCORES`` of the first ``limit`` jobs of ``pending`` and
-``ranked`` in the claim's own round trip, before the claim (of some claims only:
-worker/history.py's DueSampler).
+The due time of each claimed job comes with the claim's reply (lua/claim.lua), so every
+attempt's lateness is counted, at no cost beyond one ``ZMSCORE`` inside the claim.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -191,29 +188,3 @@ class History(Calls):
             point.dead += count
         elif kind[:1] == "l" and (bucket := _int(kind[1:])) is not None:
             point.lateness[bucket] = point.lateness.get(bucket, 0) + count
-
-    def due_ops(self, queue: str, limit: int) -> list[Op]:
-        """The due times of the first ``limit`` pending jobs of ``queue`` (priority 0, then
-        ranked): read in a claim's round trip, before it (:func:`due_times` parses them)."""
-        ops = []
-        for kind in ("pending", "ranked"):
-            key = self.key(queue, kind)
-            ops.append(self.command(b"ZRANGE", key, 0, limit - 1, b"WITHSCORES", route=key))
-        return ops
-
-
-def due_times(replies: Iterable[Any]) -> dict[str, float]:
-    """Job id -> due (epoch s) from the replies of :meth:`History.due_ops` (a failed read
-    gives nothing: those jobs' lateness is not counted)."""
-    due: dict[str, float] = {}
-    for reply in replies:
-        if isinstance(reply, Exception):
-            continue
-        for member, score in pairs(reply):
-            try:
-                value = int(float(score))
-            except (TypeError, ValueError):
-                continue
-            job_id = member.decode(errors="replace") if isinstance(member, bytes) else member
-            due[job_id] = (value % BAND) / 1000
-    return due

@@ -42,6 +42,7 @@ class Claimed:
     id: str
     record: bytes
     attempt: int  # the number this attempt has once started
+    due: float | None = None  # its due time (epoch s), when the claim had it at hand
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,10 @@ def parse_many(reply: list, plan: list[tuple[str, str, int]]) -> list[Scheduled]
 
 def parse_claim(reply: list, resent: bool = False) -> Claim:
     now, next_due, acked, flat = reply
-    jobs = [Claimed(text(flat[i]), flat[i + 1], int(flat[i + 2])) for i in range(0, len(flat), 3)]
+    jobs = [
+        Claimed(text(flat[i]), flat[i + 1], int(flat[i + 2]), seconds_of(flat[i + 3]))
+        for i in range(0, len(flat), 4)
+    ]
     return Claim(int(now) / 1000, seconds_of(next_due), jobs, [int(f) for f in acked], resent)
 
 

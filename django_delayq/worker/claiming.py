@@ -25,11 +25,9 @@ from django_delayq.exceptions import DelayQError
 from django_delayq.monitoring.tracing import tracer as current_tracer
 from django_delayq.recurring.claims import claimed as recurring_claimed
 from django_delayq.storage.finished import attempt_summary, keep_setting
-from django_delayq.storage.history import due_times
 from django_delayq.storage.store import Claim, Store
 from django_delayq.worker.delivery import Results
 from django_delayq.worker.execution import Attempt, Outcome
-from django_delayq.worker.history import DueSampler
 from django_delayq.worker.holdings import Holdings
 from django_delayq.worker.limits import publish_limits
 from django_delayq.worker.prefetch import Prefetch
@@ -82,9 +80,6 @@ class Exchange:
         self.more_due = False  # the last claim left due jobs behind
         self.limits_published = False  # @task(rate=, concurrency=) written for claim.lua
         self.keep = keep_setting()  # finished jobs kept: (max age ms, max count) or (0, 0)
-        # Which claims read their jobs' due times, for the history's lateness (None: off)
-        self.sampler = DueSampler() if results.history is not None else None
-        self._due: dict[str, float] | None = None  # job id -> due (epoch s), last claim
 
     def run(self, claim: bool = True) -> None:
         """Deliver finished jobs' results and, with ``claim``, claim due ones. Results that
@@ -174,9 +169,6 @@ class Exchange:
         """One round trip: ``fails``, then the claim carrying ``acks``. Settles the failures
         and returns the claim's reply (an exception when it did not get through)."""
         ops: list[Any] = [self.results.fail_op(o) for o in fails]
-        sampled = self.sampler is not None and limit > 0 and self.sampler.wants(queue)
-        reads = self.store.due_ops(queue, limit) if sampled else []
-        ops += reads
         ops.append(
             self.store.claim_op(
                 queue,
@@ -191,7 +183,6 @@ class Exchange:
         )
         replies = self.store.run(ops)
         self.results.settle_fails(fails, replies[: len(fails)])
-        self._due = due_times(replies[len(fails) : -1]) if reads else None
         return replies[-1]
 
     def _ack_entries(self, acks: list[Outcome]) -> list[tuple[str, ...]]:
@@ -215,9 +206,9 @@ class Exchange:
     ) -> None:
         self.starts.offset = claim.now - time.time()
         if claim.jobs:
-            attempts = [Attempt(queue, c.id, token, c.record, c.attempt) for c in claim.jobs]
-            if self.sampler is not None:
-                self.sampler.claimed(queue, attempts, self._due)
+            attempts = [
+                Attempt(queue, c.id, token, c.record, c.attempt, due=c.due) for c in claim.jobs
+            ]
             if tracer is not None:
                 received(tracer, self.store, queue, started, attempts)
             recurring_claimed(self.store, claim.now, attempts, self.now())

@@ -114,11 +114,9 @@ class Attempt:
     # The context of the span that scheduled it (record flag 't'), read by the claim only
     # when tracing is on (claiming.py): its attempt's span links to it.
     trace: bytes | None = None
-    # When the job was due (epoch s, Redis's clock), when history is on and the claim's
-    # round trip read it (worker/history.py): its lateness is counted, ``weight`` times
-    # (the attempts of claims that read no due time it stands for).
+    # When the job was due (epoch s, Redis's clock), as claim.lua returned it (None for a
+    # job a re-sent claim returned): its lateness is counted (worker/history.py).
     due: float | None = None
-    weight: int = 1
 
     @property
     def lease(self) -> tuple[str, str]:

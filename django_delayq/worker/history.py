@@ -26,7 +26,6 @@ from django_delayq.worker.execution import Attempt
 logger = logging.getLogger("django_delayq.worker")
 
 FLUSH_EVERY = 5.0  # seconds between flushes
-DUE_READ_EVERY = 0.1  # seconds: at most one claim a queue reads due times that often
 
 Counts = dict[tuple[str, int], dict[str, int]]
 
@@ -56,7 +55,7 @@ class HistoryCounts:
         """Attempts Redis just settled, each with its kind ("d" done, "f" failed, "": its
         lease was lost) and whether its job died; the lateness of each that started and
         whose due time the claim read: its start (monotonic) on Redis's clock minus its due
-        time, counted in the minute it started. One lock for all of them."""
+        time (claim.lua returns it), counted in the minute it started. One lock for all of them."""
         now = self.clock()
         minute, wall = int(now // 60), now - time.monotonic()
         with self._lock:
@@ -73,7 +72,7 @@ class HistoryCounts:
                     started = wall + a.started
                     late = f"l{bucket_of((started - a.due) * 1000)}"
                     fields = counts.setdefault((a.queue, int(started // 60)), {})
-                    fields[late] = fields.get(late, 0) + a.weight
+                    fields[late] = fields.get(late, 0) + 1
 
     def take(self) -> Counts:
         """Every count so far (they are forgotten here)."""
@@ -92,48 +91,6 @@ class HistoryCounts:
                 mine = self._counts.setdefault(where, {})
                 for kind, count in fields.items():
                     mine[kind] = mine.get(kind, 0) + count
-
-
-def sample_weight(represented: int, samples: int) -> int:
-    """How many attempts each of ``samples`` lateness samples stands for, when they and
-    the attempts of the claims that read no due time since make ``represented``."""
-    return max(1, round(represented / samples)) if samples else 0
-
-
-class DueSampler:
-    """Which claims read their jobs' due times (the claim's reply lacks them:
-    storage/history.py), so the reads cost a bounded amount whatever the drain rate: a
-    queue's claim reads them when the last read is DUE_READ_EVERY seconds old. The other
-    claims' attempts are represented by the next read's samples, each counted ``weight``
-    times, so a percentile weighs busy moments (many claims, few read) as many attempts
-    as they had, not as the few that were read. A queue claimed less often than that
-    has every attempt's lateness read (weight 1). The dispatcher's thread only."""
-
-    def __init__(self, every: float = DUE_READ_EVERY) -> None:
-        self.every = every
-        self._read_at: dict[str, float] = {}  # queue -> monotonic time of its last read
-        self._unread: dict[str, int] = {}  # queue -> attempts claimed since, not read
-
-    def wants(self, queue: str) -> bool:
-        """Whether this claim of ``queue`` reads due times."""
-        last = self._read_at.get(queue)
-        return last is None or time.monotonic() - last >= self.every
-
-    def claimed(self, queue: str, attempts: list[Attempt], due: dict[str, float] | None) -> None:
-        """A claim of ``queue`` leased ``attempts``; ``due``: the due times it read (None:
-        it read none). Sets each read attempt's ``due`` and ``weight``."""
-        if due is None:
-            self._unread[queue] = self._unread.get(queue, 0) + len(attempts)
-            return
-        self._read_at[queue] = time.monotonic()
-        known = [a for a in attempts if a.id in due]
-        represented = self._unread.pop(queue, 0) + len(attempts)
-        if not known:  # nothing claimed, or none of it seen by the read (parked jobs)
-            self._unread[queue] = represented
-            return
-        weight = sample_weight(represented, len(known))
-        for a in known:
-            a.due, a.weight = due[a.id], weight
 
 
 class HistoryFlush:

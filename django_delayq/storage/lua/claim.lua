@@ -10,9 +10,11 @@
 -- ARGV[8..] optional quadruples: job id, lease token, info, attempt of finished jobs,
 --           acknowledged first exactly as ack.lua does (a worker's acks and its next claim
 --           in one call). Before 0.7: triples from ARGV[6].
--- Returns {now, next_due, {ack flags}, {id1, record1, attempt1, id2, ...}}: next_due is the
--- due_at of the earliest pending job left ('' when none); the ack flags are ack.lua's, one
--- per triple; attempt is the number the attempt will have once started.
+-- Returns {now, next_due, {ack flags}, {id1, record1, attempt1, due1, id2, ...}}: next_due is
+-- the due_at of the earliest pending job left ('' when none); the ack flags are ack.lua's, one
+-- per entry; attempt is the number the attempt will have once started; due the job's due_at
+-- (epoch ms; '' for a job the call re-sends or unparks: its due time is not at hand), so
+-- the worker knows each job's lateness. (Before 0.7: triples, without due.)
 -- Claimed jobs are leased as not started (score lease_until - RESERVED); the worker's runner
 -- marks each one started (ZADD XX GT lease_until) just before running it, so a job whose
 -- worker died before starting it is handed back by recover.lua without counting an attempt.
@@ -395,11 +397,27 @@ if resend then
     local record = n and redis.call('HGET', J, id)
     if record then
       table.insert(jobs, id) table.insert(jobs, record) table.insert(jobs, n + 1)
+      table.insert(jobs, '')
     end
   end
 elseif #ids > 0 then
-  if #from_pending > 0 then batched('ZREM', P, from_pending) end
-  if #from_ranked > 0 then batched('ZREM', Q, from_ranked) end
+  local due_of = {}
+  if #from_pending > 0 then
+    local scores = batched('ZMSCORE', P, from_pending)
+    for i, id in ipairs(from_pending) do
+      local score = tonumber(scores[i])
+      if score then due_of[id] = int(score) end
+    end
+    batched('ZREM', P, from_pending)
+  end
+  if #from_ranked > 0 then
+    local scores = batched('ZMSCORE', Q, from_ranked)
+    for i, id in ipairs(from_ranked) do
+      local score = tonumber(scores[i])
+      if score then due_of[id] = int(score % BAND) end
+    end
+    batched('ZREM', Q, from_ranked)
+  end
   local leased, fields, scores = {}, {}, {}
   local reserved = int(now + lease - RESERVED)
   local running = '|' .. token
@@ -407,6 +425,7 @@ elseif #ids > 0 then
     local n = parse_state(states[i])
     if records[i] then
       table.insert(jobs, id) table.insert(jobs, records[i]) table.insert(jobs, n + 1)
+      table.insert(jobs, due_of[id] or '')
       table.insert(leased, id)
       table.insert(fields, id) table.insert(fields, (n == 0 and '0' or int(n)) .. running)
       table.insert(scores, reserved) table.insert(scores, id)
