@@ -44,12 +44,14 @@ class Event:
 
 
 def seconds_text(seconds: float | None) -> str:
-    """How long an attempt ran or a job waited: "6.3 ms", "1.25 s", "3 minutes"; "" when
-    unknown."""
+    """How long an attempt ran or a job waited: "0.04 ms", "6.3 ms", "1.25 s", "3 minutes";
+    "" when unknown."""
     if seconds is None or not math.isfinite(seconds) or seconds < 0:
         return ""
     if seconds < 1:
-        return gettext("%(value)s ms") % {"value": number_format(round(seconds * 1000, 1), 1)}
+        places = 2 if seconds < 0.01 else 1
+        value = number_format(round(seconds * 1000, places), places)
+        return gettext("%(value)s ms") % {"value": value}
     if seconds < 60:
         return gettext("%(value)s s") % {"value": number_format(round(seconds, 2), 2)}
     return duration(0, seconds)
@@ -74,7 +76,8 @@ def attempt_event(attempt: AttemptRecord) -> Event:
         details.append(gettext("ran %(time)s") % {"time": seconds_text(attempt.duration)})
     if attempt.error is None:
         title = gettext("Attempt %(number)s succeeded") % number if attempt.number else ""
-        return Event("succeeded", attempt.started_at, title or gettext("The attempt succeeded"))
+        title = title or gettext("The attempt succeeded")
+        return Event("succeeded", attempt.started_at, title, details)
     if attempt.retry_in is not None:
         details.append(
             gettext("retried in %(time)s") % {"time": seconds_text(attempt.retry_in)}
