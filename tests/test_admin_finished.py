@@ -149,6 +149,9 @@ def test_a_damaged_or_trimmed_kept_entry_does_not_break_the_list(store, admin_cl
     response = admin_client.get(url("finished", queue=Q))
     assert response.status_code == 200 and sorted(shown_ids(response)) == sorted(ids)
     assert admin_client.get(url("finished", q="add")).status_code == 200
+    damaged = admin_client.get(url("detail", Q, ids[0]))  # shown raw, as a corrupt record
+    assert damaged.status_code == 200 and "garbage" in text(damaged)
+    assert "corrupt record" in text(damaged)
     assert kept_record(b"garbage") is None and kept_record(None) is None
 
 

@@ -221,7 +221,7 @@ class JobAdmin(ListPages, ActionPages, BatchPages):
         context.update(
             row=row,
             job=row.job,
-            status_title=STATUS_TITLES.get(status, status),
+            status_title=STATUS_TITLES.get(status, ""),  # a damaged kept entry: none
             finished=sets.is_finished(status),
             took=timeline.seconds_text((row.job.last_attempt or {}).get("duration")),
             args_json=views.pretty(row.job.args),
