@@ -180,7 +180,7 @@ def test_operator_cancels_and_requeues_in_a_browser(real_store, live_server, set
             # The dead job: open it, read its traceback, requeue it from the list.
             page.click('.dq-tabs a:has-text("Dead")')
             page.click(f'tr[data-job-id="{dead_id}"] a')
-            assert "ValueError: card declined" in page.locator("#dq-errors").inner_text()
+            assert "ValueError: card declined" in page.locator("#dq-timeline").inner_text()
             page.go_back()
             page.check(f'tr[data-job-id="{dead_id}"] input.dq-select')
             page.select_option('select[name="action"]', "requeue")

@@ -3,9 +3,10 @@ that the lists' and job pages' forms post to, the confirmation page it shows bef
 cancel or delete, the purge page of a queue's dead jobs (``purge/``), and the dashboard's
 pause and resume buttons (``queue/``, issue 20: the ``pause_queue`` permission).
 
-Every change is a POST, checks the action's own permission, and reports what it did
-through the messages framework; cancel, delete and purge destroy data, so they ask on a
-confirmation page first. What an action does is in :mod:`django_delayq.admin.actions`.
+Every change is a POST, checks the action's own permission, reports what it did
+through the messages framework and writes who did it to Django's admin log (one entry per
+job changed, :mod:`django_delayq.admin.audit`); cancel, delete and purge destroy data, so
+they ask on a confirmation page first. What an action does is in :mod:`django_delayq.admin.actions`.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from django.utils.translation import gettext
 from django.views.decorators.http import require_POST
 
 from django_delayq.admin import actions as actions
+from django_delayq.admin import audit as audit
 from django_delayq.admin import search as search
 from django_delayq.admin import texts as texts
 from django_delayq.admin import views as views
@@ -172,9 +174,15 @@ class ActionPages(AdminPages):
         chosen: Chosen,
         fallback: str,
     ) -> HttpResponse:
-        """Run the action, report what it did (then what the choice left out), go back."""
-        applied = actions.apply_action(store, action, queue, chosen.ids)
+        """Run the action, log and report what it did (then what the choice left out), go
+        back."""
+        ids = list(dict.fromkeys(chosen.ids))
+        tasks = audit.task_names(store, queue, ids)  # before a cancel or delete removes them
+        applied = actions.apply_action(store, action, queue, ids)
         done, missed = applied.done, applied.missed
+        left = set(missed)
+        changed = ((job_id, tasks.get(job_id, "")) for job_id in ids if job_id not in left)
+        audit.log(request.user, action.name, changed)
         running = actions.running_among(store, queue, missed) if action.status == PENDING else 0
         level = messages.SUCCESS if done else messages.WARNING
         messages.add_message(
@@ -246,6 +254,7 @@ class ActionPages(AdminPages):
             except ValueError:
                 died_before = store.server_time()
             purged = store.purge_dead(queue, died_before=died_before)
+            audit.log(request.user, "purge", [(queue, f"{queue}: {purged}")])
             messages.success(
                 request,
                 texts.PURGED % {"count": Count(purged), "queue": queue},
@@ -294,6 +303,8 @@ class ActionPages(AdminPages):
         else:
             messages.error(request, gettext("Choose pause or resume."))
             return HttpResponseRedirect(back)
+        if changed:
+            audit.log(request.user, operation, [(queue, queue)])
         messages.add_message(
             request, messages.SUCCESS if changed else messages.WARNING, text % {"queue": queue}
         )

@@ -18,6 +18,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import NoReverseMatch
 from django.utils.translation import gettext, ngettext
 
+from django_delayq.admin import audit as audit
 from django_delayq.admin import batch_views as shown
 from django_delayq.admin.pages import AdminPages, int_param
 from django_delayq.admin.texts import Count
@@ -156,6 +157,7 @@ class BatchPages(AdminPages):
             except LookupError:  # expired between the read and the cancel
                 messages.error(request, gettext("No batch %(id)s.") % {"id": batch_id})
                 return HttpResponseRedirect(self._url("batches"))
+            audit.log(request.user, "cancel_batch", [(batch_id, f"batch {batch_id}")])
             messages.success(
                 request,
                 ngettext(

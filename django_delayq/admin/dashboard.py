@@ -5,8 +5,8 @@ the permissions; :class:`JobAdmin` replaces the model's URLs with the dashboard,
 pending / running / dead lists, the job pages, the actions and the purge page:
 
     <admin>/django_delayq/job/                       dashboard
-    <admin>/django_delayq/job/pending/?queue=q       lists (also running/, dead/; &q=...
-                                                     searches them: admin/search.py)
+    <admin>/django_delayq/job/pending/?queue=q       lists (also running/, dead/, finished/;
+                                                     &q=... searches them: admin/search.py)
     <admin>/django_delayq/job/<queue>/<job id>/      a job's page
     <admin>/django_delayq/job/find/?q=...            find by id or unique key
     <admin>/django_delayq/job/action/                the actions (POST)
@@ -51,13 +51,16 @@ from django.urls import NoReverseMatch, path
 from django.utils.translation import gettext
 
 from django_delayq.admin import actions as actions
+from django_delayq.admin import audit as audit
+from django_delayq.admin import sets as sets
+from django_delayq.admin import timeline as timeline
 from django_delayq.admin import views as views
 from django_delayq.admin.action_pages import ActionPages
 from django_delayq.admin.batch_pages import BatchPages
 from django_delayq.admin.batch_views import job_link
 from django_delayq.admin.history import history_context
 from django_delayq.admin.list_pages import ListPages
-from django_delayq.admin.pages import URL_PREFIX
+from django_delayq.admin.pages import LISTS, URL_PREFIX
 from django_delayq.admin.texts import STATUS_TITLES
 from django_delayq.admin.workers import worker_rows
 from django_delayq.jobs.job import PENDING, STATUSES, to_datetime
@@ -91,7 +94,7 @@ class JobAdmin(ListPages, ActionPages, BatchPages):
                     {"status": status},
                     name=f"{URL_PREFIX}_{status}",
                 )
-                for status in STATUSES
+                for status in LISTS
             ),
             path(
                 "<str:queue>/<str:job_id>/",
@@ -179,7 +182,7 @@ class JobAdmin(ListPages, ActionPages, BatchPages):
             return HttpResponseRedirect(self._url("changelist"))
         store = get_store()
         queues = views.admin_queues(store)
-        raw = store.find(q, queues) if len(q) <= 64 else None
+        raw = store.find(q, queues, finished=True) if len(q) <= 64 else None
         raw = raw or (views.find_in_outbox(q) if len(q) <= 64 else None)
         if raw is not None:
             return HttpResponseRedirect(self._url("detail", raw.queue, raw.id))
@@ -190,8 +193,8 @@ class JobAdmin(ListPages, ActionPages, BatchPages):
         messages.warning(
             request,
             gettext(
-                "No job has the id or unique key “%(query)s” (finished, cancelled, or never "
-                "scheduled)."
+                "No job has the id or unique key “%(query)s” (it finished and is no longer "
+                "kept, was deleted, or was never scheduled)."
             )
             % {"query": q[:200]},
         )
@@ -205,24 +208,29 @@ class JobAdmin(ListPages, ActionPages, BatchPages):
         self._require(request, "view_job")
         queue = self._queue(queue, [])
         store = get_store()
-        raw = store.fetch(queue, job_id) or views.find_in_outbox(job_id, queue)
+        # A finished job kept a while (status None, its kept entry) is shown too.
+        raw = store.fetch(queue, job_id, finished=True) or views.find_in_outbox(job_id, queue)
         title = gettext("Job %(id)s") % {"id": job_id}
         context = self._context(request, title, queue=queue, job_id=job_id)
         crumbs = [(gettext("Dashboard"), self._url("changelist"))]
-        if raw is None:
+        entries = audit.entries_for(job_id)  # what the admin did to it, and who
+        if raw is None:  # the admin log may still say who deleted or cancelled it
             context["list_url"] = self._url(PENDING, queue=queue)
             context["crumbs"] = [*crumbs, (job_id, "")]
+            context["timeline"] = timeline.timeline(None, entries)
             return self._render(request, "detail.html", context, status=404)
         now = store.server_time()
         row = views.make_row(raw, now)
-        status = raw.status or ""
+        status = row.job.status if raw.status is None else raw.status
         context.update(
             row=row,
             job=row.job,
-            status_title=STATUS_TITLES.get(status, status),
+            status_title=STATUS_TITLES.get(status, ""),  # a damaged kept entry: none
+            finished=sets.is_finished(status),
+            took=timeline.seconds_text((row.job.last_attempt or {}).get("duration")),
             args_json=views.pretty(row.job.args),
             kwargs_json=views.pretty(row.job.kwargs),
-            errors=views.detail_errors(row.job),
+            timeline=timeline.timeline(row.job, entries),
             actions=[a for a in actions.actions_for(status) if self._perm(request, a.permission)],
             action_url=self._url("action"),
             here=request.get_full_path(),
@@ -230,7 +238,9 @@ class JobAdmin(ListPages, ActionPages, BatchPages):
         )
         if context["link"] is not None and context["link"].batch_id:
             context["batch_url"] = self._url("batch", id=context["link"].batch_id)
-        if status in STATUSES:
-            crumbs.append(self._list_crumb(status, queue))
+        if status in STATUSES or sets.is_finished(status):
+            crumbs.append(
+                self._list_crumb(sets.FINISHED if sets.is_finished(status) else status, queue)
+            )
         context["crumbs"] = [*crumbs, (job_id, "")]
         return self._render(request, "detail.html", context)

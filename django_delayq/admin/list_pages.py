@@ -1,7 +1,9 @@
-"""The pending, in progress and dead lists of a queue (``<admin>/django_delayq/job/pending/``
-and the others): the query a list page is asked for, its page of jobs (a page of the set;
-filtered by task, a bounded scan of it; searched, ``?q=``, the matches of a bounded search,
-:mod:`django_delayq.admin.search`), and the bulk actions it offers.
+"""The pending, in progress, dead and finished lists of a queue
+(``<admin>/django_delayq/job/pending/`` and the others; finished: the jobs kept since they
+succeeded or were cancelled, newest first, admin/sets.py): the query a list page is asked
+for, its page of jobs (a page of the set; filtered by task, a bounded scan of it; searched,
+``?q=``, the matches of a bounded search, :mod:`django_delayq.admin.search`), and the bulk
+actions it offers (none on the finished list).
 
 What the rows show is in :mod:`django_delayq.admin.views`; the actions the list's form
 posts are served by :mod:`django_delayq.admin.action_pages`.
@@ -18,7 +20,9 @@ from django.utils.translation import gettext
 
 from django_delayq.admin import actions as actions
 from django_delayq.admin import search as search
+from django_delayq.admin import sets as sets
 from django_delayq.admin import texts as texts
+from django_delayq.admin import timeline as timeline
 from django_delayq.admin import views as views
 from django_delayq.admin.pages import AdminPages, int_param
 from django_delayq.admin.texts import Count
@@ -83,7 +87,7 @@ class ListPages(AdminPages):
         query = search.clean_query(request.GET.get("q"))
         listing = Listing(status, queue, task, per_page, query)
         now = store.server_time()
-        total = store.size(queue, status)
+        total = sets.size(store, queue, status)
         in_database = outbox_count(queue) if status == PENDING and views.outbox_shown() else 0
         context: dict[str, Any] = {"show_where": status == PENDING and views.outbox_shown()}
         purge = status == DEAD and total and self._perm(request, "delete_job")
@@ -99,6 +103,8 @@ class ListPages(AdminPages):
         rows = [views.make_row(raw, now) for raw in raws]
         for row in rows:
             row.url = self._url("detail", queue, row.job.id)
+            if row.job.last_attempt:  # a job that succeeded: its last attempt's run time
+                row.took = timeline.seconds_text(row.job.last_attempt["duration"])
         context.update(
             crumbs=[
                 (gettext("Dashboard"), self._url("changelist")),
@@ -215,9 +221,9 @@ class ListPages(AdminPages):
             window_label=texts.SEARCH_NEXT % {"count": limit},
             first_window_url=self._url(status, **params) if start else "",
             elsewhere=[
-                (texts.ELSEWHERE[raw.status] % {"id": raw.id}, self._url("detail", queue, raw.id))
+                (texts.ELSEWHERE[shown] % {"id": raw.id}, self._url("detail", queue, raw.id))
                 for raw in found.elsewhere
-                if raw.status in texts.ELSEWHERE
+                if (shown := sets.list_of(raw)) in texts.ELSEWHERE
             ],
             empty=texts.MATCHES % {"count": Count(0), "query": found.query},
         )

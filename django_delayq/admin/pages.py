@@ -19,11 +19,14 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.translation import gettext
 
+from django_delayq.admin.sets import FINISHED
 from django_delayq.admin.texts import STATUS_TITLES
 from django_delayq.jobs.job import STATUSES
 from django_delayq.storage.queues import check_queue_name
 
 URL_PREFIX = "django_delayq_job"
+# The lists, each a tab: the three sets of a queue, then its finished jobs kept a while.
+LISTS = (*STATUSES, FINISHED)
 
 
 def int_param(value: str | None, default: int, low: int, high: int) -> int:
@@ -78,7 +81,7 @@ class AdminPages(admin.ModelAdmin):
             "title": title,
             "dashboard_url": self._url("changelist"),
             "find_url": self._url("find"),
-            "list_urls": [(s, STATUS_TITLES[s], self._url(s)) for s in STATUSES],
+            "list_urls": [(s, STATUS_TITLES[s], self._url(s)) for s in LISTS],
             "workers_url": self._url("workers"),
             "batches_url": self._url("batches"),
             # Django 6.1's admin has <ol class="breadcrumbs">; earlier ones a <div>.

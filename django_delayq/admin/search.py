@@ -1,5 +1,6 @@
-"""The lists' search (``?q=`` on the pending, in progress and dead lists): which jobs match a
-query, read in bounded chunks, and which of the jobs an action was confirmed on still match.
+"""The lists' search (``?q=`` on the pending, in progress, dead and finished lists): which
+jobs match a query, read in bounded chunks, and which of the jobs an action was confirmed
+on still match.
 
 What matches: the query (spaces around it dropped) is found, ignoring case (``casefold``:
 "MÜLLER" finds "müller"), inside one of the job's
@@ -21,6 +22,9 @@ errors), so a request costs the same with a million jobs in the set; the page sa
 it stopped. Before that it looks the query up as an exact job id and as an exact unique key
 (one fetch, one HGET): a job found so is shown first wherever it is in the set.
 
+The finished list's kept jobs are searched the same way: the record framed inside each kept
+entry is split out (sets.kept_record), never decoded whole.
+
 Jobs waiting in the database outbox (beyond ``HORIZON``) are not searched: Redis only.
 """
 
@@ -31,6 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from django_delayq.admin import sets
 from django_delayq.exceptions import CorruptJob
 from django_delayq.jobs.arguments import dumps
 from django_delayq.jobs.record import decode_record, split_record
@@ -126,10 +131,11 @@ class Search:
 
 
 def direct(store: Store, queue: str, query: str) -> list[RawJob]:
-    """The jobs of ``queue`` whose id or unique key is ``query`` exactly, in any set."""
+    """The jobs of ``queue`` whose id or unique key is ``query`` exactly, in any set (a
+    finished one kept too, by its id: its unique key was freed when it ended)."""
     query = clean_query(query)
     hits: list[RawJob] = []
-    by_id = store.fetch(queue, query) if query and len(query) <= MAX_ID else None
+    by_id = store.fetch(queue, query, finished=True) if query and len(query) <= MAX_ID else None
     if by_id is not None:
         hits.append(by_id)
     key_id = store.id_for_key(queue, query) if query else None
@@ -153,22 +159,23 @@ def search(
     (SEARCH_LIMIT) of them from rank ``start`` on, SEARCH_CHUNK per round trip."""
     limit = SEARCH_LIMIT if limit is None else limit
     looked_for = needles(query)
-    result = Search(clean_query(query), [], start, start, store.size(queue, status))
+    result = Search(clean_query(query), [], start, start, sets.size(store, queue, status))
     if not looked_for:
         return result
     seen = set()
     for raw in direct(store, queue, query):
-        if raw.status != status:
+        record = sets.kept_record(raw.kept) if status == sets.FINISHED else raw.record
+        if sets.list_of(raw) != status:
             result.elsewhere.append(raw)
-        elif not task or matches(looked_for, raw.id, raw.record, task):
+        elif not task or matches(looked_for, raw.id, record, task):
             result.found.append((raw.id, None if raw.score is None else ms(raw.score)))
             seen.add(raw.id)
     pos, stop = start, start + limit
     while pos < stop:
-        chunk = store.ranks(queue, status, pos, min(SEARCH_CHUNK, stop - pos))
+        chunk = sets.ranks(store, queue, status, pos, min(SEARCH_CHUNK, stop - pos))
         if not chunk:
             break
-        records = store.records(queue, [job_id for job_id, _ in chunk])
+        records = sets.records(store, queue, status, [job_id for job_id, _ in chunk])
         for (job_id, score), record in zip(chunk, records, strict=True):
             if job_id not in seen and matches(looked_for, job_id, record, task):
                 result.found.append((job_id, score))
@@ -219,4 +226,4 @@ class Found(Sequence):
     def __getitem__(self, index: Any) -> Any:
         if not isinstance(index, slice) or index.step not in (None, 1):
             raise TypeError("Found supports only contiguous slices")
-        return self.store.fetch_many(self.queue, self.status, self.found[index])
+        return sets.fetch_many(self.store, self.queue, self.status, self.found[index])

@@ -10,28 +10,45 @@ from django.utils.formats import number_format
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext_lazy
 
+from django_delayq.admin.sets import FINISHED
+from django_delayq.jobs.finished import CANCELLED, SUCCEEDED
 from django_delayq.jobs.job import DEAD, PENDING, RUNNING
 
-STATUS_TITLES = {PENDING: _("Pending"), RUNNING: _("In progress"), DEAD: _("Dead")}
+# The lists (and their tabs), then the statuses of a finished job.
+STATUS_TITLES = {
+    PENDING: _("Pending"),
+    RUNNING: _("In progress"),
+    DEAD: _("Dead"),
+    FINISHED: _("Finished"),
+    SUCCEEDED: _("Succeeded"),
+    CANCELLED: _("Cancelled"),
+}
 LIST_TITLES = {
     PENDING: _("Pending jobs in %(queue)s"),
     RUNNING: _("Jobs in progress in %(queue)s"),
     DEAD: _("Dead jobs in %(queue)s"),
+    FINISHED: _("Finished jobs in %(queue)s"),
 }
 EMPTY_LISTS = {
     PENDING: _("No pending jobs in %(queue)s."),
     RUNNING: _("No jobs in progress in %(queue)s."),
     DEAD: _("No dead jobs in %(queue)s."),
+    FINISHED: _(
+        "No finished jobs kept in %(queue)s (jobs that succeeded or were cancelled are kept "
+        "for DELAYQ['FINISHED_MAX_AGE'])."
+    ),
 }
 EMPTY_TASK_LISTS = {
     PENDING: _("No pending jobs of %(task)s in %(queue)s."),
     RUNNING: _("No jobs of %(task)s in progress in %(queue)s."),
     DEAD: _("No dead jobs of %(task)s in %(queue)s."),
+    FINISHED: _("No finished jobs of %(task)s kept in %(queue)s."),
 }
 TOTALS = {
     PENDING: ngettext_lazy("%(count)s pending job", "%(count)s pending jobs", "count"),
     RUNNING: ngettext_lazy("%(count)s job in progress", "%(count)s jobs in progress", "count"),
     DEAD: ngettext_lazy("%(count)s dead job", "%(count)s dead jobs", "count"),
+    FINISHED: ngettext_lazy("%(count)s finished job", "%(count)s finished jobs", "count"),
 }
 # The "all matching" checkbox of the lists that have actions (pending, dead).
 EVERY_JOB = {
@@ -132,6 +149,9 @@ SEARCHED_ALL = {
     DEAD: ngettext_lazy(
         "Searched the %(count)s dead job.", "Searched all %(count)s dead jobs.", "count"
     ),
+    FINISHED: ngettext_lazy(
+        "Searched the %(count)s finished job.", "Searched all %(count)s finished jobs.", "count"
+    ),
 }
 SEARCHED_FIRST = {
     PENDING: ngettext_lazy(
@@ -155,6 +175,13 @@ SEARCHED_FIRST = {
         "most %(limit)s jobs); the jobs that died after them were not searched.",
         "count",
     ),
+    FINISHED: ngettext_lazy(
+        "Searched the %(searched)s newest of the %(count)s finished job (one search reads "
+        "at most %(limit)s jobs); the jobs that finished before them were not searched.",
+        "Searched the %(searched)s newest of the %(count)s finished jobs (one search reads "
+        "at most %(limit)s jobs); the jobs that finished before them were not searched.",
+        "count",
+    ),
 }
 SEARCHED_RANKS = ngettext_lazy(
     "Searched the jobs at positions %(first)s to %(last)s of %(count)s (one search reads "
@@ -171,6 +198,7 @@ ELSEWHERE = {
     PENDING: _("Job %(id)s, whose id or unique key this is, is pending."),
     RUNNING: _("Job %(id)s, whose id or unique key this is, is in progress."),
     DEAD: _("Job %(id)s, whose id or unique key this is, is dead."),
+    FINISHED: _("Job %(id)s, whose id this is, has finished (it is kept a while)."),
 }
 EVERY_MATCH = ngettext_lazy(
     "the %(count)s job matching “%(query)s”", "all %(count)s jobs matching “%(query)s”", "count"

@@ -22,6 +22,7 @@ from django.utils.timesince import timesince
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
+from django_delayq.admin import sets
 from django_delayq.conf import delayq_settings
 from django_delayq.django_tasks.runner import shown_call
 from django_delayq.jobs.job import (
@@ -122,6 +123,7 @@ class JobRow:
     raw_record: str = ""
     errors: list[dict] = field(default_factory=list)
     url: str = ""  # the job page (the page that shows the row sets it)
+    took: str = ""  # a finished job: how long its last attempt ran (timeline.seconds_text)
 
 
 @dataclass(frozen=True)
@@ -164,9 +166,14 @@ def make_row(raw: RawJob, now: float) -> JobRow:
         when = relative(
             raw.score, now, future=_("lease ends in %(time)s"), past=_("lease expired %(time)s ago")
         )
+    elif sets.is_finished(job.status):
+        ended = job.finished_at.timestamp() if job.finished_at else None
+        when = relative(ended, now, future=_("in %(time)s"), past=_("%(time)s ago"))
     else:
         when = relative(raw.score, now, future=_("in %(time)s"), past=_("%(time)s ago"))
-    record = raw.record
+    # A kept job's record is inside its entry; a damaged entry is shown raw, as corrupt.
+    kept = raw.status is None and raw.kept is not None
+    record = (sets.kept_record(raw.kept) or raw.kept) if kept else raw.record
     shown = shown_call(job.task, job.args, job.kwargs)[0]
     return JobRow(
         job=job,
@@ -180,26 +187,6 @@ def make_row(raw: RawJob, now: float) -> JobRow:
         runner=job.task if shown != job.task else "",
         raw_record=record.decode("utf-8", "replace") if isinstance(record, bytes) else "",
     )
-
-
-def detail_errors(job: Job) -> list[dict]:
-    """The recorded errors, newest first, with ``at`` as a datetime."""
-    out = []
-    for error in reversed(job.errors):
-        if not isinstance(error, dict):
-            error = {"message": str(error)}
-        at = error.get("at")
-        out.append(
-            {
-                "type": str(error.get("type") or ""),
-                "message": str(error.get("message") or ""),
-                "traceback": str(error.get("traceback") or ""),
-                "attempt": error.get("attempt"),
-                "worker": str(error.get("worker") or ""),
-                "at": to_datetime(at) if isinstance(at, (int, float)) else None,
-            }
-        )
-    return out
 
 
 # -- lists ---------------------------------------------------------------------
@@ -218,7 +205,7 @@ class SortedSetSlice(Sequence):
 
     def __len__(self) -> int:
         if self._size is None:
-            self._size = self.store.size(self.queue, self.status)
+            self._size = sets.size(self.store, self.queue, self.status)
         return self._size
 
     def __getitem__(self, index: Any) -> Any:
@@ -228,7 +215,7 @@ class SortedSetSlice(Sequence):
         stop = len(self) if stop is None else stop
         if stop <= start:
             return []
-        return self.store.page(self.queue, self.status, start, stop - start)
+        return sets.page(self.store, self.queue, self.status, start, stop - start)
 
 
 class PendingSlice(Sequence):
@@ -271,21 +258,23 @@ def scan_for_task(
     """Up to ``limit`` jobs of ``task`` from rank ``start``, reading at most ``budget`` ranks."""
     pos, found = start, []
     while pos < start + budget:
-        chunk = store.page(queue, status, pos, min(SCAN_CHUNK, start + budget - pos))
+        chunk = sets.page(store, queue, status, pos, min(SCAN_CHUNK, start + budget - pos))
         for i, raw in enumerate(chunk):
             if _task_of(raw) == task:
                 found.append(raw)
                 if len(found) == limit:
                     end = pos + i + 1
-                    return Scan(found, start, end, bool(store.page_ids(queue, status, end, 1)))
+                    return Scan(
+                        found, start, end, bool(sets.page_ids(store, queue, status, end, 1))
+                    )
         if not chunk:
             return Scan(found, start, pos, False)
         pos += len(chunk)
-    return Scan(found, start, pos, bool(store.page_ids(queue, status, pos, 1)))
+    return Scan(found, start, pos, bool(sets.page_ids(store, queue, status, pos, 1)))
 
 
 def _task_of(raw: RawJob) -> str:
-    return job_from_raw(raw, 0).task if raw.record is not None else ""
+    return job_from_raw(raw, 0).task if raw.record is not None or raw.kept else ""
 
 
 def fetch_rows(
