@@ -288,3 +288,66 @@ def test_a_context_with_a_tracestate_goes_through_the_propagators(store, spans):
     (link,) = process.links
     assert link.context.span_id == 0xB7AD6B7169203331 and link.context.is_remote
     assert link.context.trace_state.get("vendor") == "1"
+
+
+def test_one_claim_links_each_job_to_its_own_span_and_an_untraced_one_to_none(
+    store, spans, monkeypatch
+):
+    # The contexts are read once per claim (one HMGET for the traced jobs it took; the first claim
+    # may take only one job, so this does not prove one claim took all three): each
+    # attempt still gets its own job's context, a retry too, and a job scheduled while
+    # tracing was off (no flag 't') none, in the same claim.
+    caller, exporter = spans
+    tracer = tracing._tracer
+    with caller.start_as_current_span("first"):
+        first = schedule(flaky, "m1")
+    with caller.start_as_current_span("second"):
+        second = schedule(ok, "m2")
+    monkeypatch.setattr(tracing, "_tracer", False)
+    plain = schedule(ok, "m3")
+    monkeypatch.setattr(tracing, "_tracer", tracer)
+    sends = {s.attributes["messaging.message.id"]: s for s in _by_name(exporter, "send default")}
+    assert set(sends) == {first.id, second.id}
+    run_burst()  # the retry (no backoff) is claimed again by the same burst
+    run_burst()
+    receives = _by_name(exporter, "receive default")
+    assert sum(r.attributes["messaging.batch.message_count"] for r in receives) == 4
+    processes = _by_name(exporter, "process default")
+    links = [
+        (p.attributes["messaging.message.id"], [link.context.span_id for link in p.links])
+        for p in processes
+    ]
+    assert sorted(links) == sorted(
+        [
+            (first.id, [sends[first.id].context.span_id]),
+            (first.id, [sends[first.id].context.span_id]),  # the retry
+            (second.id, [sends[second.id].context.span_id]),
+            (plain.id, []),
+        ]
+    )
+    assert sorted(RAN) == ["m1", "m1", "m2", "m3"]
+
+
+def test_a_context_spelled_otherwise_still_links(store, spans):
+    # Not the bytes sending() writes (spaces, flags 00): decoded as JSON, same link.
+    _, exporter = spans
+    job = schedule(ok, "o")
+    parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"
+    store.client.hset(store.key("default", "trace"), job.id, f'{{ "traceparent": "{parent}" }}')
+    run_burst()
+    (process,) = _by_name(exporter, "process default")
+    (link,) = process.links
+    assert link.context.trace_id == 0x0AF7651916CD43DD8448EB211C80319C
+    assert link.context.span_id == 0xB7AD6B7169203331 and not link.context.trace_flags.sampled
+
+
+def test_the_attempt_span_ends_and_stops_being_current_when_the_block_raises(spans):
+    _, exporter = spans
+    before = trace.get_current_span()
+    attempt = tracing.processing(tracing._tracer, "q", "j1", 1, None)
+    with pytest.raises(KeyError), attempt as span:
+        assert trace.get_current_span() is span
+        raise KeyError("a bug around the task")
+    assert trace.get_current_span() is before
+    (ended,) = _by_name(exporter, "process q")
+    assert ended.end_time is not None and ended.links == ()

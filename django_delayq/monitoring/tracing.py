@@ -115,50 +115,92 @@ def receive_span(found: Any, queue: str, started: int, count: int) -> Any:
 
 # A W3C traceparent of version 00: trace id, span id, flags (lowercase hex).
 _TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
+# The context sending() stores when the carrier holds only a traceparent (the common case),
+# byte for byte: matched on the stored bytes without decoding the JSON (faster).
+_STORED = re.compile(rb'\{"traceparent":"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})"\}')
 
 
 def _link(stored: str | bytes | None) -> list[Any]:
     """The link to the creation context stored beside a job ([] for none or garbage)."""
     if not stored:
         return []
-    from opentelemetry import propagate, trace
+    from opentelemetry import trace
 
-    try:
-        carrier = json.loads(stored)
-    except ValueError:
-        return []
-    if not isinstance(carrier, dict):
-        return []
-    match = _TRACEPARENT.fullmatch(carrier.get("traceparent", "")) if len(carrier) == 1 else None
-    if match is not None:  # the common carrier, read without the propagators (faster)
-        context = trace.SpanContext(
-            int(match[1], 16), int(match[2], 16), True, trace.TraceFlags(int(match[3], 16))
-        )
+    raw = stored.encode() if isinstance(stored, str) else stored
+    match = _STORED.fullmatch(raw)
+    if match is not None:
+        trace_id, span_id, flags = int(match[1], 16), int(match[2], 16), int(match[3], 16)
+        context = trace.SpanContext(trace_id, span_id, True, trace.TraceFlags(flags))
     else:
-        context = trace.get_current_span(propagate.extract(carrier)).get_span_context()
+        context = _extracted(raw)
+        if context is None:
+            return []
     return [trace.Link(context)] if context.is_valid else []
 
 
-@contextlib.contextmanager
+def _extracted(raw: bytes) -> Any:
+    """The span context of a stored carrier other than a lone traceparent (None if garbage)."""
+    from opentelemetry import propagate, trace
+
+    try:
+        carrier = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(carrier, dict):
+        return None
+    match = _TRACEPARENT.fullmatch(carrier.get("traceparent", "")) if len(carrier) == 1 else None
+    if match is not None:  # another spelling of the common carrier (spaces, key order)
+        trace_id, span_id, flags = int(match[1], 16), int(match[2], 16), int(match[3], 16)
+        return trace.SpanContext(trace_id, span_id, True, trace.TraceFlags(flags))
+    return trace.get_current_span(propagate.extract(carrier)).get_span_context()
+
+
+class _Processing:
+    """processing()'s context manager: the span started and made current on entry, made
+    not current and ended on exit. A class and a plain attach/detach rather than
+    ``start_as_current_span`` (two generator context managers deep): this runs once per
+    attempt, and the layers cost a measurable share of a no-op job."""
+
+    __slots__ = ("span", "token")
+
+    def __init__(self, span: Any) -> None:
+        self.span = span
+        self.token: Any = None
+
+    def __enter__(self) -> Any:
+        from opentelemetry import context, trace
+
+        self.token = context.attach(trace.set_span_in_context(self.span))
+        return self.span
+
+    def __exit__(self, *exc: object) -> None:
+        from opentelemetry import context
+
+        try:
+            context.detach(self.token)
+        finally:
+            self.span.end()
+
+
 def processing(
     found: Any, queue: str, job_id: str, attempt: int, stored: str | bytes | None
-) -> Iterator[Any]:
+) -> _Processing:
     """The CONSUMER span of one attempt, linked to the span that scheduled the job (its
-    context ``stored`` beside it), current while the task runs. Give its end to
-    :func:`processed`."""
+    context ``stored`` beside it), current while the task runs (a context manager giving
+    the span). Give its end to :func:`processed`."""
     from opentelemetry import trace
 
     attributes = _attributes(queue, "process", job_id)
     attributes["django_delayq.attempt"] = attempt
-    with found.start_as_current_span(
+    span = found.start_span(
         f"process {queue}",
         kind=trace.SpanKind.CONSUMER,
         links=_link(stored),
         attributes=attributes,
         record_exception=False,
         set_status_on_exception=False,
-    ) as span:
-        yield span
+    )
+    return _Processing(span)
 
 
 def processed(span: Any, task: str, ok: bool, error: Mapping[str, Any]) -> None:
