@@ -80,15 +80,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from benchmarks.bench import common
 
-    with common.dedicated_redis(None) as own:
-        if own is None:
+    with common.django_on_own_redis(args.prefix) as found:
+        if found is None:
             print("no redis-server found")
             return 1
-        import os
-
-        os.environ["REDIS_URL"] = common.url_of(own)
-        common.setup_django(args.prefix)
-        store = common.bench_store()
+        own, store = found
         results: dict[str, list[dict[str, float]]] = {"off": [], "on": []}
         _round(store, own, min(args.jobs, 300), True)  # warm-up: scripts loaded, imports done
         for _ in range(args.rounds):

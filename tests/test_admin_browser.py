@@ -115,14 +115,7 @@ def _dead(store: Store) -> str:
 @pytest.mark.django_db(transaction=True)
 def test_operator_cancels_and_requeues_in_a_browser(real_store, live_server, settings, tmp_path):
     sync_playwright = _browser_or_skip()
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-    operator = User.objects.create_user("operator", password="s3cret-pass", is_staff=True)
-    operator.user_permissions.add(
-        *Permission.objects.filter(
-            content_type__app_label="django_delayq",
-            codename__in=["view_job", "cancel_job", "requeue_job", "delete_job", "run_job"],
-        )
-    )
+    _operator(settings, "view_job", "cancel_job", "requeue_job", "delete_job", "run_job")
     # What the operator sees: throughput, a running job, an overdue backlog, two queues.
     _throughput(real_store)
     schedule(testtasks.sleepy, "report", 1, 30)
@@ -251,6 +244,17 @@ FITS = """() => {
             outside: outside.length, scrolled: scrolled.length, cut: cut.length,
             buttons: document.querySelectorAll('.dq-row-actions button').length};
 }"""
+
+
+def _operator(settings, *codenames: str) -> User:
+    """A staff user "operator" (password s3cret-pass, hashed fast) with these permissions
+    of django_delayq, for the browser tests."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    operator = User.objects.create_user("operator", password="s3cret-pass", is_staff=True)
+    operator.user_permissions.add(
+        *Permission.objects.filter(content_type__app_label="django_delayq", codename__in=codenames)
+    )
+    return operator
 
 
 def _fits(page) -> dict:
@@ -578,13 +582,7 @@ def test_operator_opens_a_batch_and_cancels_it_in_a_browser(
     """The Batches tab lists a batch; its page shows its callbacks and members; Cancel
     batch asks on a page of its own, then cancels the members not ended."""
     sync_playwright = _browser_or_skip()
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-    operator = User.objects.create_user("operator", password="s3cret-pass", is_staff=True)
-    operator.user_permissions.add(
-        *Permission.objects.filter(
-            content_type__app_label="django_delayq", codename__in=["view_job", "cancel_job"]
-        )
-    )
+    _operator(settings, "view_job", "cancel_job")
     with django_delayq.batch(on_complete=testtasks.add.call(40, 2)) as b:
         members = [testtasks.add.schedule(i, i, delay=600) for i in range(4)]
     assert django_delayq.cancel(members[0].id)  # one ended already: 3 left to cancel

@@ -5,11 +5,17 @@ in CI)."""
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth.models import Permission, User
 
 from django_delayq import schedule, schedule_many
 from django_delayq.worker.dispatch import Worker
-from tests.test_admin_browser import CHROMIUM, CHROMIUM_ARGS, _browser_or_skip, _fits, _login
+from tests.test_admin_browser import (
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    _browser_or_skip,
+    _fits,
+    _login,
+    _operator,
+)
 from tests.testapp import tasks as testtasks
 
 Q = "default"
@@ -18,13 +24,7 @@ Q = "default"
 @pytest.mark.django_db(transaction=True)
 def test_operator_reads_a_finished_jobs_timeline_and_searches(real_store, live_server, settings):
     sync_playwright = _browser_or_skip()
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-    operator = User.objects.create_user("operator", password="s3cret-pass", is_staff=True)
-    operator.user_permissions.add(
-        *Permission.objects.filter(
-            content_type__app_label="django_delayq", codename__in=["view_job", "cancel_job"]
-        )
-    )
+    _operator(settings, "view_job", "cancel_job")
     calls = [{"kwargs": {"customer": f"cust-{i:04d}"}} for i in range(300)]
     ids = [job.id for job in schedule_many(testtasks.remember, calls)]
     retried = testtasks.fails_first_attempt.schedule("<script>window.pwned = 1</script>")

@@ -5,10 +5,16 @@ them, failed in CI)."""
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth.models import Permission, User
 
 from django_delayq import schedule, schedule_many
-from tests.test_admin_browser import CHROMIUM, CHROMIUM_ARGS, _browser_or_skip, _fits, _login
+from tests.test_admin_browser import (
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    _browser_or_skip,
+    _fits,
+    _login,
+    _operator,
+)
 from tests.testapp import tasks as testtasks
 
 Q = "default"
@@ -17,13 +23,7 @@ Q = "default"
 @pytest.mark.django_db(transaction=True)
 def test_operator_searches_and_cancels_what_matches(real_store, live_server, settings):
     sync_playwright = _browser_or_skip()
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-    operator = User.objects.create_user("operator", password="s3cret-pass", is_staff=True)
-    operator.user_permissions.add(
-        *Permission.objects.filter(
-            content_type__app_label="django_delayq", codename__in=["view_job", "cancel_job"]
-        )
-    )
+    _operator(settings, "view_job", "cancel_job")
     calls = [{"kwargs": {"customer": f"cust-{i:04d}"}, "delay": 600 + i} for i in range(300)]
     ids = [job.id for job in schedule_many(testtasks.remember, calls)]
     trap = schedule(testtasks.remember, "<script>window.pwned = 1</script>", delay=60)

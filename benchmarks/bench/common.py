@@ -430,3 +430,16 @@ def store_on(client: Any, prefix: str) -> Iterator[Any]:
         finally:
             connection.reset()
     connection.reset()
+
+
+@contextlib.contextmanager
+def django_on_own_redis(prefix: str) -> Iterator[tuple[Any, Any] | None]:
+    """A dedicated redis-server, Django set up to use it under ``prefix``: (its client,
+    the store); None when no redis-server is found (the caller says so)."""
+    with dedicated_redis(None) as own:
+        if own is None:
+            yield None
+            return
+        os.environ["REDIS_URL"] = url_of(own)
+        setup_django(prefix)
+        yield own, bench_store()
