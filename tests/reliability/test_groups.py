@@ -29,7 +29,7 @@ def test_group_limit_across_three_worker_processes(
     hot = [{"args": [tag, "hot", f"h{i}", 0.3], "group": "hot"} for i in range(16)]
     cold = [{"args": [tag, f"cold:{i}", f"c{i}", 0.02], "group": f"cold:{i}"} for i in range(40)]
     warm = [
-        {"args": [tag, f"warm:{i % 2}", f"w{i}", 0.1], "group": f"warm:{i % 2}"} for i in range(12)
+        {"args": [tag, f"warm:{i % 2}", f"w{i}", 0.2], "group": f"warm:{i % 2}"} for i in range(12)
     ]
     jobs = len(hot) + len(cold) + len(warm)
     with installed(store):
@@ -58,7 +58,10 @@ def test_group_limit_across_three_worker_processes(
         [f"h{i}" for i in range(16)] + [f"c{i}" for i in range(40)] + [f"w{i}" for i in range(12)]
     )
     assert max(peaks.values()) <= 2, peaks
-    assert peaks["hot"] == 2 and peaks["warm:0"] == 2  # the limit was reached, not merely untested
+    # The limit was reached, not merely untested: by the hot group, and by a warm one (which
+    # of the two overlaps its own jobs depends on the scheduling of 12 slots: warm:0 alone
+    # once peaked at 1 on a loaded machine, its limit then untested, not exceeded).
+    assert peaks["hot"] == 2 and max(peaks["warm:0"], peaks["warm:1"]) == 2, peaks
     # The cold groups ran beside the hot one, not after its backlog: all 40 finished before
     # the hot group had run half of its 16 jobs.
     assert sum(1 for i in hot_done if i < last_cold) < 8, done
