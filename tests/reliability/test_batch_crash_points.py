@@ -72,7 +72,10 @@ def test_a_worker_killed_while_forwarding(
     ran = timed_runs(runs_client, tag)
     report(scenario=f"batches: worker SIGKILLed at {point}", jobs=3, kills=1, seconds=waited)
     assert code == 0, second.output()
-    assert sorted(r.value for r in ran) == ["0", "1", "2"]
+    # Members are at least once: a member whose ack the SIGKILLed worker had not sent yet
+    # (its end came after the held forwarding began) runs again after its lease (seen once
+    # at "forward read"). The callbacks, checked below, are once.
+    assert {r.value for r in ran} == {"0", "1", "2"}
     last_end = max(r.end for r in ran)
     cb_runs = timed_runs(runs_client, cb_tag)
     check_callbacks(store, b.id, cb_runs, {"success", "complete"}, last_end, Counter())
