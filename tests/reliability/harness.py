@@ -465,6 +465,13 @@ def sizes(store: Store, queue: str = "default") -> dict[str, int]:
     return {"pending": pending, "running": running, "dead": dead, "records": records}
 
 
+def settled(store: Store, queue: str = "default") -> bool:
+    """Nothing pending or running, read in one snapshot (sizes()): two sizes() calls, one
+    for pending and one for running, race with a recovery moving jobs between the two."""
+    state = sizes(store, queue)
+    return state["pending"] == 0 and state["running"] == 0
+
+
 def waiting_workers(server: RedisServer) -> int:
     """Clients blocked in BLPOP: one per idle worker process (its waker thread)."""
     with contextlib.closing(server.client()) as client:

@@ -10,7 +10,7 @@ import pytest
 
 from django_delayq import get_job, schedule
 from django_delayq.storage.store import Store
-from tests.reliability.harness import installed, runs, sizes, wait_until, worker_env
+from tests.reliability.harness import installed, runs, settled, sizes, wait_until, worker_env
 from tests.reliability.tasks import mark
 from tests.reliability.test_batch_upgrade import old_tree, start_old_worker
 
@@ -34,7 +34,7 @@ def test_a_0_6_worker_beside_0_7_ones_runs_jobs_once_and_keeps_none(
         phases[name] = [schedule(mark, tag, f"{name}{i}").id for i in range(count)]
         total = sum(len(ids) for ids in phases.values())
         wait_until(lambda: len(runs(runs_client, tag)) >= total, 60, f"phase {name} to run")
-        wait_until(lambda: sizes(store)["pending"] == sizes(store)["running"] == 0, 30, "its acks")
+        wait_until(lambda: settled(store), 30, "its acks")
 
     try:
         with installed(store):

@@ -17,7 +17,7 @@ from django_delayq import ConnectionError as DelayQConnectionError
 from django_delayq import schedule, schedule_many
 from django_delayq.storage.store import Store
 from tests.reliability.faults import FaultProxy, command, drop_reply
-from tests.reliability.harness import installed, runs, sizes, wait_until, worker_env
+from tests.reliability.harness import installed, runs, settled, sizes, wait_until, worker_env
 from tests.reliability.tasks import mark
 
 pytestmark = pytest.mark.reliability
@@ -94,7 +94,7 @@ def test_redis_restart_mid_run(
 
         wait_until(all_ran, 60, "every acknowledged job to run")
         wait_until(
-            lambda: sizes(store)["pending"] + sizes(store)["running"] == 0,
+            lambda: settled(store),
             30,
             "nothing pending or running",
         )

@@ -16,7 +16,7 @@ from django_delayq import ConnectionError as DelayQConnectionError
 from django_delayq import schedule, schedule_many
 from django_delayq.storage import connection as dq_connection
 from django_delayq.storage.connection import get_store
-from tests.reliability.harness import HOST, runs, sizes, wait_until, worker_env
+from tests.reliability.harness import HOST, runs, settled, sizes, wait_until, worker_env
 from tests.reliability.tasks import mark
 
 pytestmark = pytest.mark.reliability
@@ -119,7 +119,7 @@ def test_sentinel_failover_during_a_run(
             producer.join(30)
         expected = {str(i) for i in range(batch)} | set(producer.acked)
         wait_until(lambda: expected <= set(runs(runs_client, tag)), 60, "every acked job to run")
-        wait_until(lambda: sizes(store)["running"] + sizes(store)["pending"] == 0, 30, "drained")
+        wait_until(lambda: settled(store), 30, "drained")
         elapsed = time.monotonic() - began
         dead = sizes(store)["dead"]
         dq_connection.reset()
