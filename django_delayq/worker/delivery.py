@@ -84,7 +84,8 @@ class Results:
                 continue
             self.holdings.settle(outcome.attempt)
             what, when = result
-            settled.append((outcome.attempt, "f" if what != "lost" else "", what == "dead"))
+            if self.history is not None:
+                settled.append((outcome.attempt, "f" if what != "lost" else "", what == "dead"))
             if what == "dead":
                 if _linked(outcome):
                     linked.append((outcome.attempt.queue, outcome.attempt.id))
@@ -105,7 +106,8 @@ class Results:
             lost = flag == -1 or (flag == 0 and not outcome.resends and not resent)
             if lost:
                 self.executor.lost(outcome)  # 0 after a re-send: the lost round trip acked it
-            settled.append((outcome.attempt, "" if lost else "d", False))
+            if self.history is not None:
+                settled.append((outcome.attempt, "" if lost else "d", False))
             if flag >= 0 and _linked(outcome):
                 # A batch member or chain step: its end goes on. 0 too: gone may be this very
                 # ack, re-sent by the transport after a lost reply (its entry is there then).

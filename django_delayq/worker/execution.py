@@ -198,10 +198,10 @@ class Executor:
         self.default_max_retries = default_max_retries
         self.retry_backoff = retry_backoff
         self.retry_backoff_max = retry_backoff_max
-        # Set by the runners (runners.py): watch() is told of an attempt with a deadline,
-        # returned() says whether a returning task still owns its attempt (not timed out).
         # The time of an error: Redis's clock as the worker last saw it (parts.py sets it).
         self.now: Callable[[], float] = time.time
+        # Set by the runners (runners.py): watch() is told of an attempt with a deadline,
+        # returned() says whether a returning task still owns its attempt (not timed out).
         self.watch: Callable[[Attempt], None] = lambda attempt: None
         self.returned: Callable[[Attempt], bool] = lambda attempt: True
 
