@@ -20,7 +20,7 @@ from django_delayq.exceptions import ConnectionError as DelayQConnectionError
 from django_delayq.storage.calls import API_BUDGET, WORKER_BUDGET
 from django_delayq.storage.finished import FinishedReads, Keep, keep_setting
 from django_delayq.storage.history import History
-from django_delayq.storage.manual import ManualOps
+from django_delayq.storage.manual import PURGE_CHUNK, ManualOps  # noqa: F401 (PURGE_CHUNK: its 0.6 path)
 from django_delayq.storage.marks import StartMarks
 from django_delayq.storage.milliseconds import ms, now_arg
 from django_delayq.storage.old_layout import OldLayout
