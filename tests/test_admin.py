@@ -291,7 +291,10 @@ def test_dashboard_counts_lag_and_throughput(store, admin_client):
     )
     assert queues["emails"]["pending"] == 1
     assert default["done_total"] == 2 and default["failed_total"] == 1
+    assert (default["finished"], queues["emails"]["finished"]) == (2, 0)  # the two acked, kept
     body = text(response)
+    finished_link = f'<a href="{url("finished")}?queue=default" class="dq-finished"'
+    assert finished_link in body
     assert 'class="dq-done"' in body and 'class="dq-failed"' in body
     assert "Purge dead" in body
 

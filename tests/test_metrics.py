@@ -29,6 +29,7 @@ GAUGES = {
     "delayq_due_jobs",
     "delayq_running_jobs",
     "delayq_dead_jobs",
+    "delayq_finished_jobs",
     "delayq_lag_seconds",
     "delayq_live_workers",
     "delayq_queue_paused",
@@ -104,6 +105,8 @@ def test_per_queue_gauges_and_counters_parsed_by_prometheus_client(store, client
     assert samples["delayq_jobs_dead_lettered_total", "default"] == 1
     assert samples["delayq_jobs_recovered_total", "default"] == 0
     assert samples["delayq_dead_jobs", "default"] == 1
+    assert samples["delayq_finished_jobs", "default"] == 2  # the two adds, kept
+    assert samples["delayq_finished_jobs", "emails"] == 0
     assert samples["delayq_pending_jobs", "default"] == samples["delayq_due_jobs", "default"] == 1
     assert samples["delayq_running_jobs", "default"] == 0
     assert 119 <= samples["delayq_lag_seconds", "default"] < 180

@@ -255,6 +255,7 @@ def test_status_exit_codes_and_output(store):
     emails = next(q for q in report["queues"] if q["queue"] == "emails")
     assert emails["problems"] == ["lag"] and emails["live_workers"] == 1
     assert emails["due"] == emails["pending"] == 1 and emails["lag_seconds"] >= 30
+    assert emails["finished"] == 0
     assert [w["name"] for w in report["workers"]] == ["web-1"]
 
 

@@ -115,7 +115,7 @@ class JobAdmin(ListPages, ActionPages, BatchPages):
         summaries = []
         for queue in views.admin_queues(store):
             summary = views.queue_summary(store, queue, now)
-            summary["urls"] = {s: self._url(s, queue=queue) for s in STATUSES}
+            summary["urls"] = {s: self._url(s, queue=queue) for s in LISTS}
             summary["purge_url"] = self._url("purge", queue=queue)
             summary["workers"] = served.get(queue, 0)  # live workers serving it
             summary["unserved"] = bool(summary["due"]) and not summary["workers"]

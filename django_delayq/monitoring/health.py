@@ -47,6 +47,7 @@ class QueueHealth:
     problems: tuple[str, ...] = ()
     totals: dict[str, int] = field(default_factory=dict)  # reads.totals, when asked for
     paused: bool = False  # django_delayq.pause(): nothing is claimed until resume()
+    finished: int = 0  # succeeded or cancelled jobs kept (FINISHED_MAX_AGE / _COUNT)
 
     @property
     def healthy(self) -> bool:
@@ -190,6 +191,7 @@ def report(
                 ),
                 totals=store.totals(queue) if totals else {},
                 paused=counts.get("paused", False),
+                finished=counts.get("finished", 0),
             )
         )
     return Report(now, max_lag, results, workers, sorted(unreadable), known)

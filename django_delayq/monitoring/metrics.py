@@ -4,8 +4,9 @@ Per queue, read from Redis at each scrape (:func:`django_delayq.monitoring.healt
 web process answers the same:
 
 gauges   ``delayq_pending_jobs``, ``delayq_due_jobs``, ``delayq_running_jobs``,
-         ``delayq_dead_jobs``, ``delayq_lag_seconds``, ``delayq_live_workers``,
-         ``delayq_queue_paused`` (1 while ``django_delayq.pause`` holds the queue)
+         ``delayq_dead_jobs``, ``delayq_finished_jobs`` (kept, see FINISHED_MAX_AGE),
+         ``delayq_lag_seconds``, ``delayq_live_workers``, ``delayq_queue_paused`` (1 while
+         ``django_delayq.pause`` holds the queue)
 counters ``delayq_jobs_done_total``, ``delayq_attempts_failed_total``,
          ``delayq_attempts_retried_total``, ``delayq_jobs_dead_lettered_total``,
          ``delayq_jobs_recovered_total``, ``delayq_jobs_limited_total`` (kept in Redis by the
@@ -62,6 +63,11 @@ GAUGES = (
     ("delayq_due_jobs", "Pending jobs whose due time has passed (the backlog).", "due"),
     ("delayq_running_jobs", "Jobs claimed by a worker (in progress).", "running"),
     ("delayq_dead_jobs", "Jobs in the dead-letter set.", "dead"),
+    (
+        "delayq_finished_jobs",
+        "Succeeded and cancelled jobs kept (DELAYQ FINISHED_MAX_AGE, FINISHED_MAX_COUNT).",
+        "finished",
+    ),
     ("delayq_lag_seconds", "Seconds the oldest due job has waited (0: none is due).", "lag"),
     ("delayq_live_workers", "Live workers serving the queue.", "workers"),
     ("delayq_queue_paused", "1 while the queue is paused (nothing is claimed), else 0.", "paused"),

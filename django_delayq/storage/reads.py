@@ -172,14 +172,14 @@ class Reads(Calls):
         return int(self.call(self.command(b"ZCARD", key, route=key)))
 
     def counts(self, queue: str, now: float) -> dict[str, Any]:
-        """Set sizes, the due-now backlog, jobs claimed but not started, the oldest due
-        time, whether the queue is paused, the priorities of its prioritised pending jobs
-        (control.Band, highest first) and how many due jobs wait for their group's slot
-        (``parked``): O(log N) each, one round trip (and one per priority present, when
-        some are)."""
+        """Set sizes (``finished``: the kept finished jobs), the due-now backlog, jobs
+        claimed but not started, the oldest due time, whether the queue is paused, the
+        priorities of its prioritised pending jobs (control.Band, highest first) and how
+        many due jobs wait for their group's slot (``parked``): O(log N) each, one round
+        trip (and one per priority present, when some are)."""
         pending, running, dead = (self.key(queue, s) for s in STATUS_KINDS)
         ranked, paused = self.key(queue, "ranked"), self.key(queue, "control")
-        parked = self.key(queue, "parked")
+        parked, finished = self.key(queue, "parked"), self.key(queue, "finished")
         cmd = self.command
         sizes = self._all(
             [
@@ -192,6 +192,7 @@ class Reads(Calls):
                 cmd(b"ZCARD", ranked, route=ranked),
                 cmd(b"HGET", paused, b"paused", route=paused),
                 cmd(b"ZCARD", parked, route=parked),
+                cmd(b"ZCARD", finished, route=finished),
             ]
         )
         head = _pairs(sizes[5])
@@ -207,6 +208,8 @@ class Reads(Calls):
             # due jobs held back by their group's concurrency limit (lua/claim.lua): counted
             # in pending, not in due (as jobs a rate limit holds back, due later)
             "parked": int(sizes[8]),
+            # succeeded and cancelled jobs kept a while (storage/finished.py)
+            "finished": int(sizes[9]),
         }
         counts["pending"] += counts["parked"]
         if counts["parked"]:  # due jobs too: the lag is the oldest due job's wait

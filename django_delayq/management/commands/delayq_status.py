@@ -141,6 +141,7 @@ def as_json(report: health.Report) -> dict[str, Any]:
                 "due": q.due,
                 "in_progress": q.running,
                 "dead": q.dead,
+                "finished": q.finished,
                 "lag_seconds": round(q.lag, 3),
                 "live_workers": q.workers,
                 "healthy": q.healthy,
