@@ -12,6 +12,7 @@ import pytest
 from django.contrib.admin.models import CHANGE, DELETION, LogEntry
 from django.contrib.auth.models import User
 from django.db import DatabaseError
+from django.utils import timezone
 
 from django_delayq import cancel, schedule, schedule_many
 from django_delayq.admin import audit
@@ -48,12 +49,13 @@ def fast_passwords(settings):
 
 def succeed(store: Store, ids: list[str], worker: str = "web-1", ran_ms: float = 2.5) -> None:
     """What a worker does for due jobs that succeed: claim them, acknowledge them with the
-    attempt that ended them (storage/finished.py's summary: number, start, duration, worker)."""
+    attempt that ended them (storage/finished.py's summary: number, start, duration, due
+    time (here '-', not known), worker)."""
     token = f"{worker}#{new_job_id()}"
     claim = store.claim(Q, len(ids), lease=60, token=token, instance=worker)
     assert sorted(c.id for c in claim.jobs) == sorted(ids)
     started = round(claim.now * 1000) - 10
-    acks = [(job_id, token, "", f"1 {started} {ran_ms:.3f} {worker}") for job_id in ids]
+    acks = [(job_id, token, "", f"1 {started} {ran_ms:.3f} - {worker}") for job_id in ids]
     assert store.ack(Q, acks) == [1] * len(ids)
 
 
@@ -167,7 +169,7 @@ def test_job_page_of_a_job_that_failed_once_then_succeeded(store, admin_client):
     response = admin_client.get(url("detail", Q, job.id))
     assert response.status_code == 200
     assert response.context["status_title"] == "Succeeded"
-    assert events(response) == ["scheduled", "failed", "succeeded", "end"]
+    assert events(response) == ["scheduled", "failed", "due", "succeeded", "end"]
     body = text(response)
     timeline = body[body.index('id="dq-timeline"') :]
     assert "Attempt 1 failed" in timeline and "Attempt 2 succeeded" in timeline
@@ -176,6 +178,7 @@ def test_job_page_of_a_job_that_failed_once_then_succeeded(store, admin_client):
     assert "builtins.ValueError</strong>: first attempt of x" in timeline
     assert "<details" in timeline and "Traceback (most recent call last)" in timeline
     assert "retried at once" in timeline  # retry_backoff=0
+    assert re.search(r"· [0-9.,]+ (ms|s) after due</span>", timeline)  # the success's lateness
     assert 'id="dq-finished-at"' in body and "Last attempt" in body
     crumbs = [label for label, _ in response.context["crumbs"]]
     assert "Finished · default" in crumbs
@@ -214,6 +217,8 @@ def test_a_kept_job_is_found_by_id_and_a_missing_one_is_still_404(store, admin_c
     assert found.status_code == 302 and found["Location"] == url("detail", Q, job.id)
     page = admin_client.get(url("detail", Q, job.id))
     assert page.status_code == 200 and events(page) == ["scheduled", "end"]
+    due = timezone.localtime(job.due_at).strftime("%Y-%m-%d %H:%M:%S")
+    assert f"was due {due}" in text(page)
     assert page.context["status_title"] == "Cancelled"
     missing = admin_client.get(url("detail", Q, "01J0000000000000000000000Z"))
     assert missing.status_code == 404 and events(missing) == []

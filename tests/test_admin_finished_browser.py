@@ -64,8 +64,9 @@ def test_operator_reads_a_finished_jobs_timeline_and_searches(real_store, live_s
             page.goto(f"{base}/{Q}/{retried.id}/")
             events = page.locator("#dq-timeline li")
             kinds = [events.nth(i).get_attribute("data-kind") for i in range(events.count())]
-            assert kinds == ["scheduled", "failed", "succeeded", "end"]
-            failed, succeeded = events.nth(1), events.nth(2)
+            assert kinds == ["scheduled", "failed", "due", "succeeded", "end"]
+            failed, due, succeeded = events.nth(1), events.nth(2), events.nth(3)
+            assert "Due" in due.inner_text() and " after due" in succeeded.inner_text()
             assert "Attempt 1 failed" in failed.inner_text()
             assert f"worker {worker.name}" in failed.inner_text()
             assert "retried at once" in failed.inner_text() and " ms" in failed.inner_text()

@@ -22,7 +22,10 @@ def kept_ids(store) -> list[str]:
     return [job_id for job_id, _ in store.finished_page(Q, 0, 1000)]
 
 
-def ack(store, job_id: str, now: float, keep=KEEP, summary: str = "1 1800000000000 2.500 w1"):
+SUMMARY = "1 1800000000000 2.500 1799999999990 w1"  # attempt, started, ran (ms), due, worker
+
+
+def ack(store, job_id: str, now: float, keep=KEEP, summary: str = SUMMARY):
     token = f"w#{job_id}"
     reply = claim(store, limit=1, now=now, token=token)
     assert job_id in [c.id for c in reply.jobs]
@@ -42,8 +45,10 @@ def test_an_acknowledged_job_is_kept_with_its_record_and_attempt(store):
         "attempt": 1,
         "started": 1_800_000_000.0,
         "duration": 0.0025,
+        "due": 1_799_999_999.99,
         "worker": "w1",
     }
+    assert job.due_at.timestamp() == 1_799_999_999.99
     [attempt] = job.attempt_history
     assert attempt.error is None and attempt.worker == "w1" and attempt.duration == 0.0025
     assert kept_ids(store) == [job_id] and store.finished_count(Q) == 1
@@ -96,9 +101,11 @@ def test_a_cancelled_job_is_kept_as_cancelled_with_its_errors(store):
         dead_max_count=100,
         max_errors=10,
     )
+    due = float(store.client.zscore(store.key(Q, "pending"), job_id)) / 1000
     assert cancel(job_id)
     job = get_job(job_id, finished=True)
     assert job.status == "cancelled" and job.last_attempt is None
+    assert job.due_at.timestamp() == due  # the retry's due time it had
     assert job.errors[0]["message"] == "boom" and job.attempts == 1
     [attempt] = job.attempt_history
     assert attempt.error["message"] == "boom"
@@ -132,6 +139,8 @@ def test_a_job_that_failed_once_then_succeeded_shows_both_attempts(store):
     assert second.number == 2 and second.error is None
     assert first.started_at <= second.started_at <= kept.finished_at
     assert second.duration >= 0
+    # due when the retry was stored (at once: retry_backoff=0), before it started
+    assert first.started_at <= kept.due_at <= second.started_at
 
 
 @pytest.mark.parametrize("keep", [True, False])

@@ -86,7 +86,7 @@ class FinishedMachine(RuleBasedStateMachine):
             self.failures[job_id] = self.failures.get(job_id, 0) + 1
             self.pending.add(job_id)
             return
-        entry = (job_id, token, "", f"1 {self.ms} 1.000 w")
+        entry = (job_id, token, "", f"1 {self.ms} 1.000 - w")
         if with_claim:  # in a claim's acks, as the worker sends it
             token2 = next(self.tokens)
             reply = self.store.claim(

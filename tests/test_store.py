@@ -570,12 +570,14 @@ def test_counts_page_and_throughput(store):
         "paused": False,
         "priorities": [],
         "parked": 0,
+        "finished": 0,
     }
     page = store.page(Q, "pending", 1, 2)
     assert [r.id for r in page] == ids[1:] and page[0].score == T0 + 10
     claim(store, now=T0)
     assert store.counts(Q, now=T0)["waiting"] == 1
     store.ack(Q, [(ids[0], "w#1", "")], now=T0 + 60)
+    assert store.counts(Q, now=T0 + 60)["finished"] == 1  # kept (the default settings)
     series = store.throughput(Q, now=T0 + 60, minutes=5)
     assert series["d"][-1] == 1 and sum(series["f"]) == 0
 

@@ -1,6 +1,8 @@
 """A job page's timeline: what happened to the job, in time order.
 
-- scheduled (when its id was made: a ULID holds the time), and due, for a pending job;
+- scheduled (when its id was made: a ULID holds the time), and due: a pending job's due
+  time last, a succeeded job's before the attempt that succeeded (with how late that
+  attempt started), a cancelled job's beside its end;
 - each attempt it made (``Job.attempt_history``, jobs/finished.py): its number, worker,
   start, how long it ran, its error (type, message, the traceback folded) and the wait
   before the retry ("retried in 2 s"), as far as they are known: errors written before
@@ -21,6 +23,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from django.utils import timezone
+from django.utils.dateformat import format as format_date
 from django.utils.formats import number_format
 from django.utils.translation import gettext
 
@@ -55,6 +59,11 @@ def seconds_text(seconds: float | None) -> str:
     if seconds < 60:
         return gettext("%(value)s s") % {"value": number_format(round(seconds, 2), 2)}
     return duration(0, seconds)
+
+
+def date_text(when: datetime) -> str:
+    """A time as the timeline's times show (the template's ``date:"Y-m-d H:i:s T"``)."""
+    return format_date(timezone.localtime(when), "Y-m-d H:i:s T")
 
 
 def _error(error: dict) -> dict[str, str]:
@@ -98,7 +107,8 @@ def _end(job: Job) -> Event | None:
     if job.status == SUCCEEDED:
         return Event("end", job.finished_at, gettext("Succeeded"), outcome=SUCCEEDED)
     if job.status == CANCELLED:
-        return Event("end", job.finished_at, gettext("Cancelled"), outcome=CANCELLED)
+        due = [gettext("was due %(when)s") % {"when": date_text(job.due_at)}] if job.due_at else []
+        return Event("end", job.finished_at, gettext("Cancelled"), due, outcome=CANCELLED)
     if job.status == DEAD:
         return Event("end", job.died_at, gettext("Dead-lettered"), outcome=DEAD)
     return None
@@ -118,6 +128,11 @@ def job_events(job: Job) -> list[Event]:
     if job.status != SUCCEEDED:
         history = [a for a in history if a.error is not None]
     events += [attempt_event(a) for a in history]
+    if job.status == SUCCEEDED and job.due_at is not None and events[-1].kind == "succeeded":
+        late = events[-1].at and (events[-1].at - job.due_at).total_seconds()
+        if late is not None and late >= 0:
+            events[-1].details.append(gettext("%(time)s after due") % {"time": seconds_text(late)})
+        events.insert(-1, Event("due", job.due_at, gettext("Due")))
     if job.status == RUNNING:
         details = [gettext("worker %(worker)s") % {"worker": shown_instance(job.worker)}]
         title = gettext("Attempt %(number)s in progress") % {"number": job.attempts}

@@ -4,12 +4,16 @@ A job that succeeded or was cancelled is kept a while (``DELAYQ["FINISHED_MAX_AG
 ``["FINISHED_MAX_COUNT"]``, storage/finished.py) as one entry written by the script that
 ended it (lua/_lib.lua's ``keep_finished``)::
 
-    succeeded 1764351234567\\n      its outcome and when it ended (epoch ms); a third field,
-                                   the record's size, when it was above 64 KiB: only its
-                                   header and task line are kept (no arguments)
+    succeeded 1764351234567\\n      its outcome and when it ended (epoch ms); then, each
+                                   when it applies, the record's size when it was above
+                                   64 KiB (only its header and task line are kept, no
+                                   arguments) and "d<epoch ms>", the due time a cancelled
+                                   job had
     57\\n<record>                   its record, framed ("<byte length>\\n<bytes>")
-    38\\n2 1764351234560 6.250 w1    the attempt that ended it, framed: number, start (epoch
-                                   ms), duration (ms), worker ('' for a cancelled job)
+    52\\n2 1764351234560 6.250 1764351234555 w1
+                                   the attempt that ended it, framed: number, start (epoch
+                                   ms), duration (ms), due time (epoch ms, "-" when not
+                                   known), worker ('' for a cancelled job)
     <errors>                       the errors of its failed attempts, as the job held them
 
 :func:`attempt_records` gives a job's attempts (any job: pending, running, dead or finished),
@@ -41,6 +45,7 @@ class KeptEntry:
     last_attempt: dict[str, Any] | None
     errors: list[dict]
     cut: int | None = None  # the record's size when only its header and task were kept
+    due: float | None = None  # epoch s: its last attempt's due time, or a cancelled job's
 
 
 @dataclass(frozen=True)
@@ -67,16 +72,30 @@ def _frame(raw: bytes, pos: int) -> tuple[bytes, int]:
 
 
 def parse_summary(text: str) -> dict[str, Any] | None:
-    """``"<attempt> <started ms> <duration ms> <worker>"`` as a dict; None for ''."""
-    parts = text.split(" ", 3)
-    if len(parts) < 3:
+    """``"<attempt> <started ms> <duration ms> <due ms or -> <worker>"`` as a dict (times in
+    epoch seconds, due None when not known); None for ''. ValueError when damaged."""
+    if not text:
         return None
+    attempt, started, duration, due, worker = text.split(" ", 4)
     return {
-        "attempt": int(parts[0]),
-        "started": int(parts[1]) / 1000,
-        "duration": float(parts[2]) / 1000,
-        "worker": parts[3] if len(parts) == 4 else "",
+        "attempt": int(attempt),
+        "started": int(started) / 1000,
+        "duration": float(duration) / 1000,
+        "due": None if due == "-" else int(due) / 1000,
+        "worker": worker,
     }
+
+
+def _head(line: bytes) -> tuple[str, float, int | None, float | None]:
+    """The first line: outcome, ended (epoch s), the cut record's size, due (epoch s)."""
+    outcome, ended, *more = line.decode().split(" ")
+    cut = due = None
+    for field in more:
+        if field.startswith("d"):
+            due = int(field[1:]) / 1000
+        else:
+            cut = int(field)
+    return outcome, int(ended) / 1000, cut, due
 
 
 def parse_kept(raw: bytes | str | None) -> KeptEntry | None:
@@ -87,13 +106,14 @@ def parse_kept(raw: bytes | str | None) -> KeptEntry | None:
         raw = raw.encode("utf-8", "surrogateescape")
     try:
         newline = raw.index(b"\n")
-        outcome, ended, *cut = raw[:newline].decode().split(" ")
+        outcome, ended, cut, due = _head(raw[:newline])
         record, pos = _frame(raw, newline + 1)
         summary, pos = _frame(raw, pos)
         last = parse_summary(summary.decode("utf-8", "replace"))
-        size = int(cut[0]) if cut else None
         errors = parse_errors(raw[pos:])
-        return KeptEntry(outcome, int(ended) / 1000, record, last, errors, size)
+        if due is None and last is not None:
+            due = last["due"]
+        return KeptEntry(outcome, ended, record, last, errors, cut, due)
     except (ValueError, UnicodeDecodeError):
         return None
 

@@ -16,7 +16,13 @@ from functools import cached_property
 from typing import Any
 
 from django_delayq.exceptions import CorruptJob
-from django_delayq.jobs.finished import AttemptRecord, KeptEntry, attempt_records, parse_kept
+from django_delayq.jobs.finished import (
+    FINISHED,
+    AttemptRecord,
+    KeptEntry,
+    attempt_records,
+    parse_kept,
+)
 from django_delayq.jobs.ids import id_timestamp
 from django_delayq.jobs.record import EMPTY, Fields, decode_record, head_fields
 from django_delayq.jobs.state import last_error_of, parse_errors, parse_state, worker_of
@@ -50,7 +56,8 @@ class Job:
     ``status`` is ``"pending"``, ``"running"`` or ``"dead"``; ``"succeeded"`` or
     ``"cancelled"`` for a finished job, kept a while (``DELAYQ["FINISHED_MAX_AGE"]``), which
     ``get_job(id, finished=True)`` and the admin return (plain ``get_job`` returns None for
-    it, as before 0.7); ``finished_at`` is when it ended.
+    it, as before 0.7); ``finished_at`` is when it ended, ``due_at`` when it was due (the
+    attempt that succeeded was due then; a cancelled job would have run then).
     ``outcome`` is set only on the Job returned by ``schedule()``: ``"created"``,
     ``"replaced"`` or ``"kept"`` (unique keys), or ``"deferred"`` (on_commit inside a
     transaction: its row is in the transaction, Redis gets it after the commit).
@@ -81,7 +88,8 @@ class Job:
     # A finished job whose record was above 64 KiB: its size in bytes; only its task and
     # header were kept (args and kwargs are then empty).
     args_not_kept: int | None = None
-    # The attempt that ended a succeeded job: attempt, started (epoch s), duration (s), worker.
+    # The attempt that ended a succeeded job: attempt, started and due (epoch s; due None when
+    # not known), duration (s), worker.
     last_attempt: dict | None = field(default=None, repr=False)
 
     @property
@@ -179,7 +187,7 @@ def make_job(
             "kwargs": fields.kwargs,
             "queue": queue,
             "status": status,
-            "due_at": when if status == PENDING else None,
+            "due_at": when if status == PENDING or status in FINISHED else None,
             "attempts": attempts,
             "max_retries": default_max_retries
             if fields.max_retries is None
@@ -266,6 +274,7 @@ def job_from_kept(job_id: str, queue: str, kept: KeptEntry, default_max_retries:
         _kept_fields(kept),
         default_max_retries,
         attempts=attempts,
+        score=kept.due,
         errors=kept.errors,
         kept=kept,
     )

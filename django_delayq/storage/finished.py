@@ -28,10 +28,14 @@ def keep_setting() -> Keep:
     return (ms(age), int(count))
 
 
-def attempt_summary(number: int, started: float, duration: float, worker: str) -> str:
-    """What a kept job holds of the attempt that ended it: its number, start (epoch seconds)
-    and duration (seconds), and the worker that ran it."""
-    return f"{number} {round(started * 1000)} {duration * 1000:.3f} {worker}"
+def attempt_summary(
+    number: int, started: float, duration: float, worker: str, due: float | None = None
+) -> str:
+    """What a kept job holds of the attempt that ended it: its number, start (epoch seconds),
+    duration (seconds), due time (epoch seconds; None: not known) and the worker that ran
+    it (jobs/finished.py parses it)."""
+    due_ms = "-" if due is None else round(due * 1000)
+    return f"{number} {round(started * 1000)} {duration * 1000:.3f} {due_ms} {worker}"
 
 
 class FinishedReads(Calls):

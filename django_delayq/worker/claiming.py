@@ -188,7 +188,7 @@ class Exchange:
     def _ack_entries(self, acks: list[Outcome]) -> list[tuple[str, ...]]:
         """What claim.lua takes of each finished job; with the attempt's summary when
         finished jobs are kept (its number, start on Redis's clock, as the time it ended
-        is, duration and this worker's name)."""
+        is, duration, due time and this worker's name)."""
         if not self.keep[0]:
             return [(o.attempt.id, o.attempt.token, o.attempt.info) for o in acks]
         wall = self.starts.redis_now() - time.monotonic()
@@ -197,7 +197,7 @@ class Exchange:
         for o in acks:
             a = o.attempt
             began = a.started if a.started is not None else o.ended
-            summary = attempt_summary(a.number, wall + began, o.ended - began, name)
+            summary = attempt_summary(a.number, wall + began, o.ended - began, name, a.due)
             entries.append((a.id, a.token, a.info, summary))
         return entries
 

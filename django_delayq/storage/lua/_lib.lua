@@ -82,10 +82,11 @@
 --   I kept     hash        job id -> what is kept of a finished job, read only by Python
 --                          (jobs/finished.py): "<outcome> <ended ms>\n" (" <size>" before
 --                          the newline: a record above KEPT_RECORD_MAX bytes, of which only
---                          the header and task line are kept), then framed
---                          ("<byte length>\n<bytes>") its record and its last attempt
---                          ("<attempt> <started ms> <duration ms> <worker>", '' for a cancelled
---                          job), then its errors as E held them (the failed attempts)
+--                          the header and task line are kept; " d<due ms>": a cancelled
+--                          job's due time), then framed ("<byte length>\n<bytes>") its
+--                          record and its last attempt ("<attempt> <started ms> <duration
+--                          ms> <due ms or -> <worker>", '' for a cancelled job), then its
+--                          errors as E held them (the failed attempts)
 --   O trace    hash        job id -> the context of the span that scheduled it (JSON, read only
 --                          by Python: monitoring/tracing.py) of a job whose record has flag
 --                          't'. Kept while the job exists (its retries and a requeue link to
@@ -383,7 +384,7 @@ end
 local KEPT_RECORD_MAX = 65536
 
 -- Keep finished jobs (V, I) when `keep` = {age = ms, count = n} (nil: keep none): `ends` is a
--- list of {id, outcome, record, attempt summary, errors}. Then at most #ends + 100 entries
+-- list of {id, outcome, record, attempt summary, errors[, due ms]}. Then at most #ends + 100 entries
 -- older than the age, and as many beyond the count, are dropped (so each call removes at
 -- least what it adds), and both keys expire `age` after this call (turned off, what is left
 -- goes by itself).
@@ -399,6 +400,7 @@ local function keep_finished(keep, now, ends)
     end
     table.insert(scores, at) table.insert(scores, e[1])
     table.insert(entries, e[1])
+    if e[6] then cut = cut .. ' d' .. int(e[6]) end  -- a cancelled job's due time
     table.insert(entries, e[2] .. ' ' .. at .. cut .. '\n' .. #record .. '\n' .. record
       .. #summary .. '\n' .. summary .. (e[5] or ''))
   end

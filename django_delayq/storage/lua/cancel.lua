@@ -10,7 +10,7 @@
 -- Reads only the record's header (its unique key and flags), whatever the record's size; a
 -- job with flag 'i' leaves a tombstone in `done` (see schedule.lua); one with flag 'l' its link
 -- in `forward`, outcome 'cancelled' (see _lib.lua). While finished jobs are kept, the job goes
--- to `kept` and `finished`, outcome 'cancelled' (see _lib.lua).
+-- to `kept` and `finished`, outcome 'cancelled', with the due time it had (see _lib.lua).
 zsets(P, Q, F) hashes(J, S, E, U, L, G, O)
 local keep = keep_of(4)
 if keep then zsets(V) hashes(I) end
@@ -19,12 +19,13 @@ if id == '' then
   id = redis.call('HGET', U, ARGV[2])
   if not id then return {} end
 end
-if not unpend(id) then return {} end
+local due = pending_due(id)
+if not due or not unpend(id) then return {} end
 local record = redis.call('HGET', J, id) or ''
 local _, flags, ukey = header(record)
 local now = clock(ARGV[3])
 release_key(ukey, id)
-keep_finished(keep, now, {{id, 'cancelled', record, '', redis.call('HGET', E, id) or ''}})
+keep_finished(keep, now, {{id, 'cancelled', record, '', redis.call('HGET', E, id) or '', due}})
 if has(flags, 'l') then forward(id, 'cancelled', now) end
 forget(id)
 if has(flags, 'i') then tombstone({id}, now) end
