@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from django_delayq import schedule
 from django_delayq.storage.history import (
     BAND,
     ERROR_BOUND,
@@ -221,6 +222,21 @@ def test_recovery_counts_the_attempts_it_fails_and_the_jobs_it_dead_letters(stor
     worker.parts.history.flush()
     [point] = store.history(Q, time.time(), minutes=1)
     assert (point.done, point.failed, point.dead) == (0, 2, 1)
+
+
+def test_a_job_its_worker_hands_back_into_the_dead_letter_set_is_counted_dead(store):
+    """A stopping worker's release.lua dead-letters a job whose unique key another pending
+    job took meanwhile (Superseded): the worker counts it dead."""
+    old = schedule(t.add, 1, 2, key="k")
+    claim = store.claim(Q, 1, lease=60, token="w#1", instance="w")
+    [claimed] = claim.jobs
+    schedule(t.add, 3, 4, key="k", delay=60)  # the key is free while its job runs
+    worker = Worker([Q])
+    assert worker._release([Attempt(Q, old.id, "w#1", claimed.record, 1)], "stopping")
+    assert store.fetch(Q, old.id).status == "dead"
+    worker.parts.history.flush()
+    [point] = store.history(Q, time.time(), minutes=1)
+    assert (point.done, point.failed, point.dead) == (0, 0, 1)
 
 
 def test_an_attempt_s_lateness_is_counted_in_the_minute_it_started():

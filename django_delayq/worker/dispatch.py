@@ -358,7 +358,9 @@ class Worker:
             self._release(waiting, what)
 
     def _release(self, attempts: list[Attempt], what: str, budget: float = 1.0) -> bool:
-        return release(self.store, self.parts.executor, attempts, what, self._now(), budget)
+        parts = self.parts
+        counts = parts.history.counts if parts.history is not None else None
+        return release(self.store, parts.executor, attempts, what, self._now(), budget, counts)
 
     def _stop_now(self) -> int:
         """A forced stop: deliver the results of finished jobs, hand the others back (attempt

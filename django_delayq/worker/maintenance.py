@@ -57,13 +57,18 @@ def release(
     what: str,
     now: float | None,
     budget: float = 1.0,
+    history: HistoryCounts | None = None,
 ) -> bool:
     """Hand ``attempts`` back to pending, the attempt not counted; False if Redis refused
-    (they are then recovered once their lease expires, still without counting)."""
+    (they are then recovered once their lease expires, still without counting). A job
+    release.lua dead-letters instead (another pending job holds its unique key) is counted
+    dead in ``history``."""
     ok = True
     for queue, leases in by_queue(attempts).items():
         try:
-            store.release(queue, leases, now=now, budget=budget)
+            replies = store.release(queue, leases, now=now, budget=budget)
+            if history is not None and (dead := replies.count(2)):
+                history.add(queue, "x", dead)
             logger.info(
                 "handed %s back to pending (%s, queue %s)", counted(len(leases), "job"), what, queue
             )
