@@ -21,7 +21,8 @@ delayq.E010  the routers write the outbox table to a database outside the outbox
 delayq.E011  (deploy, --database) the outbox table (migration django_delayq 0002) is missing
              from a database that holds or relays rows
 delayq.E012  an option of a queue in DELAYQ['QUEUES'] (a dict) has a bad value: concurrency
-             is neither None nor an int >= 1
+             is neither None nor an int >= 1; finished_max_age / finished_max_count neither
+             None nor a number >= 0
 delayq.E013  DELAYQ['QUEUES'] (a dict) gives a queue options that are not a dict (or None),
              or an option django-delayq does not know
 delayq.W001  DELAYQ has a key django-delayq does not know (a typo?)

@@ -152,6 +152,28 @@ def test_the_worker_keeps_finished_jobs_as_the_settings_say(store, keep):
     assert (found is not None and found.status == "succeeded") is keep
 
 
+def test_a_queue_s_own_options_win_over_the_settings(store, redis_client):
+    """DELAYQ["QUEUES"]: "emails" keeps none of its finished jobs, "default" keeps 2 for a
+    day (the worker, cancel() and the store's acks all read the queue's own)."""
+    queues = {
+        "default": {"finished_max_age": 86_400, "finished_max_count": 2},
+        "emails": {"finished_max_count": 0},
+    }
+    with more_settings(store, QUEUES=queues):
+        assert keep_setting("default") == (86_400_000, 2)
+        assert keep_setting("emails") == (0, 0) and keep_setting("unlisted") == (3_600_000, 10_000)
+        jobs = [t.add.schedule(i, i) for i in range(3)]
+        mail = t.send_mail.schedule("a@example.com")
+        assert Worker(["default", "emails"], burst=True).run() == 0
+        later = t.send_mail.schedule("b@example.com", delay=600)
+        assert cancel(later.id)
+        kept = [get_job(job.id, finished=True) for job in jobs]
+        assert [job.status if job else None for job in kept].count("succeeded") == 2
+        assert get_job(mail.id, finished=True) is None and get_job(later.id, finished=True) is None
+        assert not redis_client.exists(store.key("emails", "kept"))
+        assert 86_000_000 < redis_client.pttl(store.key(Q, "kept")) <= 86_400_000
+
+
 def test_a_record_above_64_kib_is_kept_without_its_arguments(store, redis_client):
     big = "x" * 70_000
     job = t.remember.schedule(big, key="order:1")

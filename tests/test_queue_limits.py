@@ -82,6 +82,25 @@ def test_e013_options_not_a_dict_or_unknown(options, shown):
     assert check_id == "delayq.E013" and "DELAYQ['QUEUES']['emails']" in msg and shown in msg
 
 
+@pytest.mark.parametrize(
+    "name, bad",
+    [
+        ("finished_max_age", -1),
+        ("finished_max_age", float("inf")),
+        ("finished_max_age", "1h"),
+        ("finished_max_age", 10**9),
+        ("finished_max_count", 2.5),
+        ("finished_max_count", -1),
+        ("finished_max_count", True),
+    ],
+)
+def test_e012_a_bad_keep_option_is_named(name, bad):
+    ((check_id, msg),) = check_ids({"emails": {name: bad}})
+    assert check_id == "delayq.E012"
+    assert f"DELAYQ['QUEUES']['emails']['{name}']" in msg and f"got {bad!r}" in msg
+    assert f"or None (DELAYQ's '{name.upper()}')" in msg
+
+
 def test_e005_still_checks_the_names_of_a_dict():
     ((check_id, msg),) = check_ids({"not ok": {"concurrency": 2}})
     assert check_id == "delayq.E005" and "'not ok'" in msg

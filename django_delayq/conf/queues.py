@@ -5,22 +5,27 @@
 
     DELAYQ = {"QUEUES": {"default": {}, "emails": {"concurrency": 5}}}
 
-The one option, ``concurrency`` (an int >= 1, or None: the default, no limit), lets at most N
-attempts of the queue's jobs run at once across all workers; claim.lua enforces it, with the
-slots of ``@task(concurrency=N)`` (``storage/control.py``). Workers publish it to Redis before
-their first claim (``worker/limits.py``). The system checks ``delayq.E012`` (a bad option
-value) and ``delayq.E013`` (options that are not a dict, or an unknown option) report what
-:func:`queue_limits` refuses.
+``concurrency`` (an int >= 1, or None: the default, no limit) lets at most N attempts of the
+queue's jobs run at once across all workers; claim.lua enforces it, with the slots of
+``@task(concurrency=N)`` (``storage/control.py``). Workers publish it to Redis before their
+first claim (``worker/limits.py``). ``finished_max_age`` (seconds) and ``finished_max_count``
+keep the queue's finished jobs longer, shorter or not at all (0), in place of
+``DELAYQ["FINISHED_MAX_AGE"]`` and ``["FINISHED_MAX_COUNT"]`` (None: those;
+storage/finished.py). The system checks ``delayq.E012`` (a bad option value) and
+``delayq.E013`` (options that are not a dict, or an unknown option) report what
+:func:`queue_options` refuses.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from django_delayq.conf import delayq_settings
 from django_delayq.exceptions import ConfigurationError
 
-OPTIONS = ("concurrency",)
+OPTIONS = ("concurrency", "finished_max_age", "finished_max_count")
+MAXIMUM = 10**9  # as the number settings (checks.py)
 
 
 class QueueSettingError(ConfigurationError):
@@ -40,9 +45,29 @@ class BadQueueOption(QueueSettingError):
     check_id = "delayq.E012"
 
 
+def _keep_option(queue: str, options: dict, name: str, kinds: tuple[type, ...]) -> Any:
+    """``finished_max_age`` / ``finished_max_count``: None, or a finite number >= 0."""
+    value = options.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, kinds) or isinstance(value, bool) or not 0 <= value < MAXIMUM:
+        ok = False
+    else:
+        ok = math.isfinite(value)
+    if not ok:
+        kind = "an int" if kinds == (int,) else "a number of seconds"
+        raise BadQueueOption(
+            f"DELAYQ['QUEUES'][{queue!r}][{name!r}] must be {kind} >= 0 and below 1e+09 "
+            f"(0 keeps none of the queue's finished jobs) or None (DELAYQ's "
+            f"{name.upper()!r}), got {value!r}"
+        )
+    return value
+
+
 def queue_options(queue: str, options: Any) -> dict[str, Any]:
-    """The options of ``queue`` as ``{"concurrency": int | None}``; ConfigurationError
-    naming the queue and the bad value otherwise."""
+    """The options of ``queue`` as ``{"concurrency": int | None, "finished_max_age":
+    number | None, "finished_max_count": int | None}``; ConfigurationError naming the
+    queue and the bad value otherwise."""
     if options is None:
         options = {}
     if not isinstance(options, dict):
@@ -63,7 +88,20 @@ def queue_options(queue: str, options: Any) -> dict[str, Any]:
             f"the queue's jobs running at once across all workers) or None (no limit), got "
             f"{concurrency!r}"
         )
-    return {"concurrency": concurrency}
+    return {
+        "concurrency": concurrency,
+        "finished_max_age": _keep_option(queue, options, "finished_max_age", (int, float)),
+        "finished_max_count": _keep_option(queue, options, "finished_max_count", (int,)),
+    }
+
+
+def queue_option(queue: str, name: str) -> Any:
+    """One option of ``queue`` in ``DELAYQ['QUEUES']`` (None when not given); raises
+    ConfigurationError for a bad entry of that queue."""
+    configured = delayq_settings.QUEUES
+    if not isinstance(configured, dict) or queue not in configured:
+        return None
+    return queue_options(queue, configured[queue])[name]
 
 
 def queue_limits(queues: list[str]) -> dict[str, int | None]:

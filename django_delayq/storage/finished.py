@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from django_delayq.conf import delayq_settings
+from django_delayq.conf.queues import queue_option
 from django_delayq.storage.calls import Calls
 from django_delayq.storage.milliseconds import ms
 from django_delayq.storage.replies import pairs
@@ -20,9 +21,16 @@ from django_delayq.storage.replies import pairs
 Keep = tuple[int, int]  # (max age in ms, max count); (0, 0): keep none
 
 
-def keep_setting() -> Keep:
-    """The scripts' keep arguments from the settings: (0, 0) when either is 0."""
+def keep_setting(queue: str | None = None) -> Keep:
+    """The scripts' keep arguments from the settings: (0, 0) when either is 0. For a
+    ``queue``, its own ``finished_max_age`` / ``finished_max_count`` in ``DELAYQ["QUEUES"]``
+    win where given (conf/queues.py)."""
     age, count = delayq_settings.FINISHED_MAX_AGE, delayq_settings.FINISHED_MAX_COUNT
+    if queue is not None:
+        own_age = queue_option(queue, "finished_max_age")
+        own_count = queue_option(queue, "finished_max_count")
+        age = age if own_age is None else own_age
+        count = count if own_count is None else own_count
     if not age or not count:
         return (0, 0)
     return (ms(age), int(count))

@@ -211,7 +211,7 @@ class Store(Reads, FinishedReads, History, ManualOps, Roster, OldLayout):
         call before claiming; their flags come back in ``Claim.acked``. ``keep``: (max age
         ms, max count) of finished jobs kept (None: the settings')."""
         argv: list[Any] = [now_arg(now), int(limit), ms(lease), token, instance]
-        argv += keep or keep_setting()
+        argv += keep or keep_setting(queue)
         argv += _quadruples(acks)
         return self.op("claim", queue, argv, parse_claim, parse_resent=parse_resent_claim)
 
@@ -226,7 +226,7 @@ class Store(Reads, FinishedReads, History, ManualOps, Roster, OldLayout):
         keep: Keep | None = None,
     ) -> Op:
         """``entries``: (id, token, info[, attempt]), as :meth:`claim_op`'s acks."""
-        argv: list[Any] = [now_arg(now), *(keep or keep_setting()), *_quadruples(entries)]
+        argv: list[Any] = [now_arg(now), *(keep or keep_setting(queue)), *_quadruples(entries)]
         return self.op("ack", queue, argv, parse_ints)
 
     def ack(self, queue: str, entries: Iterable[tuple[str, ...]], **kw: Any) -> list[int]:
@@ -352,7 +352,7 @@ class Store(Reads, FinishedReads, History, ManualOps, Roster, OldLayout):
         """:meth:`cancel` as an op (acancel() sends it on the asyncio client)."""
         if not job_id and not key:
             raise ValueError("cancel() needs a job id or a key")
-        argv = (job_id or "", key or "", now_arg(now), *keep_setting())
+        argv = (job_id or "", key or "", now_arg(now), *keep_setting(queue))
         return self.op("cancel", queue, argv, parse_cancel, Policy.ONCE)
 
     # -- waking sleeping workers ---------------------------------------------------

@@ -24,7 +24,7 @@ from typing import Any
 from django_delayq.exceptions import DelayQError
 from django_delayq.monitoring.tracing import tracer as current_tracer
 from django_delayq.recurring.claims import claimed as recurring_claimed
-from django_delayq.storage.finished import attempt_summary, keep_setting
+from django_delayq.storage.finished import Keep, attempt_summary, keep_setting
 from django_delayq.storage.store import Claim, Store
 from django_delayq.worker.delivery import Results
 from django_delayq.worker.execution import Attempt, Outcome
@@ -79,7 +79,8 @@ class Exchange:
         self.deadline: float | None = None  # monotonic time of the next due job
         self.more_due = False  # the last claim left due jobs behind
         self.limits_published = False  # @task(rate=, concurrency=) written for claim.lua
-        self.keep = keep_setting()  # finished jobs kept: (max age ms, max count) or (0, 0)
+        # finished jobs kept, per queue: (max age ms, max count) or (0, 0)
+        self.keep = {queue: keep_setting(queue) for queue in self.queues}
 
     def run(self, claim: bool = True) -> None:
         """Deliver finished jobs' results and, with ``claim``, claim due ones. Results that
@@ -176,8 +177,8 @@ class Exchange:
                 lease=self.lease,
                 token=token,
                 instance=self.instance,
-                acks=self._ack_entries(acks),
-                keep=self.keep,
+                acks=self._ack_entries(acks, self.keep[queue]),
+                keep=self.keep[queue],
                 now=self.now(),
             )
         )
@@ -185,11 +186,11 @@ class Exchange:
         self.results.settle_fails(fails, replies[: len(fails)])
         return replies[-1]
 
-    def _ack_entries(self, acks: list[Outcome]) -> list[tuple[str, ...]]:
+    def _ack_entries(self, acks: list[Outcome], keep: Keep) -> list[tuple[str, ...]]:
         """What claim.lua takes of each finished job; with the attempt's summary when
         finished jobs are kept (its number, start on Redis's clock, as the time it ended
         is, duration, due time and this worker's name)."""
-        if not self.keep[0]:
+        if not keep[0]:
             return [(o.attempt.id, o.attempt.token, o.attempt.info) for o in acks]
         wall = self.starts.redis_now() - time.monotonic()
         name = self.results.executor.worker
