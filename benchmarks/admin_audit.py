@@ -5,12 +5,13 @@ pending jobs with its LogEntry rows written (one per job, admin/audit.py) and wi
         [--jobs 10000]
 
 Uses admin_scale.py's setup (a real Redis under a prefix of its own, deleted when done;
-SQLite in memory). Each run POSTs the confirmation page's form (the ids it counted,
-``confirmed=yes``) through Django's test client as a superuser, alternating a round with
-the log and one without (``audit.log`` and ``audit.task_names`` replaced by no-ops), then
-puts the jobs back in the future so the next run changes all of them again. Run now is
-the action timed because it leaves the jobs in place; cancel and delete write the same
-entries. The table gives the median per action and per job.
+SQLite in memory, or PostgreSQL with DELAYQ_BENCH_PG_DB=<an empty database>). Each run
+POSTs the confirmation page's form (the ids it counted, ``confirmed=yes``) through Django's
+test client as a superuser, alternating a round with the log and one without (``audit.log``
+and ``audit.task_names`` replaced by no-ops), then puts the jobs back in the future so the
+next run changes all of them again. Run now is the action timed because it leaves the jobs
+in place; cancel and delete write the same entries. The table gives the median per action
+and per job.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import random
 import statistics
 import time
 
-from admin_scale import PREFIX, QUEUE, REDIS_URL, cleanup, fill  # configures Django
+from admin_scale import DATABASE, PREFIX, QUEUE, REDIS_URL, cleanup, fill  # configures Django
 from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import User
 from django.core.management import call_command
@@ -55,7 +56,8 @@ def main() -> None:
     rng = random.Random(42)
     logged, real_log, real_names = [], audit.log, audit.task_names
     unlogged = []
-    print(f"Redis {REDIS_URL}, prefix {PREFIX}, {options.jobs:,} jobs an action")
+    database = DATABASE["ENGINE"].rsplit(".", 1)[-1]
+    print(f"Redis {REDIS_URL}, prefix {PREFIX}, {database}, {options.jobs:,} jobs an action")
     try:
         fill(store, options.jobs, rng)
         ids = store.page_ids(QUEUE, "pending", 0, options.jobs)

@@ -34,6 +34,17 @@ BATCH = 10_000
 WARMUP = 5
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 PREFIX = f"delayq-bench-{uuid.uuid4().hex[:10]}"
+# SQLite in memory; DELAYQ_BENCH_PG_DB=<an existing, empty database> for PostgreSQL on
+# 127.0.0.1:5432 (user postgres), as benchmarks/settings.py (its tables are left behind)
+DATABASE = {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}
+if os.environ.get("DELAYQ_BENCH_PG_DB"):
+    DATABASE = {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": os.environ["DELAYQ_BENCH_PG_DB"],
+        "HOST": os.environ.get("DELAYQ_BENCH_PG_HOST", "127.0.0.1"),
+        "PORT": os.environ.get("DELAYQ_BENCH_PG_PORT", "5432"),
+        "USER": os.environ.get("DELAYQ_BENCH_PG_USER", "postgres"),
+    }
 
 settings.configure(
     DEBUG=False,
@@ -68,7 +79,7 @@ settings.configure(
             },
         }
     ],
-    DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}},
+    DATABASES={"default": DATABASE},
     PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"],
     STATIC_URL="/static/",
     DELAYQ={"REDIS_URL": REDIS_URL, "PREFIX": PREFIX, "QUEUES": [QUEUE], "DEFAULT_QUEUE": QUEUE},
