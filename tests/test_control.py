@@ -181,13 +181,22 @@ def test_delayq_queue_refuses_a_queue_nothing_names(store):
     assert django_delayq.is_paused("side")
 
 
-def test_metrics_show_paused(store):
+def test_metrics_show_paused_and_no_lag_to_scale_on(store):
+    """A paused queue's jobs wait on purpose: its delayq_lag_seconds is 0 (autoscalers read
+    it, docs/howto/autoscaling.rst), while the report keeps the real lag for the status."""
     from django_delayq.monitoring.metrics import QueueCollector
 
+    record = encode_record(t.add.name, [1, 2], {})
+    store.schedule(Q, new_job_id(), record, now=time.time() - 120)  # 2 minutes late
     django_delayq.pause(Q)
     report = health.report(store, [Q])
+    assert report.queues[0].lag >= 119
     families = {f.name: f for f in QueueCollector(report).collect()}
     assert families["delayq_queue_paused"].samples[0].value == 1.0
+    assert families["delayq_lag_seconds"].samples[0].value == 0.0
+    django_delayq.resume(Q)
+    families = {f.name: f for f in QueueCollector(health.report(store, [Q])).collect()}
+    assert families["delayq_lag_seconds"].samples[0].value >= 119
 
 
 # -- real workers, real time ---------------------------------------------------------------

@@ -52,6 +52,7 @@ def test_an_acknowledged_job_is_kept_with_its_record_and_attempt(store):
     [attempt] = job.attempt_history
     assert attempt.error is None and attempt.worker == "w1" and attempt.duration == 0.0025
     assert kept_ids(store) == [job_id] and store.finished_count(Q) == 1
+    assert job.will_retry is False  # nothing more to come (attempts 1 <= max_retries 1)
 
 
 def test_nothing_is_kept_when_either_setting_is_zero(store, redis_client):
@@ -104,7 +105,7 @@ def test_a_cancelled_job_is_kept_as_cancelled_with_its_errors(store):
     due = float(store.client.zscore(store.key(Q, "pending"), job_id)) / 1000
     assert cancel(job_id)
     job = get_job(job_id, finished=True)
-    assert job.status == "cancelled" and job.last_attempt is None
+    assert job.status == "cancelled" and job.last_attempt is None and job.will_retry is False
     assert job.due_at.timestamp() == due  # the retry's due time it had
     assert job.errors[0]["message"] == "boom" and job.attempts == 1
     [attempt] = job.attempt_history

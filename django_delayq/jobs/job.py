@@ -101,7 +101,10 @@ class Job:
 
     @property
     def will_retry(self) -> bool:
-        """Whether a failure of the current attempt would be retried."""
+        """Whether a failure of the current attempt would be retried; False for a job that
+        has no attempt to come (dead, succeeded, cancelled)."""
+        if self.status == DEAD or self.status in FINISHED:
+            return False
         return self.attempts <= self.max_retries
 
     @property

@@ -53,6 +53,12 @@ class QueueHealth:
     def healthy(self) -> bool:
         return not self.problems
 
+    @property
+    def scaling_lag(self) -> float:
+        """The lag the metrics give (delayq_lag_seconds, what autoscalers read): 0 while the
+        queue is paused, whose jobs wait on purpose (more workers would not run them)."""
+        return 0.0 if self.paused else self.lag
+
 
 @dataclass(frozen=True)
 class Report:

@@ -68,7 +68,11 @@ GAUGES = (
         "Succeeded and cancelled jobs kept (DELAYQ FINISHED_MAX_AGE, FINISHED_MAX_COUNT).",
         "finished",
     ),
-    ("delayq_lag_seconds", "Seconds the oldest due job has waited (0: none is due).", "lag"),
+    (
+        "delayq_lag_seconds",
+        "Seconds the oldest due job has waited (0: none is due, or the queue is paused).",
+        "scaling_lag",
+    ),
     ("delayq_live_workers", "Live workers serving the queue.", "workers"),
     ("delayq_queue_paused", "1 while the queue is paused (nothing is claimed), else 0.", "paused"),
 )
