@@ -12,6 +12,7 @@ from importlib import resources
 
 import pytest
 
+from django_delayq import get_job
 from django_delayq.exceptions import ConnectionError as DelayQConnectionError
 from django_delayq.exceptions import DelayQError
 from django_delayq.jobs.ids import new_job_id
@@ -258,6 +259,9 @@ def test_recover_refunds_jobs_never_started_and_charges_started_ones(store):
     assert members(store, "dead") == {exhausted}
     assert errors_of(store, unstarted) == []
     assert "lease expired: worker w" in errors_of(store, started)[-1]["message"]
+    assert errors_of(store, started)[-1]["worker"] == "w"  # the attempt's worker, for its page
+    [lost] = get_job(started).attempt_history
+    assert lost.worker == "w" and lost.number == 1 and lost.duration is None
     # The old owner can no longer ack it, nor record a failure.
     assert store.ack(Q, [(started, "w#1", "")], now=T0) == [-1]
     assert fail(store, started, token="w#1")[0] == "lost"

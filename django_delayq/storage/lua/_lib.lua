@@ -301,10 +301,11 @@ local function take_key(ukey, id)
   return true
 end
 
--- An error as a JSON object (its "at" in epoch seconds, like the worker's).
-local function error_json(kind, message, now, attempt)
+-- An error as a JSON object (its "at" in epoch seconds, like the worker's; `worker` the
+-- instance that held the attempt, when known).
+local function error_json(kind, message, now, attempt, worker)
   return cjson.encode({type = 'django_delayq.exceptions.' .. kind, message = message,
-    at = now / 1000, attempt = attempt})
+    at = now / 1000, attempt = attempt, worker = worker})
 end
 
 local function superseded(ukey, now)

@@ -85,7 +85,8 @@ for _, id in ipairs(started) do
   local worker = lost and (string.match(lost, '^(.*)#') or lost) or '?'
   dead_workers[worker] = true
   local err = error_json('LeaseLost',
-    'lease expired: worker ' .. worker .. ' stopped heartbeating (crashed, killed or cut off)', now, n)
+    'lease expired: worker ' .. worker .. ' stopped heartbeating (crashed, killed or cut off)', now, n,
+    lost and worker or nil)
   push_error(id, err, max_kept)
   local record = redis.call('HGET', J, id)
   local max_retries, _, ukey, priority = header(record)
