@@ -22,6 +22,7 @@ from django_delayq import (
     schedule_many,
     signals,
 )
+from django_delayq.exceptions import DelayQError
 from django_delayq.models import OutboxJob
 from django_delayq.outbox import placement
 from django_delayq.outbox import relay as relaying
@@ -29,6 +30,7 @@ from django_delayq.outbox import rows as outbox
 from django_delayq.storage import connection
 from django_delayq.storage.store import Store
 from django_delayq.worker.dispatch import Worker
+from tests.conftest import more_settings
 from tests.reliability.harness import free_port
 from tests.routers import OutboxDatabases
 from tests.testapp import tasks as t
@@ -238,6 +240,31 @@ def test_cancel_and_get_job_of_a_row(store, alias, horizon):
         (by_id.id, "cancelled", "database"),
         (by_key.id, "cancelled", "database"),
     ]
+    # Kept as finished, as a job cancelled in Redis is, with the due time it had.
+    for job in (by_id, by_key):
+        kept = get_job(job.id, finished=True)
+        assert kept.status == "cancelled" and kept.args == job.args and kept.key == job.key
+        assert abs((kept.due_at - job.due_at).total_seconds()) < 1
+        assert kept.waits_in == "redis" and kept.finished_at is not None
+
+
+def test_a_cancelled_row_is_not_kept_when_keeping_is_off_or_redis_refuses(
+    store, alias, horizon, caplog, monkeypatch
+):
+    job = t.add.schedule(1, 2, delay=3600)
+    with more_settings(store, FINISHED_MAX_COUNT=0):
+        assert cancel(job.id) is True
+    assert get_job(job.id, finished=True) is None
+    job = t.add.schedule(3, 4, delay=3600)
+
+    def refused(*args):
+        raise DelayQError("Redis answered an error: READONLY (a replica)")
+
+    monkeypatch.setattr(store, "keep_cancelled", refused)
+    with caplog.at_level(logging.WARNING, logger="django_delayq.api"):
+        assert cancel(job.id) is True  # the cancel stands
+    assert rows(alias) == [] and get_job(job.id) is None
+    assert f"job {job.id} was cancelled but could not be kept as finished" in caplog.text
 
 
 def test_replace_and_keep_across_redis_and_the_database(store, alias, horizon):

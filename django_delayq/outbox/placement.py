@@ -185,9 +185,17 @@ def cancel_rows(queue: str | None, job_id: str | None, key: str | None) -> bool:
     For an id, the caller asks Redis again when nothing was found: a row a relay was moving
     (its lock is waited for) is in Redis by then, so a job is never missed in both places.
     (A row a crashed relay left behind beside its copy in Redis: the copy is cancelled
-    first, leaving a tombstone that makes the row's next relay a no-op.)"""
+    first, leaving a tombstone that makes the row's next relay a no-op.)
+    Once the deletion commits, the job is kept as finished in Redis (cancelled), as a job
+    cancelled there is; a Redis that refuses it costs that, never the cancel (logged)."""
 
     def committed(row: outbox.Row) -> None:
+        try:
+            get_store().keep_cancelled(row.queue, [(row.id, row.record, row.due_at)])
+        except DelayQError as exc:
+            logger.warning(
+                "job %s was cancelled but could not be kept as finished: %s", row.id, exc
+            )
         job = make_job(
             row.id,
             row.queue,

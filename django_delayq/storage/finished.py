@@ -47,7 +47,20 @@ def attempt_summary(
 
 
 class FinishedReads(Calls):
-    """Reads of the kept finished jobs (a base of the Store)."""
+    """Reads of the kept finished jobs, and the keeping of jobs cancelled in the outbox (a
+    base of the Store)."""
+
+    def keep_cancelled(self, queue: str, jobs: Sequence[tuple[str, bytes, float | None]]) -> int:
+        """Keep (job id, record, due time in epoch seconds or None) of jobs whose outbox
+        rows a cancel deleted as finished, outcome "cancelled" (lua/keep.lua), with the
+        queue's keep setting; how many were kept (0 when keeping is off)."""
+        keep = keep_setting(queue)
+        if not jobs or not keep[0]:
+            return 0
+        argv: list[Any] = [b"", *keep]
+        for job_id, record, due in jobs:
+            argv += [job_id, record, b"" if due is None else ms(due)]
+        return int(self.call(self.op("keep", queue, argv, int)))
 
     def finished_count(self, queue: str) -> int:
         key = self.key(queue, "finished")

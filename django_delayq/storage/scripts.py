@@ -29,6 +29,7 @@ SCRIPTS = (
     "recover",
     "release",
     "cancel",
+    "keep",  # jobs cancelled in the outbox, kept as finished (storage/finished.py)
     "requeue",
     "run_now",
     "delete",
