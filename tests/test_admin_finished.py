@@ -222,6 +222,17 @@ def test_a_kept_job_is_found_by_id_and_a_missing_one_is_still_404(store, admin_c
     assert page.context["status_title"] == "Cancelled"
     missing = admin_client.get(url("detail", Q, "01J0000000000000000000000Z"))
     assert missing.status_code == 404 and events(missing) == []
+    # By its unique key too (freed when it ended: only the kept record says it), the newest
+    # kept job of that key; a key no job had is still not found.
+    schedule_many(testtasks.add, [{"args": [i, i], "delay": 600} for i in range(5)])
+    first = schedule(testtasks.add, 5, 6, delay=600, key="reminder:42")
+    assert cancel(first.id)
+    second = schedule(testtasks.add, 7, 8, delay=600, key="reminder:42")
+    assert cancel(second.id)
+    found = admin_client.get(url("find", q="reminder:42"))
+    assert found.status_code == 302 and found["Location"] == url("detail", Q, second.id)
+    nothing = admin_client.get(url("find", q="reminder:4"), follow=True)
+    assert "No job has the id or unique key “reminder:4”" in text(nothing)
 
 
 def test_finished_pages_need_view_job_and_staff(store, client):

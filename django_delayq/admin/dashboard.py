@@ -52,6 +52,7 @@ from django.utils.translation import gettext
 
 from django_delayq.admin import actions as actions
 from django_delayq.admin import audit as audit
+from django_delayq.admin import search as search
 from django_delayq.admin import sets as sets
 from django_delayq.admin import timeline as timeline
 from django_delayq.admin import views as views
@@ -188,6 +189,10 @@ class JobAdmin(ListPages, ActionPages, BatchPages):
             return HttpResponseRedirect(self._url("detail", raw.queue, raw.id))
         for queue in queues:
             job_id = store.id_for_key(queue, q[:1024])
+            if job_id is not None:
+                return HttpResponseRedirect(self._url("detail", queue, job_id))
+        for queue in queues:  # a finished job's key was freed: its kept record says it
+            job_id = search.finished_by_key(store, queue, q[:1024])
             if job_id is not None:
                 return HttpResponseRedirect(self._url("detail", queue, job_id))
         messages.warning(

@@ -146,6 +146,25 @@ def direct(store: Store, queue: str, query: str) -> list[RawJob]:
     return hits
 
 
+def finished_by_key(store: Store, queue: str, key: str) -> str | None:
+    """The id of the newest kept finished job of ``queue`` whose unique key is ``key`` (a
+    key is freed when its job ends, so only its record still says it), reading at most
+    SEARCH_LIMIT kept jobs, SEARCH_CHUNK per round trip; None when none is."""
+    raw_key = key.encode()
+    for pos in range(0, SEARCH_LIMIT, SEARCH_CHUNK):
+        chunk = sets.page_ids(store, queue, sets.FINISHED, pos, SEARCH_CHUNK)
+        for job_id, record in zip(
+            chunk, sets.records(store, queue, sets.FINISHED, chunk), strict=True
+        ):
+            if record and raw_key in record:
+                parts = split_record(record)
+                if parts is not None and parts[0] == raw_key:
+                    return job_id
+        if len(chunk) < SEARCH_CHUNK:
+            break
+    return None
+
+
 def search(
     store: Store,
     queue: str,
