@@ -20,7 +20,7 @@ import sys
 import types
 import warnings
 
-from django_delayq.batches.api import batch, cancel_batch, get_batch
+from django_delayq.batches.api import BatchState, batch, cancel_batch, get_batch
 from django_delayq.exceptions import (
     ConfigurationError,
     ConnectionError,
@@ -32,6 +32,7 @@ from django_delayq.exceptions import (
     SerializationError,
     TaskNotFound,
 )
+from django_delayq.jobs.finished import AttemptRecord
 from django_delayq.jobs.job import Job
 from django_delayq.scheduling.api import call, cancel, get_job, schedule, schedule_many
 from django_delayq.scheduling.async_api import acancel, aget_job, aschedule
@@ -120,6 +121,8 @@ class _Package(types.ModuleType):
 sys.modules[__name__].__class__ = _Package
 
 __all__ = [
+    "AttemptRecord",
+    "BatchState",
     "Call",
     "ConfigurationError",
     "ConnectionError",

@@ -135,6 +135,11 @@ def _check_prefix() -> list:
     ]
 
 
+def errors_for(errors: list, name: str) -> bool:
+    """Whether ``errors`` already name the setting ``name``."""
+    return any(f"DELAYQ[{name!r}]" in error.msg for error in errors)
+
+
 def _check_numbers() -> list:
     """E004: the number settings (NUMBERS) and the two booleans."""
     errors = []
@@ -153,6 +158,15 @@ def _check_numbers() -> list:
                     id="delayq.E004",
                 )
             )
+    age = delayq_settings.FINISHED_MAX_AGE
+    if not errors_for(errors, "FINISHED_MAX_AGE") and 0 < age < 0.001:  # 0 ms: keeps none
+        errors.append(
+            Error(
+                f"DELAYQ['FINISHED_MAX_AGE'] must be 0 (keep no finished jobs) or at least "
+                f"0.001 (a millisecond), got {age!r}.",
+                id="delayq.E004",
+            )
+        )
     for name in ("CLUSTER", "CHECK_NAMES", "HISTORY"):
         value = getattr(delayq_settings, name)
         if not isinstance(value, bool):

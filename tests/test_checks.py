@@ -65,6 +65,7 @@ def test_e003_prefix():
         ("DEAD_MAX_COUNT", True),
         ("FINISHED_MAX_AGE", -1),
         ("FINISHED_MAX_AGE", "1h"),
+        ("FINISHED_MAX_AGE", 0.0001),  # 0 ms: would keep none, silently
         ("FINISHED_MAX_COUNT", 2.5),
         ("FINISHED_MAX_COUNT", -10),
         ("MAX_ERRORS_KEPT", 0),
@@ -84,6 +85,7 @@ def test_e004_numbers(name, value):
 
 def test_keeping_no_finished_job_is_allowed():
     assert ids(FINISHED_MAX_AGE=0, FINISHED_MAX_COUNT=0) == []
+    assert ids(FINISHED_MAX_AGE=0.001) == [] and ids(FINISHED_MAX_AGE=0.0) == []
 
 
 def test_e005_queues():

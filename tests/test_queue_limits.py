@@ -89,6 +89,7 @@ def test_e013_options_not_a_dict_or_unknown(options, shown):
         ("finished_max_age", float("inf")),
         ("finished_max_age", "1h"),
         ("finished_max_age", 10**9),
+        ("finished_max_age", 0.0001),
         ("finished_max_count", 2.5),
         ("finished_max_count", -1),
         ("finished_max_count", True),
@@ -99,6 +100,7 @@ def test_e012_a_bad_keep_option_is_named(name, bad):
     assert check_id == "delayq.E012"
     assert f"DELAYQ['QUEUES']['emails']['{name}']" in msg and f"got {bad!r}" in msg
     assert f"or None (DELAYQ's '{name.upper()}')" in msg
+    assert ("at least 0.001" in msg) == (name == "finished_max_age")
 
 
 def test_e005_still_checks_the_names_of_a_dict():

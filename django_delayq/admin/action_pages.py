@@ -254,7 +254,8 @@ class ActionPages(AdminPages):
             except ValueError:
                 died_before = store.server_time()
             purged = store.purge_dead(queue, died_before=died_before)
-            audit.log(request.user, "purge", [(queue, f"{queue}: {purged}")])
+            if purged:  # a purge that found nothing changed nothing: not logged
+                audit.log(request.user, "purge", [(queue, f"{queue}: {purged}")])
             messages.success(
                 request,
                 texts.PURGED % {"count": Count(purged), "queue": queue},

@@ -52,13 +52,14 @@ def _keep_option(queue: str, options: dict, name: str, kinds: tuple[type, ...]) 
         return None
     if not isinstance(value, kinds) or isinstance(value, bool) or not 0 <= value < MAXIMUM:
         ok = False
-    else:
-        ok = math.isfinite(value)
+    else:  # and a positive age of at least a millisecond (the scripts count in ms)
+        ok = math.isfinite(value) and not 0 < value < 0.001
     if not ok:
         kind = "an int" if kinds == (int,) else "a number of seconds"
+        at_least = " (at least 0.001 when not 0)" if kinds != (int,) else ""
         raise BadQueueOption(
-            f"DELAYQ['QUEUES'][{queue!r}][{name!r}] must be {kind} >= 0 and below 1e+09 "
-            f"(0 keeps none of the queue's finished jobs) or None (DELAYQ's "
+            f"DELAYQ['QUEUES'][{queue!r}][{name!r}] must be {kind} >= 0{at_least} and below "
+            f"1e+09 (0 keeps none of the queue's finished jobs) or None (DELAYQ's "
             f"{name.upper()!r}), got {value!r}"
         )
     return value
