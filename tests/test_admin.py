@@ -13,7 +13,7 @@ from html.parser import HTMLParser
 import pytest
 from django.contrib.auth.models import Permission, User
 from django.contrib.messages import get_messages
-from django.test import Client
+from django.test import Client, override_settings
 from django.urls import reverse
 
 from django_delayq import schedule, signals
@@ -259,6 +259,26 @@ def test_viewer_sees_no_action_controls(store):
 
 
 # -- dashboard -----------------------------------------------------------------------
+
+
+def test_every_page_says_redis_cannot_be_read_when_it_is_down(admin_client, caplog):
+    """Redis refusing connections: each page, GET or POST, answers 503 with a page saying
+    so (the error escaped), never a server error; the error is logged. (Each page spends
+    the API's 2 s budget of retries: four pages, one of each kind.)"""
+    pages = [
+        ("get", url("changelist"), {}),
+        ("get", url("finished", queue="default", q="<b>x</b>"), {}),
+        ("get", url("detail", "default", "01J0000000000000000000000Z"), {}),
+        ("post", url("queue"), {"queue": "default", "operation": "pause"}),
+    ]
+    with override_settings(DELAYQ={"REDIS_URL": "redis://127.0.0.1:1/0"}):
+        for method, address, data in pages:
+            response = getattr(admin_client, method)(address, data)
+            assert response.status_code == 503, (address, response.status_code)
+            body = text(response)
+            assert 'id="dq-unavailable"' in body and "unreachable" in body, address
+            assert "<b>x</b>" not in body
+    assert "django-delayq admin: GET" in caplog.text and "unreachable" in caplog.text
 
 
 def test_dashboard_empty_state(store, admin_client):

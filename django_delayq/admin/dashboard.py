@@ -77,7 +77,7 @@ class JobAdmin(ListPages, ActionPages, BatchPages):
     # -- urls ------------------------------------------------------------------
 
     def get_urls(self) -> list:
-        view = self.admin_site.admin_view
+        view = self._view
         return [
             path("", view(self.changelist_view), name=f"{URL_PREFIX}_changelist"),
             path("find/", view(self.find_view), name=f"{URL_PREFIX}_find"),

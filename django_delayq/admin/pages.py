@@ -8,21 +8,27 @@ action and purge pages (:mod:`django_delayq.admin.action_pages`).
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
+from functools import wraps
 from typing import Any
 from urllib.parse import urlencode
 
 import django
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest
+from django.http import Http404, HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.translation import gettext
 
 from django_delayq.admin.sets import FINISHED
 from django_delayq.admin.texts import STATUS_TITLES
+from django_delayq.exceptions import DelayQError
 from django_delayq.jobs.job import STATUSES
 from django_delayq.storage.queues import check_queue_name
+
+logger = logging.getLogger("django_delayq.admin")
 
 URL_PREFIX = "django_delayq_job"
 # The lists, each a tab: the three sets of a queue, then its finished jobs kept a while.
@@ -67,6 +73,26 @@ class AdminPages(admin.ModelAdmin):
             raise PermissionDenied(f"django-delayq: needs the {codename} permission")
 
     # -- urls and shared context --------------------------------------------
+
+    def _view(self, view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+        """``view`` as an admin view whose Redis failing (down, refusing, no answer) gives
+        a page saying so, status 503, rather than a server error: the response is rendered
+        here, as list pages read Redis while they render. The error is logged."""
+
+        @wraps(view)
+        def guarded(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            try:
+                response = view(request, *args, **kwargs)
+                if isinstance(response, TemplateResponse) and not response.is_rendered:
+                    response.render()
+                return response
+            except DelayQError as exc:
+                logger.warning("django-delayq admin: %s %s: %s", request.method, request.path, exc)
+                context = self._context(request, gettext("Redis cannot be read"), error=str(exc))
+                context["crumbs"] = [(gettext("Dashboard"), self._url("changelist"))]
+                return self._render(request, "unavailable.html", context, status=503).render()
+
+        return self.admin_site.admin_view(guarded)
 
     def _url(self, name: str, *args: Any, **query: Any) -> str:
         url = reverse(f"{self.admin_site.name}:{URL_PREFIX}_{name}", args=args)
