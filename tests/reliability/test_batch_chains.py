@@ -87,7 +87,12 @@ def test_chains_with_delays_while_workers_are_killed(
     assert codes == [0, 0], f"{[r.value for r in ran]}\n{workers.outputs()}"
     for c in range(CHAINS):
         check_chain(ran, c, exposed)
-    assert [r.value for r in ran if r.value.startswith("d.")] == ["d.0"]  # d.1 died, d.2 never
+    dying_runs = [r for r in ran if r.value.startswith("d.")]
+    assert {r.value for r in dying_runs} == {"d.0"}  # d.1 died, d.2 never ran
+    # d.0 stored once, run once or again as often as a killed worker held it (CI once saw it
+    # twice: its worker was SIGKILLed before acknowledging it)
+    (d0,) = {r.job_id for r in dying_runs}
+    assert len(dying_runs) <= 1 + exposed[d0], f"d.0 ran {len(dying_runs)} times"
     deaths = timed_runs(runs_client, death_tag)
     assert len({r.job_id for r in deaths}) == 1 and len(deaths) <= 1 + exposed[deaths[0].job_id]
     assert deaths[0].batch_id == "-"  # a chain's on_death belongs to no batch
