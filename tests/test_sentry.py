@@ -332,6 +332,26 @@ def test_e014_names_the_bad_value(delayq, fragment):
     assert fragment in errors[0].msg
 
 
+def test_w008_two_schedules_checking_in_to_one_monitor(collector):
+    every = {"task": "tests.testapp.tasks.add", "every": 60}
+    schedules = {"Nightly.Report": every, "nightly-report": every, "other": every}
+    with override_settings(DELAYQ={"SCHEDULES": schedules, "SENTRY_CRONS": True}):
+        (warning,) = sentry_checks.check_sentry()
+    assert warning.id == "delayq.W008"
+    assert "schedules 'Nightly.Report', 'nightly-report' would check in" in warning.msg
+    assert "one Sentry monitor, 'nightly-report'" in warning.msg
+    own = {"Nightly.Report": {"slug": "nightly-a"}, "nightly-report": True}
+    with override_settings(DELAYQ={"SCHEDULES": schedules, "SENTRY_CRONS": own}):
+        assert sentry_checks.check_sentry() == []
+    same = {"a": {"slug": "same"}, "b": {"slug": "same"}}
+    with override_settings(DELAYQ={"SENTRY_CRONS": same}):
+        (warning,) = sentry_checks.check_sentry()
+    assert warning.id == "delayq.W008" and "'a', 'b'" in warning.msg
+    # Names with nothing of a slug in them fall back alike; a list names them too.
+    clashes = sentry_crons.slug_clashes(["Ä report", "report", "ÄÖ", "Ü"], {})
+    assert clashes == [("report", ["report", "Ä report"]), ("schedule", ["ÄÖ", "Ü"])]
+
+
 def test_w007_crons_without_sentry_and_silence_with_it(collector):
     with override_settings(DELAYQ={"SENTRY_CRONS": True}):
         assert sentry_checks.check_sentry() == []

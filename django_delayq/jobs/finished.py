@@ -80,7 +80,7 @@ def parse_summary(text: str) -> dict[str, Any] | None:
     return {
         "attempt": int(attempt),
         "started": int(started) / 1000,
-        "duration": float(duration) / 1000,
+        "duration": round(float(duration) / 1000, 6),
         "due": None if due == "-" else int(due) / 1000,
         "worker": worker,
     }

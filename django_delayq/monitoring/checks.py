@@ -5,6 +5,8 @@ delayq.E014  SENTRY_FAILURES is not "dead", "all" or None; or SENTRY_CRONS is no
 delayq.W007  SENTRY_CRONS selects schedules but Sentry is not initialised in this process
              (sentry_sdk not installed, or sentry_sdk.init() not called before Django loaded
              its apps): no check-in is sent
+delayq.W008  two schedules SENTRY_CRONS selects would check in to one Sentry monitor (the
+             same slug, given or made from their names): their check-ins would mix
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from django.core.checks import Error, Tags, Warning, register
 
 from django_delayq.conf import delayq_settings
 from django_delayq.monitoring.sentry_client import sdk
-from django_delayq.monitoring.sentry_crons import problems
+from django_delayq.monitoring.sentry_crons import problems, slug_clashes
 
 FAILURE_MODES = ("dead", "all", None)
 
@@ -36,6 +38,17 @@ def check_sentry(app_configs: Any = None, **kwargs: Any) -> list:
     crons = delayq_settings.SENTRY_CRONS
     for problem in problems(crons):
         errors.append(Error(f"DELAYQ['SENTRY_CRONS']: {problem}.", id="delayq.E014"))
+    if crons and not errors:
+        for slug, names in slug_clashes(crons, delayq_settings.SCHEDULES):
+            errors.append(
+                Warning(
+                    f"DELAYQ['SENTRY_CRONS']: schedules {', '.join(map(repr, names))} would "
+                    f"check in to one Sentry monitor, {slug!r}, mixing their check-ins.",
+                    hint="give each its own 'slug' in SENTRY_CRONS (a dict of name -> "
+                    "{'slug': ...}).",
+                    id="delayq.W008",
+                )
+            )
     if crons and not errors and sdk() is None:
         errors.append(
             Warning(

@@ -161,6 +161,23 @@ def interval(every_ms: int) -> tuple[int, str]:
     return math.ceil(every_ms / MINUTE), "minute"
 
 
+def slug_clashes(crons: Any, schedules: Any) -> list[tuple[str, list[str]]]:
+    """(slug, names) of the schedules that would check in to one Sentry monitor: the
+    settings' schedules (``schedules``, DELAYQ["SCHEDULES"]) and the names SENTRY_CRONS
+    lists, as selected, by their own ``slug`` or :func:`slug_of` ('Nightly.Report' and
+    'nightly-report' share one). Database schedules are not known here."""
+    names = set(schedules) if isinstance(schedules, dict) else set()
+    if isinstance(crons, (dict, list, tuple)):
+        names |= {name for name in crons if isinstance(name, str)}
+    by_slug: dict[str, list[str]] = {}
+    for name in sorted(names):
+        options = selected(crons, name)
+        if options is not None:
+            slug = options.get("slug") or slug_of(name)
+            by_slug.setdefault(slug, []).append(name)
+    return [(slug, found) for slug, found in sorted(by_slug.items()) if len(found) > 1]
+
+
 def problems(crons: Any) -> list[str]:
     """What is wrong with a SENTRY_CRONS value (checks.py: delayq.E014)."""
     if isinstance(crons, bool):
