@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+from datetime import datetime
 
 import pytest
 from django.contrib.admin.models import CHANGE, DELETION, LogEntry
@@ -204,6 +205,25 @@ def test_timeline_of_a_pending_job_with_a_retry_wait_and_an_old_error(store, adm
     assert "retried in 2.50 s" in timeline and "ran 250.0 ms" in timeline
     assert timeline.count("retried") == 1 and timeline.count("ran ") == 1  # unknown: not shown
     assert "No traceback recorded." in timeline
+
+
+def test_a_running_job_s_attempt_in_progress_says_when_it_started(store, admin_client):
+    """The timeline's attempt in progress has the start its worker's last beat gave (the
+    Workers tab's figure); without a live worker saying so, "time unknown"."""
+    from tests.test_admin import make_running
+    from tests.test_admin_workers import beat
+
+    job_id = make_running(store, worker="web-1.4242~1a2b")
+    page = text(admin_client.get(url("detail", Q, job_id)))
+    running = page[page.index('data-kind="running"') :]
+    assert running.index("time unknown") < running.index("Attempt 1 in progress")
+    beat(store, "web-1.4242~1a2b", running=[[Q, job_id, testtasks.add.name, 42.0]])
+    page = text(admin_client.get(url("detail", Q, job_id)))
+    running = page[page.index('data-kind="running"') :]
+    started = re.search(r'<time datetime="([^"]+)"', running[: running.index("in progress")])
+    assert started is not None, running[:400]
+    seconds_ago = time.time() - datetime.fromisoformat(started.group(1)).timestamp()
+    assert 40 <= seconds_ago < 120  # 42 s before the beat
 
 
 def _dead_opts() -> dict:

@@ -63,8 +63,8 @@ from django_delayq.admin.history import history_context
 from django_delayq.admin.list_pages import ListPages
 from django_delayq.admin.pages import LISTS, URL_PREFIX
 from django_delayq.admin.texts import STATUS_TITLES
-from django_delayq.admin.workers import worker_rows
-from django_delayq.jobs.job import PENDING, STATUSES, to_datetime
+from django_delayq.admin.workers import attempt_started, worker_rows
+from django_delayq.jobs.job import PENDING, RUNNING, STATUSES, to_datetime
 from django_delayq.models import Job
 from django_delayq.monitoring.health import workers_per_queue
 from django_delayq.storage.connection import get_store
@@ -235,7 +235,11 @@ class JobAdmin(ListPages, ActionPages, BatchPages):
             took=timeline.seconds_text((row.job.last_attempt or {}).get("duration")),
             args_json=views.pretty(row.job.args),
             kwargs_json=views.pretty(row.job.kwargs),
-            timeline=timeline.timeline(row.job, entries),
+            timeline=timeline.timeline(
+                row.job,
+                entries,
+                attempt_started(store, now, queue, job_id) if status == RUNNING else None,
+            ),
             actions=[a for a in actions.actions_for(status) if self._perm(request, a.permission)],
             action_url=self._url("action"),
             here=request.get_full_path(),

@@ -114,8 +114,9 @@ def _end(job: Job) -> Event | None:
     return None
 
 
-def job_events(job: Job) -> list[Event]:
-    """What the job itself tells, in the order it happened."""
+def job_events(job: Job, running_since: datetime | None = None) -> list[Event]:
+    """What the job itself tells, in the order it happened (``running_since``: when the
+    attempt in progress of a running job started, if a live worker said)."""
     events = [Event("scheduled", job.created_at, gettext("Scheduled"))]
     history = job.attempt_history
     first = history[0].number if history else None
@@ -136,7 +137,7 @@ def job_events(job: Job) -> list[Event]:
     if job.status == RUNNING:
         details = [gettext("worker %(worker)s") % {"worker": shown_instance(job.worker)}]
         title = gettext("Attempt %(number)s in progress") % {"number": job.attempts}
-        events.append(Event("running", None, title, details))
+        events.append(Event("running", running_since, title, details))
     if job.status == PENDING and job.due_at is not None:
         events.append(Event("due", job.due_at, gettext("Due")))
     end = _end(job)
@@ -153,10 +154,12 @@ def admin_events(entries: Iterable) -> list[Event]:
     return events
 
 
-def timeline(job: Job | None, entries: Iterable) -> list[Event]:
+def timeline(
+    job: Job | None, entries: Iterable, running_since: datetime | None = None
+) -> list[Event]:
     """The job's events and the admin's, merged by time (an event of the job without a time
     keeps its place after the one before it)."""
-    own = job_events(job) if job is not None else []
+    own = job_events(job, running_since) if job is not None else []
     keyed, last = [], float("-inf")
     for event in own:
         last = event.at.timestamp() if event.at is not None else last
