@@ -382,17 +382,25 @@ class StoreMachine(RuleBasedStateMachine):
 
     @invariant()
     def store_matches_model_and_invariants(self) -> None:
-        client, key = self.store.client, self.store.key
+        key = self.store.key
+        # One round trip for the seven reads (checked after every step, they were most of
+        # the commands a run sends).
+        pipe = self.store.client.pipeline(transaction=False)
+        for status in ("pending", "running", "dead"):
+            pipe.zrange(key(Q, status), 0, -1, withscores=True)
+        pipe.hgetall(key(Q, "jobs"))
+        pipe.hgetall(key(Q, "state"))
+        pipe.hkeys(key(Q, "errors"))
+        pipe.hgetall(key(Q, "keys"))
+        *zsets, jobs, state, error_ids, keys = pipe.execute()
         sets = {
-            status: {
-                _text(m): s / 1000 for m, s in client.zrange(key(Q, status), 0, -1, withscores=True)
-            }  # scores are milliseconds
-            for status in ("pending", "running", "dead")
+            status: {_text(m): s / 1000 for m, s in members}  # scores are milliseconds
+            for status, members in zip(("pending", "running", "dead"), zsets, strict=True)
         }
-        records = {_text(k): v for k, v in client.hgetall(key(Q, "jobs")).items()}
-        states = {_text(k): parse_state(v) for k, v in client.hgetall(key(Q, "state")).items()}
-        errors = {_text(k) for k in client.hkeys(key(Q, "errors"))}
-        index = {_text(k): _text(v) for k, v in client.hgetall(key(Q, "keys")).items()}
+        records = {_text(k): v for k, v in jobs.items()}
+        states = {_text(k): parse_state(v) for k, v in state.items()}
+        errors = {_text(k) for k in error_ids}
+        index = {_text(k): _text(v) for k, v in keys.items()}
 
         # Invariants, whatever the model says.
         pending, running, dead = (set(sets[s]) for s in ("pending", "running", "dead"))

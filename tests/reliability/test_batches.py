@@ -55,7 +55,12 @@ def callbacks(tag: str) -> dict[str, object]:
 class KillLoop:
     """``count`` worker processes (``--concurrency 2``, named ``<name>-<slot>-<generation>``),
     one SIGKILLed and restarted every ``every`` seconds while :meth:`run` waits; ``exposed``
-    counts the jobs each killed worker held (a job may run again once for each)."""
+    counts the jobs each killed worker held (a job may run again once for each).
+
+    The ``every`` seconds count from when the worker killed next is on the roster (its
+    start-up done, claiming): a kill made while a worker still imports Django kills one that
+    holds nothing, and on a loaded machine, where a start takes longer than ``every``, such
+    kills only stalled the scenario (until :meth:`run`'s limit) without exposing a job."""
 
     def __init__(self, workers: Any, env: dict, store: Store, name: str, count: int) -> None:
         self.workers, self.env, self.store, self.name = workers, env, store, name
@@ -71,24 +76,30 @@ class KillLoop:
         """Kill one worker in turn every ``every`` seconds until ``done()`` (or ``limit``
         seconds after ``began``)."""
         while not done() and time.monotonic() - began < limit:
-            time.sleep(every)
             slot = self.kills % len(self.procs)
+            self.wait_up([self.procs[slot]])
+            time.sleep(every)
             self.procs[slot].signal(signal.SIGKILL)
             self.procs[slot].wait(10)
             self.kills += 1
             self.exposed.update(held_by(self.store, self.procs[slot].name))
             self.procs[slot] = self.start(slot, self.kills)
 
+    def wait_up(self, procs: list[Any]) -> None:
+        """Until every one of ``procs`` is on the roster (it joins after setting its signal
+        handlers, just before it claims)."""
+        names = {proc.name for proc in procs}
+        wait_until(
+            lambda: names <= {w.name for w in self.store.live_workers(time.time())},
+            30,
+            f"{sorted(names)} on the roster",
+        )
+
     def stop(self) -> list[int]:
         """SIGTERM every worker once it is on the roster (one SIGTERMed before its signal
         handlers are set dies of it, -15; it joins the roster after setting them); their
         exit codes."""
-        names = {proc.name for proc in self.procs}
-        wait_until(
-            lambda: names <= {w.name for w in self.store.live_workers(time.time())},
-            30,
-            "every worker up before its SIGTERM",
-        )
+        self.wait_up(self.procs)
         for proc in self.procs:
             proc.signal(signal.SIGTERM)
         return [proc.wait(30) for proc in self.procs]
