@@ -15,7 +15,10 @@ The spans follow OpenTelemetry's messaging semantic conventions:
 - ``process <queue>`` (CONSUMER) around each attempt, **linked** to the creation context
   (not its child: a job may run hours after the request that scheduled it, runs once per
   attempt, and is claimed in batches; a link keeps the request's trace short and still
-  leads from one to the other). The task's own spans are children of it.
+  leads from one to the other). The task's own spans are children of it. A root whatever
+  is current, so a ParentBased sampler decides it with its root sampler: when that records
+  none (ALWAYS_OFF, a ratio of 0), the claim reads no stored context (reads_links()), and
+  with a ratio a context is parsed and linked only for a recorded span (sampling()).
 """
 
 from __future__ import annotations
