@@ -15,7 +15,10 @@ The spans follow OpenTelemetry's messaging semantic conventions:
 - ``process <queue>`` (CONSUMER) around each attempt, **linked** to the creation context
   (not its child: a job may run hours after the request that scheduled it, runs once per
   attempt, and is claimed in batches; a link keeps the request's trace short and still
-  leads from one to the other). The task's own spans are children of it.
+  leads from one to the other). The task's own spans are children of it. A root whatever
+  is current, so a ParentBased sampler decides it with its root sampler: when that records
+  none (ALWAYS_OFF, a ratio of 0), the claim reads no stored context (reads_links()), and
+  with a ratio a context is parsed and linked only for a recorded span (sampling()).
 """
 
 from __future__ import annotations
@@ -98,44 +101,122 @@ def sending(found: Any, queue: str, task: str) -> Iterator[tuple[Any, str]]:
         yield span, json.dumps(carrier, separators=(",", ":")) if carrier else ""
 
 
-def receive_span(found: Any, queue: str, started: int, count: int) -> Any:
-    """The CLIENT span of a claim round trip that took ``count`` jobs, begun at ``started``
-    (time.time_ns()); the caller ends it."""
-    from opentelemetry import trace
-
-    attributes = _attributes(queue, "receive")
-    attributes["messaging.batch.message_count"] = count
-    return found.start_span(
-        f"receive {queue}",
-        kind=trace.SpanKind.CLIENT,
-        attributes=attributes,
-        start_time=started,
-    )
-
-
 # A W3C traceparent of version 00: trace id, span id, flags (lowercase hex).
 _TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
 # The context sending() stores when the carrier holds only a traceparent (the common case),
 # byte for byte: matched on the stored bytes without decoding the JSON (faster).
 _STORED = re.compile(rb'\{"traceparent":"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})"\}')
 
+# How a tracer's process spans are sampled (_Spans.sampling), from its sampler: every one
+# recorded, none, each decided on its own new trace id (the SDK's TraceIdRatioBased), or
+# a sampler this module does not know (which may look at the links: given at start).
+ALWAYS, NEVER, EACH, UNKNOWN = "always", "never", "each", "unknown"
+LINKS_CACHED = 256  # parsed contexts kept per tracer (a batch's jobs share one; retries)
 
-def _link(stored: str | bytes | None) -> list[Any]:
-    """The link to the creation context stored beside a job ([] for none or garbage)."""
-    if not stored:
-        return []
-    from opentelemetry import trace
+
+def sampling(found: Any) -> str:
+    """How ``found``'s process spans are sampled. They are roots (started in an empty
+    context, processing()), so a ParentBased sampler decides with its root sampler, and no
+    sampler of the SDK looks at the links: only UNKNOWN needs them before the span starts."""
+    try:
+        from opentelemetry.sdk.trace import sampling as sdk
+    except ImportError:  # the API alone: its tracers make no spans, whoever configured them
+        return UNKNOWN
+    sampler = getattr(found, "sampler", None)
+    if type(sampler) in (sdk.ParentBased, sdk.ParentBasedTraceIdRatio):  # not a subclass
+        sampler = getattr(sampler, "_root", None)
+    if sampler is sdk.ALWAYS_ON:
+        return ALWAYS
+    if sampler is sdk.ALWAYS_OFF:
+        return NEVER
+    if type(sampler) is sdk.TraceIdRatioBased:  # a subclass may decide otherwise
+        return ALWAYS if sampler.rate >= 1 else NEVER if sampler.bound <= 0 else EACH
+    return UNKNOWN
+
+
+def reads_links(found: Any) -> bool:
+    """Whether a claim reads its traced jobs' stored contexts: not when no process span of
+    ``found`` can be recorded (the sampler drops every one, or the tracer is disabled)."""
+    enabled = getattr(found, "_is_enabled", None)  # the SDK's tracer configurator (1.3x)
+    if enabled is not None and not enabled():
+        return False
+    return _spans_of(found).sampling is not NEVER
+
+
+class _Spans:
+    """What the worker's spans of one tracer reuse, made on its first claim or attempt:
+    OpenTelemetry's names (imported once, not per attempt), each queue's attributes, the
+    links of the contexts seen last, and how the tracer samples."""
+
+    def __init__(self, found: Any) -> None:
+        from opentelemetry import context, trace
+
+        self.tracer = found
+        self.sampling = sampling(found)
+        self.trace, self.Link = trace, trace.Link
+        self.CONSUMER, self.CLIENT = trace.SpanKind.CONSUMER, trace.SpanKind.CLIENT
+        self.root = context.Context()  # no parent: a process span starts a trace of its own
+        self.attach, self.detach = context.attach, context.detach
+        self.in_context = trace.set_span_in_context
+        self.templates: dict[tuple[str, str], dict[str, Any]] = {}
+        self.parsed: dict[str | bytes, tuple[Any, ...]] = {}
+
+    def attributes(self, queue: str, operation: str) -> dict[str, Any]:
+        """The operation's attributes on ``queue`` (shared: copy before changing)."""
+        found = self.templates.get((queue, operation))
+        if found is None:
+            found = self.templates[queue, operation] = _attributes(queue, operation)
+        return found
+
+    def links(self, stored: str | bytes | None) -> tuple[Any, ...]:
+        """The link to the creation context ``stored`` (() for none or garbage), parsed once
+        for the last LINKS_CACHED contexts (runner threads share it: clear() is atomic)."""
+        if not stored:
+            return ()
+        found = self.parsed.get(stored)
+        if found is None:
+            context = _context(stored, self.trace)
+            found = (self.Link(context),) if context is not None and context.is_valid else ()
+            if len(self.parsed) >= LINKS_CACHED:
+                self.parsed.clear()
+            self.parsed[stored] = found
+        return found
+
+
+_spans: _Spans | None = None
+
+
+def _spans_of(found: Any) -> _Spans:
+    global _spans
+    spans = _spans
+    if spans is None or spans.tracer is not found:
+        spans = _spans = _Spans(found)
+    return spans
+
+
+def receive_span(found: Any, queue: str, started: int, count: int) -> Any:
+    """The CLIENT span of a claim round trip that took ``count`` jobs, begun at ``started``
+    (time.time_ns()); the caller ends it."""
+    spans = _spans_of(found)
+    attributes = spans.attributes(queue, "receive").copy()
+    attributes["messaging.batch.message_count"] = count
+    return found.start_span(
+        f"receive {queue}", kind=spans.CLIENT, attributes=attributes, start_time=started
+    )
+
+
+def _context(stored: str | bytes, trace: Any = None) -> Any:
+    """The span context stored beside a job (None for garbage); ``trace`` is
+    ``opentelemetry.trace`` when the caller has it at hand."""
+    if trace is None:
+        from opentelemetry import trace
 
     raw = stored.encode() if isinstance(stored, str) else stored
     match = _STORED.fullmatch(raw)
-    if match is not None:
-        trace_id, span_id, flags = int(match[1], 16), int(match[2], 16), int(match[3], 16)
-        context = trace.SpanContext(trace_id, span_id, True, trace.TraceFlags(flags))
-    else:
-        context = _extracted(raw)
-        if context is None:
-            return []
-    return [trace.Link(context)] if context.is_valid else []
+    if match is None:
+        return _extracted(raw)
+    trace_id, span_id, flags = int(match[1], 16), int(match[2], 16), int(match[3], 16)
+    return trace.SpanContext(trace_id, span_id, True, trace.TraceFlags(flags))
 
 
 def _extracted(raw: bytes) -> Any:
@@ -161,23 +242,19 @@ class _Processing:
     ``start_as_current_span`` (two generator context managers deep): this runs once per
     attempt, and the layers cost a measurable share of a no-op job."""
 
-    __slots__ = ("span", "token")
+    __slots__ = ("span", "spans", "token")
 
-    def __init__(self, span: Any) -> None:
-        self.span = span
+    def __init__(self, span: Any, spans: _Spans) -> None:
+        self.span, self.spans = span, spans
         self.token: Any = None
 
     def __enter__(self) -> Any:
-        from opentelemetry import context, trace
-
-        self.token = context.attach(trace.set_span_in_context(self.span))
+        self.token = self.spans.attach(self.spans.in_context(self.span))
         return self.span
 
     def __exit__(self, *exc: object) -> None:
-        from opentelemetry import context
-
         try:
-            context.detach(self.token)
+            self.spans.detach(self.token)
         finally:
             self.span.end()
 
@@ -187,27 +264,34 @@ def processing(
 ) -> _Processing:
     """The CONSUMER span of one attempt, linked to the span that scheduled the job (its
     context ``stored`` beside it), current while the task runs (a context manager giving
-    the span). Give its end to :func:`processed`."""
-    from opentelemetry import trace
+    the span). Give its end to :func:`processed`.
 
-    attributes = _attributes(queue, "process", job_id)
+    A root span, whatever is current. A sampler that decides without the links (the SDK's)
+    gets none: the span is started, and the stored context parsed and linked only if the
+    span is recorded (a dropped span costs no parsing); any other sampler gets them."""
+    spans = _spans_of(found)
+    deferred = spans.sampling is EACH or spans.sampling is NEVER
+    attributes = spans.attributes(queue, "process").copy()
+    attributes["messaging.message.id"] = job_id
     attributes["django_delayq.attempt"] = attempt
     span = found.start_span(
         f"process {queue}",
-        kind=trace.SpanKind.CONSUMER,
-        links=_link(stored),
+        context=spans.root,
+        kind=spans.CONSUMER,
+        links=() if deferred else spans.links(stored),
         attributes=attributes,
         record_exception=False,
         set_status_on_exception=False,
     )
-    return _Processing(span)
+    if deferred and stored and span.is_recording():
+        for link in spans.links(stored):
+            span.add_link(link.context)
+    return _Processing(span, spans)
 
 
 def processed(span: Any, task: str, ok: bool, error: Mapping[str, Any]) -> None:
     """The attempt's end on its span: the task; a failure's error as OpenTelemetry's
     ``exception`` event (what ``record_exception`` writes) and an ERROR status."""
-    from opentelemetry.trace import Status, StatusCode
-
     if task:
         span.set_attribute("django_delayq.task", task)
     if ok:
@@ -221,4 +305,6 @@ def processed(span: Any, task: str, ok: bool, error: Mapping[str, Any]) -> None:
             "exception.stacktrace": str(error.get("traceback", "")),
         },
     )
+    from opentelemetry.trace import Status, StatusCode  # a failure: not each attempt
+
     span.set_status(Status(StatusCode.ERROR, f"{kind}: {message}"))

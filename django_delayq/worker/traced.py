@@ -67,10 +67,12 @@ def received(
     tracer: Any, store: Store, queue: str, started: int, attempts: Sequence[Attempt]
 ) -> None:
     """A claim round trip that took ``attempts`` (begun at ``started``, time.time_ns()):
-    its CLIENT span ``receive <queue>``, and the contexts of the traced jobs read. A claim
-    that took nothing has no span (a worker polls)."""
+    its CLIENT span ``receive <queue>``, and the contexts of the traced jobs read, unless
+    the tracer's sampler records no attempt span (tracing.reads_links: ALWAYS_OFF, a ratio
+    of 0). A claim that took nothing has no span (a worker polls)."""
     span = tracing.receive_span(tracer, queue, started, len(attempts))
     try:
-        read_contexts(store, queue, attempts)
+        if tracing.reads_links(tracer):
+            read_contexts(store, queue, attempts)
     finally:
         span.end()
