@@ -135,11 +135,6 @@ def _check_prefix() -> list:
     ]
 
 
-def errors_for(errors: list, name: str) -> bool:
-    """Whether ``errors`` already name the setting ``name``."""
-    return any(f"DELAYQ[{name!r}]" in error.msg for error in errors)
-
-
 def _check_numbers() -> list:
     """E004: the number settings (NUMBERS) and the two booleans."""
     errors = []
@@ -158,8 +153,8 @@ def _check_numbers() -> list:
                     id="delayq.E004",
                 )
             )
-    age = delayq_settings.FINISHED_MAX_AGE
-    if not errors_for(errors, "FINISHED_MAX_AGE") and 0 < age < 0.001:  # 0 ms: keeps none
+    age = delayq_settings.FINISHED_MAX_AGE  # a number (else reported above) of 0 ms: none kept
+    if type(age) in (int, float) and 0 < age < 0.001:
         errors.append(
             Error(
                 f"DELAYQ['FINISHED_MAX_AGE'] must be 0 (keep no finished jobs) or at least "

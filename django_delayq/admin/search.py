@@ -31,7 +31,7 @@ Jobs waiting in the database outbox (beyond ``HORIZON``) are not searched: Redis
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -151,18 +151,28 @@ def finished_by_key(store: Store, queue: str, key: str) -> str | None:
     key is freed when its job ends, so only its record still says it), reading at most
     SEARCH_LIMIT kept jobs, SEARCH_CHUNK per round trip; None when none is."""
     raw_key = key.encode()
-    for pos in range(0, SEARCH_LIMIT, SEARCH_CHUNK):
-        chunk = sets.page_ids(store, queue, sets.FINISHED, pos, SEARCH_CHUNK)
-        for job_id, record in zip(
-            chunk, sets.records(store, queue, sets.FINISHED, chunk), strict=True
-        ):
-            if record and raw_key in record:
-                parts = split_record(record)
-                if parts is not None and parts[0] == raw_key:
-                    return job_id
-        if len(chunk) < SEARCH_CHUNK:
-            break
+    for job_id, _, record in _scan(store, queue, sets.FINISHED, 0, SEARCH_LIMIT):
+        if record and raw_key in record:
+            parts = split_record(record)
+            if parts is not None and parts[0] == raw_key:
+                return job_id
     return None
+
+
+def _scan(
+    store: Store, queue: str, status: str, start: int, limit: int
+) -> Iterator[tuple[str, Any, bytes | None]]:
+    """(id, score, record) of at most ``limit`` jobs of one set from rank ``start`` on,
+    SEARCH_CHUNK per round trip (ZRANGE by rank, then one HMGET of their records)."""
+    pos, stop = start, start + limit
+    while pos < stop:
+        chunk = sets.ranks(store, queue, status, pos, min(SEARCH_CHUNK, stop - pos))
+        if not chunk:  # the end of the set (a short chunk may be a set that moved meanwhile)
+            return
+        records = sets.records(store, queue, status, [job_id for job_id, _ in chunk])
+        for (job_id, score), record in zip(chunk, records, strict=True):
+            yield job_id, score, record
+        pos += len(chunk)
 
 
 def search(
@@ -189,18 +199,13 @@ def search(
         elif not task or matches(looked_for, raw.id, record, task):
             result.found.append((raw.id, None if raw.score is None else ms(raw.score)))
             seen.add(raw.id)
-    pos, stop = start, start + limit
-    while pos < stop:
-        chunk = sets.ranks(store, queue, status, pos, min(SEARCH_CHUNK, stop - pos))
-        if not chunk:
-            break
-        records = sets.records(store, queue, status, [job_id for job_id, _ in chunk])
-        for (job_id, score), record in zip(chunk, records, strict=True):
-            if job_id not in seen and matches(looked_for, job_id, record, task):
-                result.found.append((job_id, score))
-                seen.add(job_id)
-        pos += len(chunk)
-    result.end = pos
+    read = 0
+    for job_id, score, record in _scan(store, queue, status, start, limit):
+        read += 1
+        if job_id not in seen and matches(looked_for, job_id, record, task):
+            result.found.append((job_id, score))
+            seen.add(job_id)
+    result.end = start + read
     return result
 
 

@@ -129,10 +129,11 @@ def job_events(job: Job, running_since: datetime | None = None) -> list[Event]:
     if job.status != SUCCEEDED:
         history = [a for a in history if a.error is not None]
     events += [attempt_event(a) for a in history]
-    if job.status == SUCCEEDED and job.due_at is not None and events[-1].kind == "succeeded":
-        late = events[-1].at and (events[-1].at - job.due_at).total_seconds()
-        if late is not None and late >= 0:
-            events[-1].details.append(gettext("%(time)s after due") % {"time": seconds_text(late)})
+    succeeded = events[-1] if events[-1].kind == "succeeded" else None
+    if succeeded is not None and job.due_at is not None:
+        if succeeded.at is not None and succeeded.at >= job.due_at:
+            late = seconds_text((succeeded.at - job.due_at).total_seconds())
+            succeeded.details.append(gettext("%(time)s after due") % {"time": late})
         events.insert(-1, Event("due", job.due_at, gettext("Due")))
     if job.status == RUNNING:
         details = [gettext("worker %(worker)s") % {"worker": shown_instance(job.worker)}]

@@ -50,11 +50,9 @@ def _keep_option(queue: str, options: dict, name: str, kinds: tuple[type, ...]) 
     value = options.get(name)
     if value is None:
         return None
-    if not isinstance(value, kinds) or isinstance(value, bool) or not 0 <= value < MAXIMUM:
-        ok = False
-    else:  # and a positive age of at least a millisecond (the scripts count in ms)
-        ok = math.isfinite(value) and not 0 < value < 0.001
-    if not ok:
+    # 0, or at least a millisecond (the scripts count in ms) and below MAXIMUM
+    ok = isinstance(value, kinds) and not isinstance(value, bool)
+    if not (ok and math.isfinite(value) and (value == 0 or 0.001 <= value < MAXIMUM)):
         kind = "an int" if kinds == (int,) else "a number of seconds"
         at_least = " (at least 0.001 when not 0)" if kinds != (int,) else ""
         raise BadQueueOption(
@@ -96,13 +94,13 @@ def queue_options(queue: str, options: Any) -> dict[str, Any]:
     }
 
 
-def queue_option(queue: str, name: str) -> Any:
-    """One option of ``queue`` in ``DELAYQ['QUEUES']`` (None when not given); raises
-    ConfigurationError for a bad entry of that queue."""
+def own_options(queue: str) -> dict[str, Any]:
+    """The options ``DELAYQ['QUEUES']`` gives ``queue`` (:func:`queue_options`; {} when it
+    gives none); raises ConfigurationError for a bad entry of that queue."""
     configured = delayq_settings.QUEUES
     if not isinstance(configured, dict) or queue not in configured:
-        return None
-    return queue_options(queue, configured[queue])[name]
+        return {}
+    return queue_options(queue, configured[queue])
 
 
 def queue_limits(queues: list[str]) -> dict[str, int | None]:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from django_delayq.conf import delayq_settings
-from django_delayq.conf.queues import queue_option
+from django_delayq.conf.queues import own_options
 from django_delayq.storage.calls import Calls
 from django_delayq.storage.milliseconds import ms
 from django_delayq.storage.replies import pairs
@@ -27,10 +27,9 @@ def keep_setting(queue: str | None = None) -> Keep:
     win where given (conf/queues.py)."""
     age, count = delayq_settings.FINISHED_MAX_AGE, delayq_settings.FINISHED_MAX_COUNT
     if queue is not None:
-        own_age = queue_option(queue, "finished_max_age")
-        own_count = queue_option(queue, "finished_max_count")
-        age = age if own_age is None else own_age
-        count = count if own_count is None else own_count
+        own = own_options(queue)
+        age = age if own.get("finished_max_age") is None else own["finished_max_age"]
+        count = count if own.get("finished_max_count") is None else own["finished_max_count"]
     if not age or not count:
         return (0, 0)
     return (ms(age), int(count))
