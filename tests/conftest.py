@@ -43,6 +43,35 @@ def pytest_configure(config):
     pytest_django.fixtures._get_databases_for_setup = with_default
 
 
+# Fixtures through which a test talks to the real server at REDIS_URL (besides the "real"
+# side of redis_client): such tests are marked real_redis (what runs where: contributing.rst).
+REAL_SERVER_FIXTURES = frozenset({"real_client", "real_store", "proxied"})
+
+
+def _talks_to_the_real_server(item: pytest.Item) -> bool:
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None and callspec.params.get("redis_client") == "real":
+        return True
+    return bool(REAL_SERVER_FIXTURES.intersection(getattr(item, "fixturenames", ())))
+
+
+def _longest_first(item: pytest.Item) -> int:
+    """The real-time scenarios (tests/reliability), then the other slow tests, then the rest,
+    each group in file order: with ``--dist load`` (./runtests) every process takes the next
+    test as it frees, so the minute-long scenarios start first and overlap the short tests,
+    and no process is left running a queue of them alone at the end."""
+    return (0 if item.get_closest_marker("reliability") else 2) - bool(
+        item.get_closest_marker("slow")
+    )
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if _talks_to_the_real_server(item):
+            item.add_marker(pytest.mark.real_redis)
+    items.sort(key=_longest_first)  # stable: file order within each group
+
+
 @pytest.fixture(scope="session", autouse=True)
 def outbox_on_default_only(request):
     """Once the test databases exist (the outbox table on every alias), outbox rows may live

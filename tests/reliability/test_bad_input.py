@@ -113,7 +113,7 @@ def same(a: object, b: object) -> bool:
     return a == b
 
 
-@pytest.fixture(params=["fake", "real"])
+@pytest.fixture(params=["fake", pytest.param("real", marks=pytest.mark.redis_server)])
 def any_store(request, servers, prefix, runs_client):
     """A Store on fakeredis, then on a redis-server started for the test."""
     if request.param == "fake":

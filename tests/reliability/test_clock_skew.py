@@ -18,7 +18,7 @@ from django_delayq.storage.store import Store
 from tests.reliability.harness import installed, runs, wait_until, worker_env
 from tests.reliability.tasks import explode, stamp
 
-pytestmark = pytest.mark.reliability
+pytestmark = [pytest.mark.reliability, pytest.mark.redis_server]
 
 SKEW = 30.0
 

@@ -18,7 +18,7 @@ from django_delayq.storage.connection import get_store
 from tests.reliability.harness import runs, wait_until, worker_env
 from tests.reliability.tasks import explode, mark
 
-pytestmark = pytest.mark.reliability
+pytestmark = [pytest.mark.reliability, pytest.mark.redis_server]
 
 
 def queues_on_each_node(cluster, prefix: str) -> list[str]:

@@ -28,7 +28,7 @@ from tests.reliability.faults import (
     observe,
 )
 
-pytestmark = pytest.mark.reliability
+pytestmark = [pytest.mark.reliability, pytest.mark.redis_server]
 
 
 @pytest.fixture

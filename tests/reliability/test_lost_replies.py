@@ -38,7 +38,7 @@ from tests.reliability.harness import (
 )
 from tests.reliability.tasks import make_redis_busy, mark
 
-pytestmark = pytest.mark.reliability
+pytestmark = [pytest.mark.reliability, pytest.mark.redis_server]
 
 EMPTY = {"pending": 0, "running": 0, "dead": 0, "records": 0}
 

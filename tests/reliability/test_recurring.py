@@ -29,7 +29,7 @@ import redis
 
 from tests.reliability.harness import ROOT, runs, wait_until, worker_env
 
-pytestmark = pytest.mark.reliability
+pytestmark = [pytest.mark.reliability, pytest.mark.slow]  # the longest: started first
 DURATION = float(os.environ.get("DELAYQ_RECURRING_SECONDS", "24"))
 TASK = "tests.reliability.tasks.occurrence"
 

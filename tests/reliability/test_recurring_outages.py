@@ -30,7 +30,7 @@ from tests.reliability.harness import runs, wait_until
 from tests.reliability.test_recurring import DURATION, TASK, runs_now_ms, settle, setup_env
 from tests.reliability.test_recurring import verdict as fire_verdict
 
-pytestmark = pytest.mark.reliability
+pytestmark = [pytest.mark.reliability, pytest.mark.slow]  # the longest: started first
 SCALE = DURATION / 24
 GRACE_MS = 30_000  # django_delayq.recurring.policy.LATE_GRACE_MS, restated: the promise
 OUTAGE_SECONDS = 36.0

@@ -20,7 +20,7 @@ from tests.reliability.faults import FaultProxy, command, drop_reply
 from tests.reliability.harness import installed, runs, settled, sizes, wait_until, worker_env
 from tests.reliability.tasks import mark
 
-pytestmark = pytest.mark.reliability
+pytestmark = [pytest.mark.reliability, pytest.mark.redis_server]
 
 
 class Producer(threading.Thread):

@@ -19,7 +19,7 @@ from django_delayq.storage.connection import get_store
 from tests.reliability.harness import HOST, runs, settled, sizes, wait_until, worker_env
 from tests.reliability.tasks import mark
 
-pytestmark = pytest.mark.reliability
+pytestmark = [pytest.mark.reliability, pytest.mark.redis_server]
 
 
 def sentinel_cache(setup) -> dict:
