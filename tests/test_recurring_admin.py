@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import time
+from datetime import UTC, datetime
 
 import pytest
 from django.urls import reverse
@@ -253,3 +254,32 @@ def test_the_list_reads_the_states_of_its_page_only_and_keeps_them_on_the_rows(s
     assert reads and all(" IN (" in sql for sql in reads), reads
     model_admin = admin.site._registry[Schedule]
     assert not {"_states", "_settings_names"} & set(vars(model_admin))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_occurrence_page_does_not_say_it_was_created_at_its_fire_time(store, admin_client):
+    """A pending occurrence's id holds its fire time: its page said "Created" then (hours in
+    the future) and its timeline "Scheduled" then. It says who stored it and that the time
+    is not recorded, and names its schedule and fire time."""
+    from django_delayq.recurring.reconcile import Reconciler
+    from tests.test_admin import url
+
+    now = datetime(2026, 12, 1, 23, 30, tzinfo=UTC)  # 00:30 in Berlin: 03:00 is ahead
+    schedules = {"nightly-sweep": {"task": TASK, "cron": "0 3 * * *", "tz": "Europe/Berlin"}}
+    with more_settings(store, SCHEDULES=schedules):
+        assert Reconciler(store, clock=now.timestamp).run_pass().created == 1
+        [raw_id] = store.client.zrange(store.key("default", "pending"), 0, -1)
+        job = get_job(raw_id.decode())
+        assert job.fire_time == datetime(2026, 12, 2, 2, 0, tzinfo=UTC)
+        page = admin_client.get(url("detail", "default", job.id))
+    assert page.status_code == 200
+    html = page.content.decode()
+    created = re.search(r'id="dq-job-created">(.*?)</td>', html, re.S).group(1)
+    assert "2026-12-02 02:00:00" not in created
+    assert "not recorded: a worker stores an occurrence ahead of its fire time" in created
+    schedule = re.search(r'id="dq-job-schedule">(.*?)</td>', html, re.S).group(1)
+    assert "an occurrence of nightly-sweep, for its fire time 2026-12-02 02:00:00 UTC" in schedule
+    events = page.context["timeline"]
+    assert [e.kind for e in events] == ["scheduled", "due"]
+    assert events[0].at is None and events[0].title == "Stored by a worker, ahead of its fire time"
+    assert events[1].at == job.fire_time
