@@ -62,7 +62,15 @@ def test_add_list_and_actions(store, admin_client):
     )  # fmt: skip
     changelist = reverse("admin:django_delayq_schedule_changelist")
     page = admin_client.get(changelist).content.decode()
-    assert "0 3 * * * (Europe/Berlin)" in page and "succeeded" in page and "2023" in page
+    assert "0 3 * * * (Europe/Berlin)" in page and "succeeded" in page
+    # Its times in its own zone, named (they were UTC without a word: "2 a.m." for 03:00).
+    next_run = re.search(r'<td class="field-next_run">(.*?)</td>', page).group(1)
+    assert re.fullmatch(
+        r'<span title="Europe/Berlin">20\d\d-\d\d-\d\d 03:00:00 CES?T</span>', next_run
+    )
+    last_run = re.search(r'<td class="field-last_run">(.*?)</td>', page).group(1)
+    assert last_run == '<span title="Europe/Berlin">2023-11-14 23:13:20 CET</span>'
+    assert "in UTC (TIME_ZONE) for a schedule that runs every N seconds" in page
     admin_client.post(changelist, {"action": "disable", "_selected_action": [row.pk]})
     assert not Schedule.objects.get(pk=row.pk).enabled
     admin_client.post(changelist, {"action": "enable", "_selected_action": [row.pk]})
@@ -142,13 +150,20 @@ def test_settings_schedules_are_listed_read_only_and_escaped(store, admin_client
     assert "<a " not in section and "<input" not in section and "<form" not in section
     nightly = _settings_row(section, "nightly-sweep")
     for shown in ("from settings (read-only)", "0 3 * * *", "Europe/Berlin", "skip", "emails",
-                  "Nov. 14, 2023", "failed", 'title="tests.reliability.tasks.occurrence"',
+                  "2023-11-14 23:13:20 CET", "failed",
+                  'title="tests.reliability.tasks.occurrence"',
                   "tag=&quot;&lt;script&gt;alert(1)&lt;/script&gt;&quot;"):  # fmt: skip
         assert shown in nightly, shown
-    next_run = re.search(r'class="dq-next-run">([^<]+)<', nightly).group(1)
-    assert re.fullmatch(r"\w+\.? \d+, 20\d\d, \d+ a\.m\.", next_run)  # 03:00 Berlin in UTC
+    # 03:00 in Berlin, said so (it showed "2 a.m.", UTC, with no zone).
+    next_run = re.search(r'class="dq-next-run" title="Europe/Berlin">([^<]+)<', nightly).group(1)
+    assert re.fullmatch(r"20\d\d-\d\d-\d\d 03:00:00 CES?T", next_run), next_run
     paused = _settings_row(section, "paused-sweep")
     assert "every 90 s" in paused and "disabled" in paused
+    with more_settings(store, SCHEDULES={"often": {"task": TASK, "every": 90}}):
+        page = admin_client.get(reverse("admin:django_delayq_schedule_changelist"))
+    often = _settings_row(_section(page.content.decode()), "often")
+    next_run = re.search(r'class="dq-next-run" title="UTC">([^<]+)<', often).group(1)
+    assert re.fullmatch(r"20\d\d-\d\d-\d\d \d\d:\d\d:\d\d UTC", next_run), next_run
     refused = _settings_row(section, "&lt;script&gt;alert(1)&lt;/script&gt;")
     assert "Workers leave it out: schedule name" in refused
     unknown = _settings_row(section, "unknown-task")

@@ -10,7 +10,6 @@ schedule's)."""
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 from django import forms
@@ -90,6 +89,7 @@ class ScheduleAdmin(admin.ModelAdmin):
             states = {s.name: s for s in ScheduleState.objects.filter(name__in=names)}
             context.setdefault("settings_schedules", shown.settings_rows(states, set(clashing)))
             context.setdefault("settings_version_differs", shown.workers_version_differs())
+            context.setdefault("current_zone", shown.zone_of(None))
         return super().changelist_view(request, context)
 
     def get_readonly_fields(self, request: HttpRequest, obj: Schedule | None = None) -> list:
@@ -131,18 +131,28 @@ class ScheduleAdmin(admin.ModelAdmin):
         return gettext("every %(seconds)s s") % {"seconds": obj.every}
 
     @admin.display(description=_("next run"))
-    def next_run(self, obj: Schedule) -> datetime | str | None:
+    def next_run(self, obj: Schedule) -> str:
         definition = self._check(obj)
         if isinstance(definition, str):
             return invalid(definition)
         if not obj.enabled:
             return "-"
-        return shown.when(shown.next_run_ms(definition, self._state(obj), shown.now_ms()))
+        fire = shown.next_run_ms(definition, self._state(obj), shown.now_ms())
+        return self._time(fire, definition)
 
     @admin.display(description=_("last run"))
-    def last_run(self, obj: Schedule) -> datetime | None:
+    def last_run(self, obj: Schedule) -> str | None:
         state = self._state(obj)
-        return shown.when(state.last_fire_ms) if state else None
+        if state is None or state.last_fire_ms is None:
+            return None
+        definition = self._check(obj)
+        return self._time(state.last_fire_ms, None if isinstance(definition, str) else definition)
+
+    def _time(self, ms: int, definition: definitions.Definition | None) -> str:
+        """A fire time in the schedule's zone (settings_schedules.zone_of), its name in the
+        title."""
+        zone = shown.zone_of(definition)
+        return format_html('<span title="{}">{}</span>', zone, shown.schedule_time(ms, zone))
 
     @admin.display(description=_("last outcome"))
     def last_outcome(self, obj: Schedule) -> str:
