@@ -345,6 +345,25 @@ def test_pending_list_is_sorted_by_due_time_with_relative_times(store, admin_cli
     assert "Pending · default" in body  # breadcrumbs (<ol> on Django 6.1+, <div> before)
 
 
+def test_pending_list_says_it_is_sorted_by_priority_then_due_time(store, admin_client):
+    """A job of a higher priority due later is listed before one due earlier: the page
+    says so (it said nothing, and read as a list by due time)."""
+    earlier = schedule(testtasks.add, 1, 2, delay=60)
+    urgent = schedule(testtasks.add, 3, 4, delay=3600, priority=10)
+    response = admin_client.get(url("pending"))
+    assert [r.job.id for r in response.context["rows"]] == [urgent.id, earlier.id]
+    order = re.search(r'<p class="dq-quiet" id="dq-order">(.*?)</p>', text(response)).group(1)
+    assert order.startswith(
+        "In the order workers claim them: by priority, the highest first, then by due time"
+    )
+    for status, said in (
+        ("running", "then by lease deadline"),
+        ("dead", "By time of death, the oldest first."),
+        ("finished", "By when they finished, the newest first."),
+    ):
+        assert said in text(admin_client.get(url(status))), status
+
+
 def test_running_list_shows_lease_and_worker(store, admin_client):
     make_running(store, worker="host-7.991")
     body = text(admin_client.get(url("running")))

@@ -50,6 +50,20 @@ TOTALS = {
     DEAD: ngettext_lazy("%(count)s dead job", "%(count)s dead jobs", "count"),
     FINISHED: ngettext_lazy("%(count)s finished job", "%(count)s finished jobs", "count"),
 }
+# The order of each list, said above it (the pending list is not by due time alone).
+ORDERS = {
+    PENDING: _(
+        "In the order workers claim them: by priority, the highest first, then by due time, "
+        "the earliest first; jobs waiting for a free slot of their group's limit come last."
+    ),
+    RUNNING: _(
+        "Jobs claimed by a worker and not started yet first, then by lease deadline, the "
+        "soonest first."
+    ),
+    DEAD: _("By time of death, the oldest first."),
+    FINISHED: _("By when they finished, the newest first."),
+}
+OUTBOX_LAST = _("Then the jobs that wait in the database (due beyond DELAYQ['HORIZON']).")
 # The "all matching" checkbox of the lists that have actions (pending, dead).
 EVERY_JOB = {
     PENDING: ngettext_lazy(
