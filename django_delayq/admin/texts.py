@@ -240,6 +240,25 @@ NO_LONGER_MATCHING = ngettext_lazy(
     "count",
 )
 
+# A job's attempts, the same words on every page (the worker logs "attempt 2 of 4"):
+# made, the one running included, of allowed (max_retries + 1).
+ATTEMPTS = _("%(made)s of %(allowed)s")
+ATTEMPTS_MEANING = ngettext_lazy(
+    "attempts made (a running one included) of the attempts allowed: the first and up to "
+    "%(count)s retry",
+    "attempts made (a running one included) of the attempts allowed: the first and up to "
+    "%(count)s retries",
+    "count",
+)
+
+
+def attempts(made: int, max_retries: int) -> tuple[str, str]:
+    """("2 of 4", what it means) for a job that made ``made`` attempts of its
+    ``max_retries`` + 1."""
+    allowed = {"made": Count(made), "allowed": Count(max_retries + 1)}
+    return ATTEMPTS % allowed, ATTEMPTS_MEANING % {"count": Count(max_retries)}
+
+
 PURGED = ngettext_lazy(
     "Purged %(count)s dead job of queue %(queue)s.",
     "Purged %(count)s dead jobs of queue %(queue)s.",
