@@ -16,7 +16,8 @@ from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
@@ -44,6 +45,13 @@ class ScheduleForm(forms.ModelForm):
     # Schedule.clean() refuses a bad row (definitions.check_row); ModelForm calls it.
 
 
+def breakable(text: str, after: str) -> SafeString:
+    """``text`` escaped, with a line break allowed after each ``after`` (a dotted name's
+    dots, a zone's slash), so a narrow column wraps there and not inside a word."""
+    separator = format_html("{}<wbr>", after)
+    return format_html_join(separator, "{}", ((part,) for part in text.split(after)))
+
+
 def invalid(reason: str) -> str:
     return gettext("invalid: %(reason)s") % {"reason": reason}
 
@@ -56,8 +64,7 @@ class ScheduleAdmin(admin.ModelAdmin):
         "name",
         "task_name",
         "timing",
-        "enabled",
-        "next_run",
+        "next_run",  # says "disabled" for a disabled one (the settings' table does too)
         "last_run",
         "last_outcome",
     ]
@@ -121,13 +128,15 @@ class ScheduleAdmin(admin.ModelAdmin):
     @admin.display(description=_("task"), ordering="task")
     def task_name(self, obj: Schedule) -> str:
         """The dotted name, its middle cut when long (whole in the title), so that the
-        list fits the window."""
-        return format_html('<span title="{}">{}</span>', obj.task, shown.short_task(obj.task))
+        list fits the window; it may wrap after a dot, never inside a word."""
+        short = breakable(shown.short_task(obj.task), ".")
+        return format_html('<span class="dq-task" title="{}">{}</span>', obj.task, short)
 
     @admin.display(description=_("timing"))
     def timing(self, obj: Schedule) -> str:
         if obj.cron:
-            return f"{obj.cron} ({obj.tz or definitions.default_zone()})"
+            zone = breakable(obj.tz or definitions.default_zone(), "/")
+            return format_html('{} <span class="dq-zone">({})</span>', obj.cron, zone)
         return gettext("every %(seconds)s s") % {"seconds": obj.every}
 
     @admin.display(description=_("next run"))
@@ -136,7 +145,7 @@ class ScheduleAdmin(admin.ModelAdmin):
         if isinstance(definition, str):
             return invalid(definition)
         if not obj.enabled:
-            return "-"
+            return gettext("disabled")
         fire = shown.next_run_ms(definition, self._state(obj), shown.now_ms())
         return self._time(fire, definition)
 

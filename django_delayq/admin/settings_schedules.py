@@ -42,7 +42,7 @@ class SettingsRow:
 
     name: str
     task: str
-    task_short: str
+    task_short: str  # its middle cut when long (short_task)
     arguments: str = ""
     timing: str = ""
     tz: str = ""
@@ -55,6 +55,11 @@ class SettingsRow:
     outcome: str = ""
     problem: str = ""
     shadows_row: bool = False  # a database row of this name exists; workers ignore it
+
+    @property
+    def task_parts(self) -> list[str]:
+        """The shown name's parts, for a line break after each dot (never inside one)."""
+        return self.task_short.split(".")
 
 
 def zone_of(definition: definitions.Definition | None) -> str:
