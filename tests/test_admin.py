@@ -368,7 +368,7 @@ def test_attempts_read_the_same_on_the_list_and_the_job_page(store, admin_client
     """They read "0 / 4" on the list and "0 (retries allowed: 3)" on the job page."""
     job = schedule(testtasks.add, 1, 2, delay=600, max_retries=3)
     meaning = (
-        "attempts made (a running one included) of the attempts allowed: the first and up "
+        "attempts made, a running one included, of the attempts allowed: the first and up "
         "to 3 retries"
     )
     listed = text(admin_client.get(url("pending")))

@@ -244,9 +244,9 @@ NO_LONGER_MATCHING = ngettext_lazy(
 # made, the one running included, of allowed (max_retries + 1).
 ATTEMPTS = _("%(made)s of %(allowed)s")
 ATTEMPTS_MEANING = ngettext_lazy(
-    "attempts made (a running one included) of the attempts allowed: the first and up to "
+    "attempts made, a running one included, of the attempts allowed: the first and up to "
     "%(count)s retry",
-    "attempts made (a running one included) of the attempts allowed: the first and up to "
+    "attempts made, a running one included, of the attempts allowed: the first and up to "
     "%(count)s retries",
     "count",
 )
