@@ -22,13 +22,13 @@ import pytest
 import django_delayq
 from django_delayq import schedule, task
 from django_delayq.scheduling.registry import unregister
-from django_delayq.storage.history import bucket_of
 from django_delayq.worker.dispatch import Worker
 from tests.test_admin_browser import (
     CHROMIUM,
     CHROMIUM_ARGS,
     _browser_or_skip,
     _dead,
+    _history,
     _login,
     _operator,
     _throughput,
@@ -117,16 +117,6 @@ def _page(browser, live_server, width: int, then: str, username: str = "operator
 
 def _no_sideways_scroll(page, width: int) -> None:
     assert page.evaluate(PAGE_WIDTH) <= width, page.evaluate(PAGE_WIDTH)
-
-
-def _history(store, minutes: int = 60) -> None:
-    """What workers would have flushed over the last hour: done, failed, dead, lateness."""
-    now = int(store.server_time() // 60)
-    counts = {}
-    for ago in range(0, minutes, 3):
-        late = f"l{bucket_of(20 + ago * 40)}"
-        counts[(Q, now - ago)] = {"d": 3 + ago % 7, "f": ago % 4, "x": int(ago == 9), late: 3}
-    store.flush_history(counts)
 
 
 @pytest.mark.django_db(transaction=True)
