@@ -299,3 +299,15 @@ def test_an_occurrence_page_does_not_say_it_was_created_at_its_fire_time(store, 
     assert [e.kind for e in events] == ["scheduled", "due"]
     assert events[0].at is None and events[0].title == "Stored by a worker, ahead of its fire time"
     assert events[1].at == job.fire_time
+
+
+def test_a_rows_task_and_zone_are_escaped_where_they_may_wrap(store, admin_client):
+    """The list cuts a task name after its dots and a zone after its slash (<wbr>): the
+    parts are escaped, whatever a row written around the form holds."""
+    Schedule.objects.create(name="raw", task=f"shop.{SCRIPT}.sweep", cron="0 3 * * *", tz=SCRIPT)
+    html = admin_client.get(reverse("admin:django_delayq_schedule_changelist")).content.decode()
+    start = html.index('id="result_list"')
+    listed = html[start : html.index("</table>", start)]
+    assert "<script>" not in listed
+    assert "shop.<wbr>&lt;script&gt;alert(1)&lt;/script&gt;.<wbr>sweep" in listed
+    assert "(&lt;script&gt;alert(1)&lt;/<wbr>script&gt;)" in listed
