@@ -345,6 +345,43 @@ def test_pending_list_is_sorted_by_due_time_with_relative_times(store, admin_cli
     assert "Pending · default" in body  # breadcrumbs (<ol> on Django 6.1+, <div> before)
 
 
+def test_pending_list_says_it_is_sorted_by_priority_then_due_time(store, admin_client):
+    """A job of a higher priority due later is listed before one due earlier: the page
+    says so (it said nothing, and read as a list by due time)."""
+    earlier = schedule(testtasks.add, 1, 2, delay=60)
+    urgent = schedule(testtasks.add, 3, 4, delay=3600, priority=10)
+    response = admin_client.get(url("pending"))
+    assert [r.job.id for r in response.context["rows"]] == [urgent.id, earlier.id]
+    order = re.search(r'<p class="dq-quiet" id="dq-order">(.*?)</p>', text(response)).group(1)
+    assert order.startswith(
+        "In the order workers claim them: by priority, the highest first, then by due time"
+    )
+    for status, said in (
+        ("running", "then by lease deadline"),
+        ("dead", "By time of death, the oldest first."),
+        ("finished", "By when they finished, the newest first."),
+    ):
+        assert said in text(admin_client.get(url(status))), status
+
+
+def test_attempts_read_the_same_on_the_list_and_the_job_page(store, admin_client):
+    """They read "0 / 4" on the list and "0 (retries allowed: 3)" on the job page."""
+    job = schedule(testtasks.add, 1, 2, delay=600, max_retries=3)
+    meaning = (
+        "attempts made, a running one included, of the attempts allowed: the first and up "
+        "to 3 retries"
+    )
+    listed = text(admin_client.get(url("pending")))
+    row = re.search(rf'<tr data-job-id="{job.id}">.*?</tr>', listed, re.S).group(0)
+    cell = re.search(r'<td class="num dq-attempts"[^>]*>(.*?)</td>', row).group(0)
+    expected = f'<td class="num dq-attempts" data-label="Attempts" title="{meaning}">0 of 4</td>'
+    assert cell == expected
+    page = text(admin_client.get(url("detail", Q, job.id)))
+    shown = re.search(r'<td id="dq-job-attempts">(.*?)</td>', page).group(1)
+    assert shown == f'0 of 4 <span class="dq-quiet">({meaning})</span>'
+    assert 'title="attempts made of attempts allowed">Attempts</th>' in listed
+
+
 def test_running_list_shows_lease_and_worker(store, admin_client):
     make_running(store, worker="host-7.991")
     body = text(admin_client.get(url("running")))

@@ -65,7 +65,8 @@ def test_the_list_shows_each_batch_newest_first(store, admin_client):
         ("complete", "scheduled"),
         ("death", None),
     ]
-    assert "on complete: scheduled" in body and "on death: not decided" in body
+    # Its job was stored and has not run (no worker): the list says so, not "scheduled".
+    assert "on complete: job pending" in body and "on death: not decided" in body
     row = re.search(rf'<tr data-batch-id="{open_batch.id}">.*?</tr>', body, re.S).group(0)
     assert f'href="{batch_url(open_batch.id)}"' in row
     assert "on success: not decided" in row and "0%" in row and "in progress" in row
@@ -131,9 +132,13 @@ def test_a_batch_page_shows_its_state_callbacks_and_members(store, admin_client)
     assert callbacks["complete"].arguments == "3, 4" and callbacks["complete"].more_steps == 2
     assert "then 2 more steps (a chain)" in body
     members = response.context["members"]
-    # Not ended first (by id), linked to their job pages; the succeeded one not linked.
+    # Not ended first (by id); every member links to its job page (a finished one's shows
+    # it while it is kept: its id was not a link at all).
     assert [m.id for m in members] == [*sorted(j.id for j in later), done.id]
-    assert [m.url for m in members] == [url("detail", Q, m.id) for m in members[:2]] + [""]
+    assert [m.url for m in members] == [url("detail", Q, m.id) for m in members]
+    assert 'href="{}"'.format(url("detail", Q, done.id)) in body
+    assert get_job(done.id, finished=True).status == "succeeded"
+    assert admin_client.get(url("detail", Q, done.id)).status_code == 200
     assert [str(m.outcome_title) for m in members] == ["not ended", "not ended", "succeeded"]
     assert 'href="{}"'.format(url("detail", Q, later[0].id)) in body
     # The outcome filter.
@@ -157,6 +162,33 @@ def test_a_done_batch_links_its_callbacks_jobs(store, admin_client):
     assert callback.job_url == url("find", q=job_id)
     assert str(response.context["row"].status) == "done"
     assert "Cancel batch" not in text(response)  # done: nothing to cancel
+    # Its job ran and succeeded: the page and the list read it where it is (kept since it
+    # finished), where both said "scheduled".
+    assert get_job(job_id, finished=True).status == "succeeded"
+    assert callback.job_status == "succeeded"
+    cell = re.search(r'<td [^>]*class="dq-callback-state".*?</td>', text(response), re.S)
+    assert "job succeeded" in cell.group(0) and "scheduled" not in cell.group(0)
+    listed = admin_client.get(url("batches"))
+    assert "on complete: job succeeded" in text(listed)
+    assert "on complete: scheduled" not in text(listed)
+
+
+def test_a_callback_says_where_its_job_is(store, admin_client):
+    """Pending, cancelled (kept a while), then no longer kept: the batch said "scheduled"
+    throughout."""
+    with batch(on_complete=t.add.call(3, 4)) as b:
+        pass  # no member: on_complete is stored at once
+    page = admin_client.get(batch_url(b.id))
+    (callback,) = page.context["row"].callbacks
+    assert (callback.state, callback.job_status, callback.queue) == ("scheduled", "pending", Q)
+    assert "job pending" in text(page)
+    assert cancel(callback.job_id)
+    assert admin_client.get(batch_url(b.id)).context["row"].callbacks[0].job_status == "cancelled"
+    assert "on complete: job cancelled" in text(admin_client.get(url("batches")))
+    store.client.delete(store.key(Q, "finished"), store.key(Q, "kept"))
+    gone = admin_client.get(batch_url(b.id))
+    assert gone.context["row"].callbacks[0].job_status == ""
+    assert "job ended, no longer kept" in text(gone)
 
 
 def test_a_batch_page_pages_its_members_and_caps_them(store, admin_client, monkeypatch):

@@ -27,6 +27,7 @@ from django_delayq import get_job, schedule, task
 from django_delayq.jobs.ids import new_job_id
 from django_delayq.jobs.record import encode_record
 from django_delayq.scheduling.registry import unregister
+from django_delayq.storage.history import bucket_of
 from django_delayq.storage.store import Store
 from django_delayq.worker.dispatch import Worker
 from django_delayq.worker.execution import STARTED
@@ -87,6 +88,16 @@ def _throughput(store: Store, minutes: int = 30) -> None:
         store.ack(Q, [(j.id, f"bench#r{ago}", "") for j in again.jobs], now=at)
 
 
+def _history(store, minutes: int = 60) -> None:
+    """What workers would have flushed over the last hour: done, failed, dead, lateness."""
+    now = int(store.server_time() // 60)
+    counts = {}
+    for ago in range(0, minutes, 3):
+        late = f"l{bucket_of(20 + ago * 40)}"
+        counts[(Q, now - ago)] = {"d": 3 + ago % 7, "f": ago % 4, "x": int(ago == 9), late: 3}
+    store.flush_history(counts)
+
+
 def _dead(store: Store) -> str:
     job = schedule(testtasks.always_fails, "card declined", key="refund:17")
     store.claim(Q, 1, lease=60, token="web-2.311#d", instance="web-2.311")
@@ -118,6 +129,7 @@ def test_operator_cancels_and_requeues_in_a_browser(real_store, live_server, set
     _operator(settings, "view_job", "cancel_job", "requeue_job", "delete_job", "run_job")
     # What the operator sees: throughput, a running job, an overdue backlog, two queues.
     _throughput(real_store)
+    _history(real_store)
     schedule(testtasks.sleepy, "report", 1, 30)
     claim = real_store.claim(Q, 1, lease=120, token="web-1.4242#r", instance="web-1.4242")
     real_store.call(real_store.mark_op(Q, claim.jobs[0].id, claim.now + 120))

@@ -9,7 +9,7 @@ import math
 import pytest
 from django.test import Client
 
-from django_delayq.admin.history import WINDOWS, history_chart
+from django_delayq.admin.history import BAR, HEIGHT, WINDOWS, history_chart, time_axis
 from django_delayq.storage.history import Point, bucket_of, bucket_value
 from tests.test_admin import XSS, client_for, staff, text, url
 from tests.testapp import tasks as testtasks
@@ -84,12 +84,14 @@ def test_the_chart_scales_bars_to_the_peak_and_lateness_to_a_log_scale():
     points[1].lateness = {bucket_of(10): 1, bucket_of(10_000): 1}
     chart = history_chart(points)
     first, second = chart["bars"]
-    assert first["done_h"] == 48 and second["done_h"] == 24 and second["failed_h"] == 24
-    # one line point per point with attempts, at its middle; log scale from 1 ms (y 48) to
-    # the highest p99 (y 0)
+    half = HEIGHT / 2
+    assert first["done_h"] == HEIGHT and second["done_h"] == half == second["failed_h"]
+    # one line point per point with attempts, at its middle; log scale from 1 ms (y HEIGHT)
+    # to the highest p99 (y 0)
     p50, p99 = bucket_value(bucket_of(10)), bucket_value(bucket_of(10_000))
-    y50 = round(48 - math.log10(p50) / math.log10(p99) * 48, 1)
-    assert chart["lines"]["p50"] == f"7.5,{y50:g}" and chart["lines"]["p99"] == "7.5,0"
+    y50 = round(HEIGHT - math.log10(p50) / math.log10(p99) * HEIGHT, 1)
+    middle = f"{BAR * 1.5:g}"
+    assert chart["lines"]["p50"] == f"{middle},{y50:g}" and chart["lines"]["p99"] == f"{middle},0"
     assert second["p99"] == f"{bucket_value(bucket_of(10_000)) / 1000:.1f} s"
 
 
@@ -99,3 +101,19 @@ def test_the_dashboard_says_when_history_is_off(store, admin_client):
     assert 'id="dq-history-off"' not in text(admin_client.get(url("changelist")))
     with more_settings(store, HISTORY=False):
         assert 'id="dq-history-off"' in text(admin_client.get(url("changelist")))
+
+
+def test_the_chart_has_a_time_axis_in_the_admins_zone(settings):
+    """It was a sparkline with no time on it: five labels at their bars' middles, the last
+    with the zone; the date too when the window spans days."""
+    settings.TIME_ZONE = "Europe/Berlin"
+    start = 1_764_633_600  # 2025-12-02 00:00 UTC
+    hour = [Point(start + 60 * i, 1) for i in range(60)]
+    axis = time_axis(hour)
+    assert [t["label"] for t in axis] == ["01:00", "01:15", "01:30", "01:45", "01:59 CET"]
+    assert [t["left"] for t in axis] == [0.83, 25.83, 50.83, 75.83, 99.17]
+    assert [t["edge"] for t in axis] == ["first", "", "", "", "last"]
+    days = [Point(start + 1800 * i, 30) for i in range(144)]
+    assert time_axis(days)[0]["label"] == "Dec 2, 01:00"
+    assert time_axis(days)[-1]["label"] == "Dec 5, 00:30 CET"
+    assert time_axis([]) == []

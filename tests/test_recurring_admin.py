@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import time
+from datetime import UTC, datetime
 
 import pytest
 from django.urls import reverse
@@ -61,7 +62,16 @@ def test_add_list_and_actions(store, admin_client):
     )  # fmt: skip
     changelist = reverse("admin:django_delayq_schedule_changelist")
     page = admin_client.get(changelist).content.decode()
-    assert "0 3 * * * (Europe/Berlin)" in page and "succeeded" in page and "2023" in page
+    timing = '0 3 * * * <span class="dq-zone">(Europe/<wbr>Berlin)</span>'  # may wrap at /
+    assert timing in page and "succeeded" in page
+    # Its times in its own zone, named (they were UTC without a word: "2 a.m." for 03:00).
+    next_run = re.search(r'<td class="field-next_run">(.*?)</td>', page).group(1)
+    assert re.fullmatch(
+        r'<span title="Europe/Berlin">20\d\d-\d\d-\d\d 03:00:00 CES?T</span>', next_run
+    )
+    last_run = re.search(r'<td class="field-last_run">(.*?)</td>', page).group(1)
+    assert last_run == '<span title="Europe/Berlin">2023-11-14 23:13:20 CET</span>'
+    assert "in UTC (TIME_ZONE) for a schedule that runs every N seconds" in page
     admin_client.post(changelist, {"action": "disable", "_selected_action": [row.pk]})
     assert not Schedule.objects.get(pk=row.pk).enabled
     admin_client.post(changelist, {"action": "enable", "_selected_action": [row.pk]})
@@ -141,13 +151,20 @@ def test_settings_schedules_are_listed_read_only_and_escaped(store, admin_client
     assert "<a " not in section and "<input" not in section and "<form" not in section
     nightly = _settings_row(section, "nightly-sweep")
     for shown in ("from settings (read-only)", "0 3 * * *", "Europe/Berlin", "skip", "emails",
-                  "Nov. 14, 2023", "failed", 'title="tests.reliability.tasks.occurrence"',
+                  "2023-11-14 23:13:20 CET", "failed",
+                  'title="tests.reliability.tasks.occurrence"',
                   "tag=&quot;&lt;script&gt;alert(1)&lt;/script&gt;&quot;"):  # fmt: skip
         assert shown in nightly, shown
-    next_run = re.search(r'class="dq-next-run">([^<]+)<', nightly).group(1)
-    assert re.fullmatch(r"\w+\.? \d+, 20\d\d, \d+ a\.m\.", next_run)  # 03:00 Berlin in UTC
+    # 03:00 in Berlin, said so (it showed "2 a.m.", UTC, with no zone).
+    next_run = re.search(r'class="dq-next-run" title="Europe/Berlin">([^<]+)<', nightly).group(1)
+    assert re.fullmatch(r"20\d\d-\d\d-\d\d 03:00:00 CES?T", next_run), next_run
     paused = _settings_row(section, "paused-sweep")
     assert "every 90 s" in paused and "disabled" in paused
+    with more_settings(store, SCHEDULES={"often": {"task": TASK, "every": 90}}):
+        page = admin_client.get(reverse("admin:django_delayq_schedule_changelist"))
+    often = _settings_row(_section(page.content.decode()), "often")
+    next_run = re.search(r'class="dq-next-run" title="UTC">([^<]+)<', often).group(1)
+    assert re.fullmatch(r"20\d\d-\d\d-\d\d \d\d:\d\d:\d\d UTC", next_run), next_run
     refused = _settings_row(section, "&lt;script&gt;alert(1)&lt;/script&gt;")
     assert "Workers leave it out: schedule name" in refused
     unknown = _settings_row(section, "unknown-task")
@@ -253,3 +270,44 @@ def test_the_list_reads_the_states_of_its_page_only_and_keeps_them_on_the_rows(s
     assert reads and all(" IN (" in sql for sql in reads), reads
     model_admin = admin.site._registry[Schedule]
     assert not {"_states", "_settings_names"} & set(vars(model_admin))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_occurrence_page_does_not_say_it_was_created_at_its_fire_time(store, admin_client):
+    """A pending occurrence's id holds its fire time: its page said "Created" then (hours in
+    the future) and its timeline "Scheduled" then. It says who stored it and that the time
+    is not recorded, and names its schedule and fire time."""
+    from django_delayq.recurring.reconcile import Reconciler
+    from tests.test_admin import url
+
+    now = datetime(2026, 12, 1, 23, 30, tzinfo=UTC)  # 00:30 in Berlin: 03:00 is ahead
+    schedules = {"nightly-sweep": {"task": TASK, "cron": "0 3 * * *", "tz": "Europe/Berlin"}}
+    with more_settings(store, SCHEDULES=schedules):
+        assert Reconciler(store, clock=now.timestamp).run_pass().created == 1
+        [raw_id] = store.client.zrange(store.key("default", "pending"), 0, -1)
+        job = get_job(raw_id.decode())
+        assert job.fire_time == datetime(2026, 12, 2, 2, 0, tzinfo=UTC)
+        page = admin_client.get(url("detail", "default", job.id))
+    assert page.status_code == 200
+    html = page.content.decode()
+    created = re.search(r'id="dq-job-created">(.*?)</td>', html, re.S).group(1)
+    assert "2026-12-02 02:00:00" not in created
+    assert "not recorded: a worker stores an occurrence ahead of its fire time" in created
+    schedule = re.search(r'id="dq-job-schedule">(.*?)</td>', html, re.S).group(1)
+    assert "an occurrence of nightly-sweep, for its fire time 2026-12-02 02:00:00 UTC" in schedule
+    events = page.context["timeline"]
+    assert [e.kind for e in events] == ["scheduled", "due"]
+    assert events[0].at is None and events[0].title == "Stored by a worker, ahead of its fire time"
+    assert events[1].at == job.fire_time
+
+
+def test_a_rows_task_and_zone_are_escaped_where_they_may_wrap(store, admin_client):
+    """The list cuts a task name after its dots and a zone after its slash (<wbr>): the
+    parts are escaped, whatever a row written around the form holds."""
+    Schedule.objects.create(name="raw", task=f"shop.{SCRIPT}.sweep", cron="0 3 * * *", tz=SCRIPT)
+    html = admin_client.get(reverse("admin:django_delayq_schedule_changelist")).content.decode()
+    start = html.index('id="result_list"')
+    listed = html[start : html.index("</table>", start)]
+    assert "<script>" not in listed
+    assert "shop.<wbr>&lt;script&gt;alert(1)&lt;/script&gt;.<wbr>sweep" in listed
+    assert "(&lt;script&gt;alert(1)&lt;/<wbr>script&gt;)" in listed

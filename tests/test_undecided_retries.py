@@ -85,7 +85,7 @@ def test_a_task_of_max_retries_0_scheduled_by_name_runs_once_when_its_worker_die
     assert dead.status == "dead" and dead.max_retries == 0 and dead.attempts == 1
     assert "LeaseLost" in dead.last_error
     page = text(admin_client.get(url("detail", "default", job.id)))
-    assert "1 (retries allowed: 0)" in page
+    assert "1 of 1 <" in page and "the first and up to 0 retries" in page
 
 
 def test_a_task_without_its_own_max_retries_gets_the_workers_setting(store):

@@ -89,6 +89,7 @@ class BatchPages(AdminPages):
         row.callbacks = shown.callback_rows(
             row.state, fields, lambda job_id: self._url("find", q=job_id)
         )
+        shown.read_callback_jobs(store, row.callbacks)
         context.update(
             row=row,
             state=row.state,
@@ -119,9 +120,8 @@ class BatchPages(AdminPages):
         params = {"id": batch_id, "outcome": "" if outcome == "all" else outcome}
         paginator = Paginator(rows, shown.MEMBERS_PER_PAGE)
         page = paginator.get_page(int_param(request.GET.get("p"), 1, 1, 10**9))
-        for row in page.object_list:
-            if row.outcome in ("", "dead"):  # still in their queue: pending, running or dead
-                row.url = self._job_url(row.queue, row.id)
+        for row in page.object_list:  # an ended one's page shows it while it is kept
+            row.url = self._job_url(row.queue, row.id)
         found.update(
             members=page.object_list,
             members_page=page,

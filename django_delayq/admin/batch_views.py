@@ -2,11 +2,14 @@
 of the list of batches, a batch's callbacks and members, and the batch or chain a job's
 link names (its page's "Batch" line).
 
-Costs: a page of the list is one ZCARD, one ZREVRANGE and one round trip of HGETALLs (one
-per batch shown); a batch's page is one HGETALL, one HLEN, and, up to MEMBERS_READ_LIMIT
-members, its two member hashes whole (storage/batches.py read_outcomes), sorted and paged
-here; a bigger batch's members are not listed. The pages that use this are in
-:mod:`django_delayq.admin.batch_pages`. The templates autoescape everything from here.
+Costs: a page of the list is one ZCARD, one ZREVRANGE, one round trip of HGETALLs (one
+per batch shown) and one round trip that reads the jobs of the callbacks scheduled (one
+fetch.lua each, finished jobs kept included: the state shown is the job's, not the batch's
+"scheduled"); a batch's page is one HGETALL, one HLEN, that round trip for its callbacks,
+and, up to MEMBERS_READ_LIMIT members, its two member hashes whole (storage/batches.py
+read_outcomes), sorted and paged here; a bigger batch's members are not listed. The
+pages that use this are in :mod:`django_delayq.admin.batch_pages`. The templates
+autoescape everything from here.
 """
 
 from __future__ import annotations
@@ -23,8 +26,12 @@ from django.utils.translation import gettext_lazy as _
 from django_delayq.admin.views import arguments_text
 from django_delayq.batches import links
 from django_delayq.batches.api import BatchState, state_of
-from django_delayq.jobs.job import decode_fields, to_datetime
+from django_delayq.conf import delayq_settings
+from django_delayq.exceptions import DelayQError
+from django_delayq.jobs.finished import CANCELLED, SUCCEEDED
+from django_delayq.jobs.job import DEAD, PENDING, RUNNING, decode_fields, job_from_raw, to_datetime
 from django_delayq.jobs.record import FLAG_LINKED
+from django_delayq.scheduling.plan import Plan
 from django_delayq.storage import batches as stored
 from django_delayq.storage.reads import RawJob
 from django_delayq.storage.store import Store
@@ -39,6 +46,15 @@ CALLBACK_STATES = {
     None: _("not decided"),
     "decided": _("decided"),
     "scheduled": _("scheduled"),
+}
+# A scheduled callback's state is its job's, read where the job is (kept once finished).
+JOB_STATES = {
+    PENDING: _("job pending"),
+    RUNNING: _("job running"),
+    SUCCEEDED: _("job succeeded"),
+    CANCELLED: _("job cancelled"),
+    DEAD: _("job dead"),
+    "": _("job ended, no longer kept"),
 }
 # A member's outcome; "" is a member that has not ended. Listed in this order.
 OUTCOMES = {
@@ -62,6 +78,8 @@ class CallbackRow:
     more_steps: int = 0  # a chain: its steps after the first
     job_id: str = ""  # decided: the id its job gets (links.derived_id), the find link's query
     job_url: str = ""
+    queue: str = ""  # the queue its job goes to (its first step's, as steps.store_step decides)
+    job_status: str | None = None  # scheduled: its job's status, "" when no longer kept
 
 
 @dataclass
@@ -109,22 +127,53 @@ class BatchRow:
 def callback_rows(
     state: BatchState, fields: dict[str, str], find_url: Callable[[str], str] | None = None
 ) -> list[CallbackRow]:
-    """The batch's callbacks in the order of KIND_TITLES; with ``find_url`` (the batch's
-    page) each with its call and, once decided, a link to its job."""
+    """The batch's callbacks in the order of KIND_TITLES, each once decided with the id
+    and queue of its job; with ``find_url`` (the batch's page) each with its call and, once
+    decided, a link to its job."""
     rows = []
     for kind, title in KIND_TITLES.items():
         if kind not in state.callbacks:
             continue
         found = state.callbacks[kind]
         row = CallbackRow(kind, title, found, CALLBACK_STATES.get(found, _("not decided")))
+        spec = fields.get(f"cb:{kind}", "")
         if find_url is not None:
-            _describe(row, fields.get(f"cb:{kind}", ""))
-            fired = fields.get(f"fire:{kind}", "")
-            if fired.isdigit():
-                row.job_id = links.derived_id(state.id, kind, int(fired))
+            _describe(row, spec)
+        fired = fields.get(f"fire:{kind}", "")
+        if fired.isdigit():
+            row.job_id = links.derived_id(state.id, kind, int(fired))
+            row.queue = _queue_of(spec)
+            if find_url is not None:
                 row.job_url = find_url(row.job_id)
         rows.append(row)
     return rows
+
+
+def _queue_of(spec_json: str) -> str:
+    """The queue a callback's job is stored in: its first step's (steps.store_step plans
+    it so); "" when the spec is not what steps.py writes."""
+    try:
+        step = json.loads(spec_json)["steps"][0]
+        queue = (step.get("o") or {}).get("queue")
+        return Plan(step["t"], {"queue": queue} if queue else {}).queue
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError, LookupError, DelayQError):
+        return ""
+
+
+def read_callback_jobs(store: Store, callbacks: Sequence[CallbackRow]) -> None:
+    """Give each scheduled callback its job's status, read where the job is now (one
+    round trip for them all: a job that ran is kept a while, ``FINISHED_MAX_AGE``): a
+    batch's "scheduled" says only that the job was stored, not whether it ran."""
+    wanted = [cb for cb in callbacks if cb.state == "scheduled" and cb.job_id and cb.queue]
+    if not wanted:
+        return
+    ops = [store.fetch_op(cb.queue, cb.job_id, finished=True) for cb in wanted]
+    for cb, raw in zip(wanted, store.run(ops, budget=2.0), strict=True):
+        if isinstance(raw, Exception):
+            raise raw
+        job = job_from_raw(raw, delayq_settings.MAX_RETRIES) if raw is not None else None
+        cb.job_status = job.status if job is not None else ""
+        cb.state_title = JOB_STATES.get(cb.job_status, cb.state_title)
 
 
 def _describe(row: CallbackRow, spec_json: str) -> None:
@@ -163,10 +212,12 @@ class BatchSlice(Sequence):
             return []
         listed = stored.list_batches(self.store, start, stop - start)
         hashes = stored.read_batches(self.store, [batch_id for batch_id, _ in listed])
-        return [
+        rows = [
             batch_row(batch_id, created_ms, fields)
             for (batch_id, created_ms), fields in zip(listed, hashes, strict=True)
         ]
+        read_callback_jobs(self.store, [cb for row in rows for cb in row.callbacks])
+        return rows
 
 
 def batch_row(batch_id: str, created_ms: int | None, fields: dict[str, str] | None) -> BatchRow:

@@ -244,7 +244,10 @@ class JobAdmin(ListPages, ActionPages, BatchPages):
             action_url=self._url("action"),
             here=request.get_full_path(),
             link=job_link(store, raw),  # its batch or chain: one HGET, for a linked job only
+            fire_time=row.job.fire_time,  # an occurrence of a recurring schedule
         )
+        if row.job.fire_time is not None:
+            context["schedule_name"] = row.job.schedule  # one indexed query
         if context["link"] is not None and context["link"].batch_id:
             context["batch_url"] = self._url("batch", id=context["link"].batch_id)
         if status in STATUSES or sets.is_finished(status):

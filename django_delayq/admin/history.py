@@ -3,6 +3,11 @@ the lateness p50 / p99 (storage/history.py), over a window the ``?history=`` par
 (1 h, 24 h, 72 h), drawn as inline SVG made of numbers computed here; every text (queue
 names, the values in titles) goes through the template's escaping. Nothing is loaded from
 outside the page.
+
+A chart is as wide as its table (a row of its own under the queue's numbers: it was a
+300 x 48 px sparkline, a sliver at 420 px): its SVG stretches its viewBox's x (the
+lines keep their width, ``vector-effect``), and under it a time axis of five labels at
+their bars, in the admin's time zone, the last with the zone's abbreviation.
 """
 
 from __future__ import annotations
@@ -11,6 +16,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from django.utils import timezone
+from django.utils.dateformat import format as format_date
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
@@ -34,8 +41,9 @@ WINDOWS = (
     Window("72h", _("Last 72 hours"), 72 * 60, 30),
 )
 DEFAULT_WINDOW = WINDOWS[0]
-BAR = 5  # px per point
-HEIGHT = 48  # px of each panel
+BAR = 5  # viewBox units per point (the SVG stretches them to the chart's width)
+HEIGHT = 80  # viewBox units and px of each panel
+TICKS = 5  # labels of the time axis, the first and last bars' included
 
 
 def window_of(value: str | None) -> Window:
@@ -62,6 +70,29 @@ def _late_y(value: float | None, top: float) -> float | None:
         return None
     span = math.log10(max(top, 10.0))
     return round(HEIGHT - min(math.log10(max(value, 1.0)) / span, 1.0) * HEIGHT, 1)
+
+
+def time_axis(points: list[Point]) -> list[dict[str, Any]]:
+    """The labels under a chart: TICKS bars' start times, each at its bar's middle (in
+    percent of the width), the last with the zone's abbreviation; the date too when the
+    window spans days."""
+    if not points:
+        return []
+    days = points[-1].start - points[0].start >= 86_400
+    shape = "M j, H:i" if days else "H:i"
+    count = len(points)
+    ticks = []
+    for index in sorted({min(i * count // (TICKS - 1), count - 1) for i in range(TICKS)}):
+        moment = timezone.localtime(to_datetime(points[index].start))
+        last = index == count - 1
+        ticks.append(
+            {
+                "left": round((index + 0.5) / count * 100, 2),
+                "label": format_date(moment, shape + (" T" if last else "")),
+                "edge": "first" if index == 0 else "last" if last else "",
+            }
+        )
+    return ticks
 
 
 def history_chart(points: list[Point]) -> dict[str, Any]:
@@ -104,6 +135,7 @@ def history_chart(points: list[Point]) -> dict[str, Any]:
         "failed": sum(p.failed for p in points),
         "dead": sum(p.dead for p in points),
         "worst_p99": _ms_text(max(worst)) if worst else "-",
+        "axis": time_axis(points),
     }
 
 

@@ -119,6 +119,8 @@ class ListPages(AdminPages):
             total=total,
             total_text=(texts.MATCH_TOTALS if query else texts.TOTALS[status])
             % {"count": Count(total)},
+            order_text=texts.ORDERS[status],
+            order_more=texts.OUTBOX_LAST if context["show_where"] else "",
             rows=rows,
             actions=offered,
             every_label=every_label(listing, total) if offered else "",

@@ -10,14 +10,14 @@ schedule's)."""
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
@@ -45,6 +45,13 @@ class ScheduleForm(forms.ModelForm):
     # Schedule.clean() refuses a bad row (definitions.check_row); ModelForm calls it.
 
 
+def breakable(text: str, after: str) -> SafeString:
+    """``text`` escaped, with a line break allowed after each ``after`` (a dotted name's
+    dots, a zone's slash), so a narrow column wraps there and not inside a word."""
+    separator = format_html("{}<wbr>", after)
+    return format_html_join(separator, "{}", ((part,) for part in text.split(after)))
+
+
 def invalid(reason: str) -> str:
     return gettext("invalid: %(reason)s") % {"reason": reason}
 
@@ -57,8 +64,7 @@ class ScheduleAdmin(admin.ModelAdmin):
         "name",
         "task_name",
         "timing",
-        "enabled",
-        "next_run",
+        "next_run",  # says "disabled" for a disabled one (the settings' table does too)
         "last_run",
         "last_outcome",
     ]
@@ -90,6 +96,7 @@ class ScheduleAdmin(admin.ModelAdmin):
             states = {s.name: s for s in ScheduleState.objects.filter(name__in=names)}
             context.setdefault("settings_schedules", shown.settings_rows(states, set(clashing)))
             context.setdefault("settings_version_differs", shown.workers_version_differs())
+            context.setdefault("current_zone", shown.zone_of(None))
         return super().changelist_view(request, context)
 
     def get_readonly_fields(self, request: HttpRequest, obj: Schedule | None = None) -> list:
@@ -121,28 +128,40 @@ class ScheduleAdmin(admin.ModelAdmin):
     @admin.display(description=_("task"), ordering="task")
     def task_name(self, obj: Schedule) -> str:
         """The dotted name, its middle cut when long (whole in the title), so that the
-        list fits the window."""
-        return format_html('<span title="{}">{}</span>', obj.task, shown.short_task(obj.task))
+        list fits the window; it may wrap after a dot, never inside a word."""
+        short = breakable(shown.short_task(obj.task), ".")
+        return format_html('<span class="dq-task" title="{}">{}</span>', obj.task, short)
 
     @admin.display(description=_("timing"))
     def timing(self, obj: Schedule) -> str:
         if obj.cron:
-            return f"{obj.cron} ({obj.tz or definitions.default_zone()})"
+            zone = breakable(obj.tz or definitions.default_zone(), "/")
+            return format_html('{} <span class="dq-zone">({})</span>', obj.cron, zone)
         return gettext("every %(seconds)s s") % {"seconds": obj.every}
 
     @admin.display(description=_("next run"))
-    def next_run(self, obj: Schedule) -> datetime | str | None:
+    def next_run(self, obj: Schedule) -> str:
         definition = self._check(obj)
         if isinstance(definition, str):
             return invalid(definition)
         if not obj.enabled:
-            return "-"
-        return shown.when(shown.next_run_ms(definition, self._state(obj), shown.now_ms()))
+            return gettext("disabled")
+        fire = shown.next_run_ms(definition, self._state(obj), shown.now_ms())
+        return self._time(fire, definition)
 
     @admin.display(description=_("last run"))
-    def last_run(self, obj: Schedule) -> datetime | None:
+    def last_run(self, obj: Schedule) -> str | None:
         state = self._state(obj)
-        return shown.when(state.last_fire_ms) if state else None
+        if state is None or state.last_fire_ms is None:
+            return None
+        definition = self._check(obj)
+        return self._time(state.last_fire_ms, None if isinstance(definition, str) else definition)
+
+    def _time(self, ms: int, definition: definitions.Definition | None) -> str:
+        """A fire time in the schedule's zone (settings_schedules.zone_of), its name in the
+        title."""
+        zone = shown.zone_of(definition)
+        return format_html('<span title="{}">{}</span>', zone, shown.schedule_time(ms, zone))
 
     @admin.display(description=_("last outcome"))
     def last_outcome(self, obj: Schedule) -> str:

@@ -17,7 +17,10 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
+from django.utils import timezone
+from django.utils.dateformat import format as format_date
 from django.utils.translation import gettext
 
 from django_delayq.admin.views import arguments_text
@@ -39,22 +42,40 @@ class SettingsRow:
 
     name: str
     task: str
-    task_short: str
+    task_short: str  # its middle cut when long (short_task)
     arguments: str = ""
     timing: str = ""
     tz: str = ""
     missed: str = ""
     queue: str = ""
     enabled: bool = False
-    next_run: datetime | None = None
-    last_run: datetime | None = None
+    next_run: str = ""  # in ``zone``, with its abbreviation (schedule_time)
+    last_run: str = ""
+    zone: str = ""  # the zone of its times: its own (cron), else the current one (TIME_ZONE)
     outcome: str = ""
     problem: str = ""
     shadows_row: bool = False  # a database row of this name exists; workers ignore it
 
+    @property
+    def task_parts(self) -> list[str]:
+        """The shown name's parts, for a line break after each dot (never inside one)."""
+        return self.task_short.split(".")
 
-def when(ms: int | None) -> datetime | None:
-    return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC)
+
+def zone_of(definition: definitions.Definition | None) -> str:
+    """The zone a schedule's times are shown in: a cron schedule's own (its cron is read
+    there), else the admin's current zone (TIME_ZONE, unless a middleware activated one)."""
+    if definition is not None and definition.cron is not None:
+        return definition.tz
+    return timezone.get_current_timezone_name()
+
+
+def schedule_time(ms: int | None, zone: str) -> str:
+    """A schedule's fire time in ``zone``, as the admin's other times show (the zone's
+    abbreviation after it): "2026-12-03 03:00:00 CET"; "" for none."""
+    if ms is None:
+        return ""
+    return format_date(datetime.fromtimestamp(ms / 1000, ZoneInfo(zone)), "Y-m-d H:i:s T")
 
 
 def now_ms() -> int:
@@ -105,6 +126,7 @@ def settings_rows(
 def _row(definition: definitions.Definition, state: Any, shadows: bool, now: int) -> SettingsRow:
     d = definition
     last = state.last_fire_ms if state is not None else None
+    zone = zone_of(d)
     return SettingsRow(
         name=d.name,
         task=d.task,
@@ -115,8 +137,9 @@ def _row(definition: definitions.Definition, state: Any, shadows: bool, now: int
         missed=d.missed,
         queue=queue_of(d),
         enabled=d.enabled,
-        next_run=when(next_run_ms(d, state, now)) if d.enabled else None,
-        last_run=when(last),
+        next_run=schedule_time(next_run_ms(d, state, now), zone) if d.enabled else "",
+        last_run=schedule_time(last, zone),
+        zone=zone,
         outcome=(state.last_outcome if state is not None else "") or "",
         problem=definitions.task_error(d.task) or "",
         shadows_row=shadows,

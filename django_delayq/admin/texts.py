@@ -50,6 +50,20 @@ TOTALS = {
     DEAD: ngettext_lazy("%(count)s dead job", "%(count)s dead jobs", "count"),
     FINISHED: ngettext_lazy("%(count)s finished job", "%(count)s finished jobs", "count"),
 }
+# The order of each list, said above it (the pending list is not by due time alone).
+ORDERS = {
+    PENDING: _(
+        "In the order workers claim them: by priority, the highest first, then by due time, "
+        "the earliest first; jobs waiting for a free slot of their group's limit come last."
+    ),
+    RUNNING: _(
+        "Jobs claimed by a worker and not started yet first, then by lease deadline, the "
+        "soonest first."
+    ),
+    DEAD: _("By time of death, the oldest first."),
+    FINISHED: _("By when they finished, the newest first."),
+}
+OUTBOX_LAST = _("Then the jobs that wait in the database (due beyond DELAYQ['HORIZON']).")
 # The "all matching" checkbox of the lists that have actions (pending, dead).
 EVERY_JOB = {
     PENDING: ngettext_lazy(
@@ -225,6 +239,25 @@ NO_LONGER_MATCHING = ngettext_lazy(
     "%(count)s no longer matched “%(query)s” and were left alone.",
     "count",
 )
+
+# A job's attempts, the same words on every page (the worker logs "attempt 2 of 4"):
+# made, the one running included, of allowed (max_retries + 1).
+ATTEMPTS = _("%(made)s of %(allowed)s")
+ATTEMPTS_MEANING = ngettext_lazy(
+    "attempts made, a running one included, of the attempts allowed: the first and up to "
+    "%(count)s retry",
+    "attempts made, a running one included, of the attempts allowed: the first and up to "
+    "%(count)s retries",
+    "count",
+)
+
+
+def attempts(made: int, max_retries: int) -> tuple[str, str]:
+    """("2 of 4", what it means) for a job that made ``made`` attempts of its
+    ``max_retries`` + 1."""
+    allowed = {"made": Count(made), "allowed": Count(max_retries + 1)}
+    return ATTEMPTS % allowed, ATTEMPTS_MEANING % {"count": Count(max_retries)}
+
 
 PURGED = ngettext_lazy(
     "Purged %(count)s dead job of queue %(queue)s.",

@@ -1,6 +1,8 @@
 """A job page's timeline: what happened to the job, in time order.
 
-- scheduled (when its id was made: a ULID holds the time), and due: a pending job's due
+- scheduled (when its id was made: a ULID holds the time; an occurrence of a recurring
+  schedule, whose id holds its fire time, was stored by a worker ahead of that time, and
+  nothing records when), and due: a pending job's due
   time last, a succeeded job's before the attempt that succeeded (with how late that
   attempt started), a cancelled job's beside its end;
 - each attempt it made (``Job.attempt_history``, jobs/finished.py): its number, worker,
@@ -117,7 +119,10 @@ def _end(job: Job) -> Event | None:
 def job_events(job: Job, running_since: datetime | None = None) -> list[Event]:
     """What the job itself tells, in the order it happened (``running_since``: when the
     attempt in progress of a running job started, if a live worker said)."""
-    events = [Event("scheduled", job.created_at, gettext("Scheduled"))]
+    if job.fire_time is None:
+        events = [Event("scheduled", job.created_at, gettext("Scheduled"))]
+    else:  # its id holds its fire time, not when it was stored
+        events = [Event("scheduled", None, gettext("Stored by a worker, ahead of its fire time"))]
     history = job.attempt_history
     first = history[0].number if history else None
     if first is not None and first > 1:  # the oldest errors were not kept (MAX_ERRORS_KEPT)

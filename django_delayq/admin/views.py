@@ -22,7 +22,7 @@ from django.utils.timesince import timesince
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
-from django_delayq.admin import sets
+from django_delayq.admin import sets, texts
 from django_delayq.conf import delayq_settings
 from django_delayq.django_tasks.runner import shown_call
 from django_delayq.jobs.job import (
@@ -124,6 +124,8 @@ class JobRow:
     errors: list[dict] = field(default_factory=list)
     url: str = ""  # the job page (the page that shows the row sets it)
     took: str = ""  # a finished job: how long its last attempt ran (timeline.seconds_text)
+    attempts: str = ""  # "2 of 4" (texts.attempts), and what it means (the tooltip)
+    attempts_meaning: str = ""
 
 
 @dataclass(frozen=True)
@@ -175,6 +177,7 @@ def make_row(raw: RawJob, now: float) -> JobRow:
     kept = raw.status is None and raw.kept is not None
     record = (sets.kept_record(raw.kept) or raw.kept) if kept else raw.record
     shown = shown_call(job.task, job.args, job.kwargs)[0]
+    made, meaning = texts.attempts(job.attempts, job.max_retries)
     return JobRow(
         job=job,
         gone=record is None,
@@ -186,6 +189,8 @@ def make_row(raw: RawJob, now: float) -> JobRow:
         task_parts=shown.split("."),
         runner=job.task if shown != job.task else "",
         raw_record=record.decode("utf-8", "replace") if isinstance(record, bytes) else "",
+        attempts=made,
+        attempts_meaning=meaning,
     )
 
 
