@@ -1,0 +1,464 @@
+"""What django-delayq's engine costs Redis, the worker and the producer, beside the bare seed
+pattern, huey and plain redis-py, all in one run (issue 35).
+
+Usage (from the repository root, with the project and its test extra installed)::
+
+    python benchmarks/engine_cost.py                 # 3 rounds of 10,000 jobs: ~6 minutes
+    python benchmarks/engine_cost.py --rounds 5 --jobs 20000
+    python benchmarks/engine_cost.py --quick         # a smoke test: 1 round of 300 jobs
+    python benchmarks/engine_cost.py --prototypes    # with the lean scripts' transitions
+
+It starts its own ``redis-server`` (``--redis-server``, default the one on ``PATH``) on a free
+127.0.0.1 port, persistence off, and measures in each round, the systems interleaved (the
+order turns each round):
+
+- a job's life, for each reply parser (hiredis when it is installed, and redis-py's own; a
+  parser is forced in every process with ``DELAYQ_BENCH_PARSER``, so one installation runs
+  both): the bare seed pattern (benchmarks/bench/seed.py: a ZADD round trip per job, one Lua
+  claim of up to 100, a ZREM ack round trip per job, a task doing one RPUSH) and
+  django-delayq (``schedule()`` of n plain jobs due now, one call each, then one real
+  ``delayq_worker --burst`` process at concurrency 1 draining them, the task ``redis_push``:
+  one RPUSH), with finished-job keeping and history at their defaults, and with both off.
+  Per job: the redis-server process's CPU (/proc/<pid>/stat, both phases), the worker
+  process's CPU, the drain's rate (first task start to last), and ``schedule()``'s rate
+  against the seed's ZADD round trips;
+- ``schedule_many()`` against pipelined ZADDs (chunks of BULK_CHUNK); a batch member's life
+  (n jobs in one ``batch(on_complete=...)``) against the same jobs without a batch;
+- the lateness of an idle worker (500 jobs over 5 s, each due 100 ms after it is
+  scheduled), and the no-op drain of django-delayq against huey's, as benchmarks/compare.py
+  runs them (the same adapters, this interpreter; huey must be installed).
+
+Then, once: the same lives with every command in the slow log (commands sent per job, per
+script and the commands inside it: benchmarks/bench/rediscpu.py), and Redis's microseconds
+per transition from ``INFO commandstats`` with the inner commands' sum beside each script's
+own time (benchmarks/bench/transitions.py). Every figure is the median of the rounds; each
+ratio is the median of the per-round ratios. The table names the command that made it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+PREFIX = "ec"
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--jobs", type=int, default=10_000, help="jobs per life")
+    parser.add_argument("--quick", action="store_true", help="1 round of 300 jobs")
+    parser.add_argument("--prototypes", action="store_true", help="the lean scripts too")
+    parser.add_argument("--no-peers", action="store_true", help="leave huey out")
+    parser.add_argument("--redis-server", default=None)
+    parser.add_argument("--json", default=str(ROOT / "benchmarks/results/engine_cost.json"))
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.rounds, args.jobs = 1, 300
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    from benchmarks.bench import common
+
+    with common.dedicated_redis(args.redis_server) as own:
+        if own is None:
+            raise SystemExit("engine_cost: no redis-server on PATH (or --redis-server)")
+        os.environ["REDIS_URL"] = common.url_of(own)
+        common.setup_django(PREFIX)
+        workdir = Path(tempfile.mkdtemp(prefix="delayq-engine-cost-"))
+        try:
+            result = measure(own, args, workdir)
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+    result["command"] = " ".join(["python benchmarks/engine_cost.py", *argv])
+    print(report(result))
+    out = Path(args.json)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    print(f"(JSON: {out})")
+    return 0
+
+
+def parsers() -> list[str]:
+    return (["hiredis"] if importlib.util.find_spec("hiredis") else []) + ["python"]
+
+
+def measure(own: Any, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    import redis
+
+    from benchmarks.bench import life
+    from benchmarks.bench.report import environment
+
+    n, started = args.jobs, time.monotonic()
+    pid = life.redis_pid(own)
+    port = own.connection_pool.connection_kwargs["port"]
+    # One database per parser (django-redis keeps a pool per URL).
+    dbs = {
+        p: redis.Redis(host="127.0.0.1", port=port, db=i, client_name="delayq-bench-admin")
+        for i, p in enumerate(parsers())
+    }
+    load = os.getloadavg()[0]
+    default = parsers()[0]
+    runs: dict[str, list[dict[str, Any]]] = {}
+    peers: dict[str, list[float]] = {"delayq": [], "huey": []}
+    late: list[float] = []
+    problems: list[str] = []
+
+    def add(name: str, value: dict[str, Any]) -> None:
+        runs.setdefault(name, []).append(value)
+
+    for round_ in range(args.rounds):
+        progress(started, f"round {round_ + 1} of {args.rounds}")
+        lives = [
+            ("seed", lambda c, p: life.seed_life(c, pid, PREFIX, n, p, False)),
+            ("keep", lambda c, p: life.delayq_life(c, pid, PREFIX, n, workdir, p, True, False)),
+            ("off", lambda c, p: life.delayq_life(c, pid, PREFIX, n, workdir, p, False, False)),
+        ]
+        turn = round_ % len(lives)
+        for parser in parsers():
+            for name, run in lives[turn:] + lives[:turn]:
+                progress(started, f"  {name} life, {parser} parser")
+                add(f"{name}/{parser}", run(dbs[parser], parser))
+        client = dbs[default]
+        progress(started, "  schedule_many, batch members")
+        add("pipelined", {"rate": pipelined_rate(client, n)})
+        add("many", life.many_life(client, pid, PREFIX, n, workdir, default, False))
+        add("batch", life.many_life(client, pid, PREFIX, n, workdir, default, True))
+        progress(started, "  lateness of an idle worker")
+        late.append(idle_lateness(client, workdir, default))
+        if not args.no_peers:
+            progress(started, "  no-op drain beside huey")
+            try:
+                for system, rate in peer_drains(port, n, workdir).items():
+                    peers[system].append(rate)
+            except Exception as exc:  # huey missing or failing: say so, keep the rest
+                problems.append(f"huey drain not measured: {type(exc).__name__}: {exc}")
+    progress(started, "attribution (every command in the slow log)")
+    attribution = {
+        name: life.seed_life(dbs[default], pid, PREFIX, n, default, True)
+        if name == "seed"
+        else life.delayq_life(dbs[default], pid, PREFIX, n, workdir, default, name == "keep", True)
+        for name in ("seed", "keep", "off")
+    }
+    progress(started, "transitions")
+    transitions = transition_rows(dbs[default], default, args)
+    for client in dbs.values():
+        client.flushdb()
+    env = environment(own)
+    env["seconds"] = round(time.monotonic() - started, 1)
+    env["load_average"] = [round(load, 2), round(os.getloadavg()[0], 2)]
+    return {
+        "environment": env,
+        "jobs": n,
+        "rounds": args.rounds,
+        "parsers": parsers(),
+        "figures": figures(runs, peers, late, n, default),
+        "runs": runs,
+        "attribution": attribution,
+        "transitions": transitions,
+        "not_measured": problems,
+    }
+
+
+def progress(started: float, text: str) -> None:
+    print(f"[{time.monotonic() - started:6.1f} s] {text}", file=sys.stderr, flush=True)
+
+
+def pipelined_rate(client: Any, n: int) -> float:
+    from benchmarks.bench import seed
+    from django_delayq.scheduling.api import BULK_CHUNK
+
+    client.flushdb()
+    started = time.perf_counter()
+    seed.pipelined(client, "seed:{q}:pending", n, BULK_CHUNK, int(time.time() * 1000))
+    rate = n / (time.perf_counter() - started)
+    client.flushdb()
+    return rate
+
+
+def idle_lateness(client: Any, workdir: Path, parser: str) -> float:
+    """p99 (ms) of 500 ``redis_push`` jobs over 5 s for one idle worker (bench/latency.py)."""
+    from benchmarks.bench import life
+    from benchmarks.bench.common import percentile
+    from benchmarks.bench.latency import lateness_idle, pushed_stamps
+    from benchmarks.tasks import redis_push
+
+    client.flushdb()
+    url = life.url_of(client, client.connection_pool.connection_kwargs.get("db", 0))
+    env = life.delayq_env(url, PREFIX, parser, keep=True)
+    with life.api_on(url, PREFIX, parser) as store:
+        late = lateness_idle(store, 500, 5.0, workdir, redis_push, pushed_stamps(client), env)
+    client.flushdb()
+    return percentile(late, 99) * 1000
+
+
+def peer_drains(port: int, n: int, workdir: Path) -> dict[str, float]:
+    """compare.py's drain (n jobs stored while the worker idles, all due at one moment) of
+    django-delayq and huey, in this interpreter's environment."""
+    from benchmarks import compare
+
+    venv = Path(sys.prefix)
+    url = f"redis://127.0.0.1:{port}/0"
+    redis = compare.Resp(port)
+    size = {"drain": n, "drain_cap": 30.0}
+    out = {}
+    try:
+        for name, system in (("delayq", "django-delayq"), ("huey", "huey")):
+            peer = compare.System(system, venv, url, workdir)
+            rate = compare.bench_rate(peer, redis, {"rate": 1000, "rate_runs": 1})
+            out[name] = compare.bench_drain(peer, redis, size, rate)["drain"]
+        redis("FLUSHALL")
+    finally:
+        redis.close()
+    return out
+
+
+def transition_rows(client: Any, parser: str, args: argparse.Namespace) -> list[dict[str, Any]]:
+    from benchmarks.bench import life, transitions
+    from benchmarks.tasks import noop
+    from django_delayq.storage.finished import keep_setting
+
+    url = life.url_of(client, client.connection_pool.connection_kwargs.get("db", 0))
+    rows = []
+    with life.api_on(url, PREFIX, parser) as store:
+        ctx = {"store": store, "task": noop, "client": client}
+        cases = transitions.floor_cases()
+        cases += transitions.current_cases({"default": keep_setting(), "off": (0, 0)})
+        if args.prototypes:
+            from benchmarks.prototypes import engine as prototypes
+
+            cases += prototypes.cases()
+        for case in cases:
+            measured = [transitions.measure(client, case, ctx) for _ in range(args.rounds)]
+            row = dict(measured[0])
+            for key in ("usec_per_call", "usec_per_job", "inner_usec_per_call"):
+                row[key] = statistics.median(m[key] for m in measured)
+            row["lua_usec_per_call"] = statistics.median(m["lua_usec_per_call"] for m in measured)
+            rows.append(row)
+    client.flushdb()
+    return rows
+
+
+def figures(
+    runs: dict[str, list[dict]],
+    peers: dict[str, list[float]],
+    late: list[float],
+    n: int,
+    default: str,
+) -> list[dict[str, Any]]:
+    from benchmarks.bench.common import figure
+    from benchmarks.bench.life import redis_us
+
+    def values(name: str, key: str) -> list[float]:
+        return [redis_us(r, n) if key == "redis" else r[key] for r in runs.get(name, [])]
+
+    out = []
+    for parser in parsers():
+        seed = f"seed/{parser}"
+        for keep, bound in (("keep", 1.3), ("off", 1.15)):
+            name = f"{keep}/{parser}"
+            what = "keeping and history at defaults" if keep == "keep" else "keeping, history off"
+            out.append(
+                figure(
+                    f"redis_life_{keep}_{parser}",
+                    f"Redis CPU per job life, {what}, {parser}",
+                    values(name, "redis"),
+                    values(seed, "redis"),
+                    "us",
+                    f"<= {bound}x seed",
+                    lambda v, r, bound=bound: r <= bound,
+                    "delayq / seed",
+                )
+            )
+            out.append(
+                figure(
+                    f"worker_cpu_{keep}_{parser}",
+                    f"worker CPU per job, {what}, {parser}",
+                    values(name, "worker_cpu_us"),
+                    values(seed, "worker_cpu_us"),
+                    "us",
+                    "-",
+                    None,
+                    "delayq / seed",
+                )
+            )
+            out.append(
+                figure(
+                    f"drain_{keep}_{parser}",
+                    f"drain jobs/s, 1 worker, concurrency 1, {what}, {parser}",
+                    values(name, "rate"),
+                    values(seed, "rate"),
+                    "jobs/s",
+                    ">= 1.0x seed",
+                    lambda v, r: r >= 1.0,
+                    "delayq / seed",
+                )
+            )
+        out.append(
+            figure(
+                f"schedule_vs_zadd_{parser}",
+                f"schedule() jobs/s vs a ZADD round trip per job, {parser}",
+                values(f"keep/{parser}", "schedule_rate"),
+                values(seed, "schedule_rate"),
+                "jobs/s",
+                ">= 0.7x",
+                lambda v, r: r >= 0.7,
+            )
+        )
+    out += [
+        figure(
+            "schedule_many_vs_pipelined",
+            f"schedule_many() jobs/s vs pipelined ZADD, {default}",
+            values("many", "schedule_rate"),
+            values("pipelined", "rate"),
+            "jobs/s",
+            ">= 0.6x",
+            lambda v, r: r >= 0.6,
+        ),
+        figure(
+            "batch_member_redis",
+            "Redis CPU per job life, batch members vs plain jobs",
+            values("batch", "redis"),
+            values("many", "redis"),
+            "us",
+            "<= 1.1x",
+            lambda v, r: r <= 1.1,
+            "batch / plain",
+        ),
+        figure(
+            "batch_member_worker",
+            "worker CPU per job, batch members vs plain jobs",
+            values("batch", "worker_cpu_us"),
+            values("many", "worker_cpu_us"),
+            "us",
+            "<= 1.1x",
+            lambda v, r: r <= 1.1,
+            "batch / plain",
+        ),
+        figure(
+            "batch_member_drain",
+            "drain jobs/s, batch members vs plain jobs",
+            values("batch", "rate"),
+            values("many", "rate"),
+            "jobs/s",
+            ">= 0.9x",
+            lambda v, r: r >= 0.9,
+            "batch / plain",
+        ),
+        figure(
+            "lateness_idle_p99",
+            "lateness p99, 500 jobs over 5 s, an idle worker",
+            late,
+            [],
+            "ms",
+            "<= 3 ms",
+            lambda v, r: v <= 3.0,
+        ),
+    ]
+    if peers["huey"]:
+        out.append(
+            figure(
+                "drain_vs_huey",
+                "no-op drain jobs/s (compare.py's), django-delayq vs huey",
+                peers["delayq"],
+                peers["huey"],
+                "jobs/s",
+                ">= 2x huey",
+                lambda v, r: r >= 2.0,
+                "delayq / huey",
+            )
+        )
+    return out
+
+
+def report(result: dict[str, Any]) -> str:
+    from benchmarks.bench import rediscpu, transitions
+    from benchmarks.bench.report import render, table
+
+    n = result["jobs"]
+    out = [table(result["figures"]), ""]
+    out.append("Commands per job over a life (INFO commandstats, the logged run; a script's")
+    out.append("inner commands counted under their own names too), default parser:")
+    out.append(commands_table(result["attribution"], n, render))
+    out.append("")
+    out.append("Where the time goes (the logged run: top-level commands, each script and the")
+    out.append("commands it ran; the redis-server process CPU with logging on):")
+    for name, life in result["attribution"].items():
+        out.append(f"[{name}]")
+        out.append(rediscpu.breakdown_table(life["phases"], n))
+    out.append("")
+    out.append("Redis usec per transition (commandstats; inner: the commands the script ran,")
+    out.append("cmds: how many; lua: the script's own time, its fixed cost included):")
+    out.append(transitions.table(result["transitions"]))
+    for problem in result["not_measured"]:
+        out.append(f"NOT MEASURED: {problem}")
+    missed = [f["name"] for f in result["figures"] if f["met"] is False]
+    env = result["environment"]
+    out.append(f"targets not met: {', '.join(missed) if missed else 'none'}")
+    out.append(
+        f"{env['date']}, {env['cpus']} cores, Python {env['python']}, Django {env['django']}, "
+        f"redis-py {env['redis_py']}, parsers {', '.join(result['parsers'])}, Redis "
+        f"{env['redis_server']}, {n:,} jobs a life, {result['rounds']} rounds, "
+        f"{env['seconds']} s, load average {env['load_average'][0]:g} at the start, "
+        f"{env['load_average'][1]:g} at the end"
+    )
+    out.append(f"command: {result['command']}")
+    return "\n".join(out)
+
+
+def commands_table(attribution: dict[str, Any], n: int, render: Any) -> str:
+    """Per command: calls per job of each life (commandstats of both phases), and the
+    commands sent per job (top-level, from the slow log, every client but the task's)."""
+    from benchmarks.bench.rediscpu import SETUP
+
+    totals: dict[str, dict[str, dict[str, float]]] = {}
+    for name, life in attribution.items():
+        for phase in life["phases"].values():
+            for command, row in phase["commandstats"].items():
+                if command.split("|")[0] in SETUP:
+                    continue
+                cell = totals.setdefault(command, {}).setdefault(name, {"calls": 0, "usec": 0})
+                cell["calls"] += row["calls"]
+                cell["usec"] += row["usec"]
+    names = list(attribution)
+    rows = [("command", *(f"{name} calls/job, usec/call" for name in names))]
+    order = sorted(totals, key=lambda c: -max(v["usec"] for v in totals[c].values()))
+    for command in order:
+        cells = []
+        for name in names:
+            cell = totals[command].get(name)
+            cells.append(
+                "-" if not cell else f"{cell['calls'] / n:.2f}, {cell['usec'] / cell['calls']:.1f}"
+            )
+        rows.append((command, *cells))
+    sent = []
+    for name in names:
+        count = sum(
+            row["calls"]
+            for phase in attribution[name]["phases"].values()
+            for command, row in phase["slowlog"]["delayq"].items()
+            if command.split("|")[0] not in SETUP
+        )
+        sent.append(f"{count / n:.2f}")
+    rows.append(("sent per job (top-level)", *sent))
+    return render(rows)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
