@@ -42,6 +42,7 @@ import importlib.util
 import json
 import os
 import shutil
+import signal
 import statistics
 import sys
 import tempfile
@@ -74,6 +75,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
+    # A SIGTERM unwinds like Ctrl-C: the worker stopped, the redis-server ended.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     from benchmarks.bench import common
 
     with common.dedicated_redis(args.redis_server) as own:
@@ -247,7 +250,12 @@ def transition_rows(client: Any, parser: str, args: argparse.Namespace) -> list[
         for case in cases:
             measured = [transitions.measure(client, case, ctx) for _ in range(args.rounds)]
             row = dict(measured[0])
-            for key in ("usec_per_call", "usec_per_job", "inner_usec_per_call"):
+            for key in (
+                "usec_per_call",
+                "usec_per_job",
+                "inner_usec_per_call",
+                "process_usec_per_call",
+            ):
                 row[key] = statistics.median(m[key] for m in measured)
             row["lua_usec_per_call"] = statistics.median(m["lua_usec_per_call"] for m in measured)
             rows.append(row)

@@ -24,7 +24,12 @@ class CannedStats:
     def config_resetstat(self) -> None:
         pass
 
+    def slowlog_reset(self) -> None:
+        pass
+
     def info(self, section: str) -> dict[str, Any]:
+        if section == "cpu":
+            return {"used_cpu_user": 1.0, "used_cpu_sys": 0.0}
         assert section == "commandstats"
         return {
             f"cmdstat_{name}": {**row, "usec_per_call": row["usec"] / row["calls"]}

@@ -9,7 +9,10 @@ case whose measured calls are all script calls:
 - ``script``: EVALSHA's usec per call (the commands inside included);
 - ``inner``: the other commands' usec per call of the script, and how many it ran;
 - ``lua``: script - inner, the Lua the script executed itself (helpers made, records
-  parsed, arguments read, replies built) plus the fixed cost of a script call.
+  parsed, arguments read, replies built) plus the fixed cost of a script call;
+- ``process``: the redis-server process's CPU per call (``INFO cpu``, microseconds):
+  everything, reading the request, parsing it and writing the reply included, which
+  commandstats leaves out.
 
 A case of plain commands (the start mark, the baselines) has no script: its commands are
 its own. Per-job figures divide by the jobs the calls moved (a claim of 100 is 100 jobs).
@@ -44,8 +47,9 @@ class Case:
 def measure(client: Any, case: Case, ctx: dict[str, Any]) -> dict[str, Any]:
     client.flushall()
     state = case.setup(ctx)
-    client.config_resetstat()
+    cpu = rediscpu.reset(client)
     calls, jobs = case.run(state)
+    cpu = rediscpu.process_cpu(client) - cpu
     stats = rediscpu.commandstats(client)
     scripts = {k: v for k, v in stats.items() if k in SCRIPT_CALLS}
     others = {k: v for k, v in stats.items() if k not in SCRIPT_CALLS and k not in NOT_WORK}
@@ -64,6 +68,8 @@ def measure(client: Any, case: Case, ctx: dict[str, Any]) -> dict[str, Any]:
         "inner_usec_per_call": inner_usec / calls,
         "inner_commands_per_call": inner_calls / calls,
         "lua_usec_per_call": (script_usec - inner_usec) / calls if scripts else 0.0,
+        # everything the server did for the calls: reading, parsing, replying included
+        "process_usec_per_call": cpu * 1e6 / calls,
         "commands": {k: v["calls"] for k, v in stats.items() if k not in NOT_WORK},
     }
 
@@ -71,7 +77,7 @@ def measure(client: Any, case: Case, ctx: dict[str, Any]) -> dict[str, Any]:
 def table(rows: list[dict[str, Any]]) -> str:
     from .report import render
 
-    out = [("case", "usec/call", "inner", "cmds", "lua", "usec/job", "what")]
+    out = [("case", "usec/call", "inner", "cmds", "lua", "usec/job", "process/call", "what")]
     for r in rows:
         out.append(
             (
@@ -81,6 +87,7 @@ def table(rows: list[dict[str, Any]]) -> str:
                 f"{r['inner_commands_per_call']:.1f}",
                 f"{r['lua_usec_per_call']:.1f}",
                 f"{r['usec_per_job']:.2f}",
+                f"{r['process_usec_per_call']:.1f}",
                 r["what"],
             )
         )
