@@ -55,6 +55,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 PREFIX = "ec"
+# lives: the seed pattern's and django-delayq's (and the prototypes'), every parser;
+# extras: schedule_many, batch members, lateness; peers: huey; attribution: the logged lives
+PARTS = ("lives", "extras", "peers", "attribution", "transitions")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -64,11 +67,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="1 round of 300 jobs")
     parser.add_argument("--prototypes", action="store_true", help="the lean scripts too")
     parser.add_argument("--no-peers", action="store_true", help="leave huey out")
+    parser.add_argument("--only", default=",".join(PARTS), help=f"some of {','.join(PARTS)}")
     parser.add_argument("--redis-server", default=None)
     parser.add_argument("--json", default=str(ROOT / "benchmarks/results/engine_cost.json"))
     args = parser.parse_args(argv)
     if args.quick:
         args.rounds, args.jobs = 1, 300
+    args.only = {part.strip() for part in args.only.split(",") if part.strip()}
+    if args.no_peers:
+        args.only.discard("peers")
+    if args.only - set(PARTS):
+        parser.error(f"--only: choose from {', '.join(PARTS)}")
     return args
 
 
@@ -133,34 +142,52 @@ def measure(own: Any, args: argparse.Namespace, workdir: Path) -> dict[str, Any]
             ("keep", lambda c, p: life.delayq_life(c, pid, PREFIX, n, workdir, p, True, False)),
             ("off", lambda c, p: life.delayq_life(c, pid, PREFIX, n, workdir, p, False, False)),
         ]
+        if args.prototypes:
+            from benchmarks.prototypes.engine.life import proto_life
+            from django_delayq.storage.finished import keep_setting
+
+            lives += [
+                ("proto_keep", lambda c, p: proto_life(c, pid, PREFIX, n, p, keep_setting())),
+                ("proto_off", lambda c, p: proto_life(c, pid, PREFIX, n, p, (0, 0))),
+            ]
         turn = round_ % len(lives)
-        for parser in parsers():
+        for parser in parsers() if "lives" in args.only else ():
             for name, run in lives[turn:] + lives[:turn]:
                 progress(started, f"  {name} life, {parser} parser")
                 add(f"{name}/{parser}", run(dbs[parser], parser))
         client = dbs[default]
-        progress(started, "  schedule_many, batch members")
-        add("pipelined", {"rate": pipelined_rate(client, n)})
-        add("many", life.many_life(client, pid, PREFIX, n, workdir, default, False))
-        add("batch", life.many_life(client, pid, PREFIX, n, workdir, default, True))
-        progress(started, "  lateness of an idle worker")
-        late.append(idle_lateness(client, workdir, default))
-        if not args.no_peers:
+        if "extras" in args.only:
+            progress(started, "  schedule_many, batch members")
+            add("pipelined", {"rate": pipelined_rate(client, n)})
+            add("many", life.many_life(client, pid, PREFIX, n, workdir, default, False))
+            add("batch", life.many_life(client, pid, PREFIX, n, workdir, default, True))
+            progress(started, "  lateness of an idle worker")
+            late.append(idle_lateness(client, workdir, default))
+        if "peers" in args.only:
             progress(started, "  no-op drain beside huey")
             try:
                 for system, rate in peer_drains(port, n, workdir).items():
                     peers[system].append(rate)
             except Exception as exc:  # huey missing or failing: say so, keep the rest
                 problems.append(f"huey drain not measured: {type(exc).__name__}: {exc}")
-    progress(started, "attribution (every command in the slow log)")
-    attribution = {
-        name: life.seed_life(dbs[default], pid, PREFIX, n, default, True)
-        if name == "seed"
-        else life.delayq_life(dbs[default], pid, PREFIX, n, workdir, default, name == "keep", True)
-        for name in ("seed", "keep", "off")
-    }
-    progress(started, "transitions")
-    transitions = transition_rows(dbs[default], default, args)
+    attribution, transitions, producer = {}, [], []
+    if "attribution" in args.only:
+        progress(started, "attribution (every command in the slow log)")
+        attribution = {
+            name: life.seed_life(dbs[default], pid, PREFIX, n, default, True)
+            if name == "seed"
+            else life.delayq_life(
+                dbs[default], pid, PREFIX, n, workdir, default, name == "keep", True
+            )
+            for name in ("seed", "keep", "off")
+        }
+    if "transitions" in args.only:
+        progress(started, "transitions")
+        transitions = transition_rows(dbs[default], default, args)
+    if args.prototypes and "transitions" in args.only:
+        from benchmarks.prototypes.engine.life import producer_costs
+
+        producer = producer_costs(dbs[default], PREFIX, default, min(n, 5000))
     for client in dbs.values():
         client.flushdb()
     env = environment(own)
@@ -171,10 +198,13 @@ def measure(own: Any, args: argparse.Namespace, workdir: Path) -> dict[str, Any]
         "jobs": n,
         "rounds": args.rounds,
         "parsers": parsers(),
-        "figures": figures(runs, peers, late, n, default),
+        "figures": [
+            f for f in figures(runs, peers, late, n, default, args.prototypes) if f["runs"]
+        ],
         "runs": runs,
         "attribution": attribution,
         "transitions": transitions,
+        "producer": producer,
         "not_measured": problems,
     }
 
@@ -247,17 +277,23 @@ def transition_rows(client: Any, parser: str, args: argparse.Namespace) -> list[
             from benchmarks.prototypes import engine as prototypes
 
             cases += prototypes.cases()
+        # Rounds interleaved (every case once, then again), so a change of load on a shared
+        # machine falls on every case alike.
+        measured: dict[str, list[dict[str, Any]]] = {case.name: [] for case in cases}
+        for _ in range(args.rounds):
+            for case in cases:
+                measured[case.name].append(transitions.measure(client, case, ctx))
         for case in cases:
-            measured = [transitions.measure(client, case, ctx) for _ in range(args.rounds)]
-            row = dict(measured[0])
+            found = measured[case.name]
+            row = dict(found[0])
             for key in (
                 "usec_per_call",
                 "usec_per_job",
                 "inner_usec_per_call",
+                "lua_usec_per_call",
                 "process_usec_per_call",
             ):
-                row[key] = statistics.median(m[key] for m in measured)
-            row["lua_usec_per_call"] = statistics.median(m["lua_usec_per_call"] for m in measured)
+                row[key] = statistics.median(m[key] for m in found)
             rows.append(row)
     client.flushdb()
     return rows
@@ -269,6 +305,7 @@ def figures(
     late: list[float],
     n: int,
     default: str,
+    prototypes: bool = False,
 ) -> list[dict[str, Any]]:
     from benchmarks.bench.common import figure
     from benchmarks.bench.life import redis_us
@@ -279,9 +316,18 @@ def figures(
     out = []
     for parser in parsers():
         seed = f"seed/{parser}"
-        for keep, bound in (("keep", 1.3), ("off", 1.15)):
+        kinds = [("keep", 1.3), ("off", 1.15)]
+        if prototypes:
+            kinds += [("proto_keep", 1.3), ("proto_off", 1.15)]
+        for keep, bound in kinds:
             name = f"{keep}/{parser}"
-            what = "keeping and history at defaults" if keep == "keep" else "keeping, history off"
+            what = (
+                "keeping and history at defaults"
+                if keep.endswith("keep")
+                else "keeping, history off"
+            )
+            if keep.startswith("proto"):
+                what = f"PROTOTYPE (lean scripts, lean loop), {what}"
             out.append(
                 figure(
                     f"redis_life_{keep}_{parser}",
@@ -316,6 +362,18 @@ def figures(
                     ">= 1.0x seed",
                     lambda v, r: r >= 1.0,
                     "delayq / seed",
+                )
+            )
+        if prototypes:
+            out.append(
+                figure(
+                    f"schedule_proto_vs_zadd_{parser}",
+                    f"PROTOTYPE schedule_plain.lua, packed, vs a ZADD round trip, {parser}",
+                    values(f"proto_keep/{parser}", "schedule_rate"),
+                    values(seed, "schedule_rate"),
+                    "jobs/s",
+                    ">= 0.7x",
+                    lambda v, r: r >= 0.7,
                 )
             )
         out.append(
@@ -400,20 +458,31 @@ def report(result: dict[str, Any]) -> str:
     from benchmarks.bench.report import render, table
 
     n = result["jobs"]
-    out = [table(result["figures"]), ""]
-    out.append("Commands per job over a life (INFO commandstats, the logged run; a script's")
-    out.append("inner commands counted under their own names too), default parser:")
-    out.append(commands_table(result["attribution"], n, render))
-    out.append("")
-    out.append("Where the time goes (the logged run: top-level commands, each script and the")
-    out.append("commands it ran; the redis-server process CPU with logging on):")
-    for name, life in result["attribution"].items():
-        out.append(f"[{name}]")
-        out.append(rediscpu.breakdown_table(life["phases"], n))
-    out.append("")
-    out.append("Redis usec per transition (commandstats; inner: the commands the script ran,")
-    out.append("cmds: how many; lua: the script's own time, its fixed cost included):")
-    out.append(transitions.table(result["transitions"]))
+    out = [table(result["figures"]) if result["figures"] else "", ""]
+    if result["attribution"]:
+        out.append("Commands per job over a life (INFO commandstats, the logged run; a script's")
+        out.append("inner commands counted under their own names too), default parser:")
+        out.append(commands_table(result["attribution"], n, render))
+        out.append("")
+        out.append("Where the time goes (the logged run: top-level commands, each script and")
+        out.append("the commands it ran; the redis-server process CPU with logging on):")
+        for name, life in result["attribution"].items():
+            out.append(f"[{name}]")
+            out.append(rediscpu.breakdown_table(life["phases"], n))
+        out.append("")
+    if result["transitions"]:
+        out.append("Redis usec per transition (commandstats; inner: the commands the script")
+        out.append("ran, cmds: how many; lua: the script's own time, its fixed cost included;")
+        out.append("process: the server's CPU per call, reading and replying included):")
+        out.append(transitions.table(result["transitions"]))
+    if result["producer"]:
+        out.append("")
+        out.append("A producer's own Python per call (process_time) and wall time, one job a call:")
+        rows = [("way", "CPU us/call", "wall us/call")]
+        rows += [
+            (r["way"], f"{r['cpu_us']:.1f}", f"{r['wall_us']:.1f}") for r in result["producer"]
+        ]
+        out.append(render(rows))
     for problem in result["not_measured"]:
         out.append(f"NOT MEASURED: {problem}")
     missed = [f["name"] for f in result["figures"] if f["met"] is False]

@@ -1,0 +1,125 @@
+"""A plain job's life on the lean scripts (prototype), measured as benchmarks/bench/life.py
+measures the seed pattern's and django-delayq's: n jobs scheduled one call each with
+schedule_plain.lua (a command packed once per queue, its arguments appended per call),
+then the lean worker (worker.py) drains them; and what a producer's Python costs per call
+on each way of sending.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+from benchmarks.bench.common import QUEUE, ROOT, Timer
+from benchmarks.bench.life import PARSERS, Phase, pushed, rate_of, url_of
+from benchmarks.prototypes.engine import schedule_keys, text
+
+
+class PackedSchedule:
+    """schedule_plain.lua on one queue through one connection: EVALSHA, its SHA and keys
+    packed once; per call the five arguments are appended, sent, and the reply read."""
+
+    def __init__(self, client: Any, store: Any, queue: str) -> None:
+        keys = schedule_keys(store, queue=queue)
+        sha = client.script_load(text("schedule_plain")).encode()
+        parts = [b"EVALSHA", sha, b"%d" % len(keys), *(k.encode() for k in keys)]
+        self.head = b"".join(b"$%d\r\n%s\r\n" % (len(p), p) for p in parts)
+        self.count = len(parts) + 5
+        self.queue = b"$%d\r\n%s\r\n" % (len(queue), queue.encode())
+        self.conn = client.connection_pool.get_connection()
+        self.pool = client.connection_pool
+
+    def __call__(self, job_id: bytes, record: bytes) -> Any:
+        self.conn.send_packed_command(
+            [
+                b"*%d\r\n%s$%d\r\n%s\r\n$%d\r\n%s\r\n$1\r\n0\r\n$0\r\n\r\n%s"
+                % (self.count, self.head, len(job_id), job_id, len(record), record, self.queue)
+            ]
+        )
+        return self.conn.read_response()
+
+    def close(self) -> None:
+        self.pool.release(self.conn)
+
+
+def proto_life(
+    own: Any, pid: int, prefix: str, n: int, parser: str, keep: tuple[int, int]
+) -> dict[str, Any]:
+    from benchmarks.bench.life import api_on
+    from benchmarks.tasks import redis_push
+    from django_delayq.jobs.record import encode_record
+
+    own.flushdb()
+    url = url_of(own, own.connection_pool.connection_kwargs.get("db", 0))
+    with api_on(url, prefix, parser) as store:
+        send = PackedSchedule(store.client, store, QUEUE)
+        records = [encode_record(redis_push.name, [i], {}) for i in range(n)]
+        ids = [b"%026d" % i for i in range(n)]
+        phase = Phase(own, pid)
+        with Timer() as timer:
+            for job_id, record in zip(ids, records, strict=True):
+                send(job_id, record)
+        scheduled = phase.read()
+        send.close()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    phase = Phase(own, pid)
+    argv = [sys.executable, "-m", "benchmarks.prototypes.engine.worker", url, prefix]
+    argv += [PARSERS[parser], str(keep[0]), str(keep[1])]
+    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
+    out, _ = proc.communicate(timeout=120 + n / 100)
+    drained = phase.read()
+    if proc.returncode != 0:
+        raise RuntimeError(f"the lean worker exited with {proc.returncode}: {out[-2000:]}")
+    result = json.loads(out.strip().splitlines()[-1])
+    stamps = pushed(own, prefix)
+    assert len(stamps) == n == result["done"], (len(stamps), n, result)
+    return {
+        "schedule_rate": n / timer.seconds,
+        "rate": rate_of(stamps),
+        "worker_cpu_us": result["cpu_s"] / n * 1e6,
+        "phases": {"schedule": scheduled, "drain": drained},
+    }
+
+
+def producer_costs(own: Any, prefix: str, parser: str, n: int) -> list[dict[str, Any]]:
+    """A producer's own CPU (process_time) and wall time per call, each way of sending one
+    job: redis-py's zadd, redis-py's evalsha of schedule_plain.lua, the packed command,
+    today's Store.schedule (an Op through the transport) and today's schedule()."""
+    from benchmarks.bench.life import api_on
+    from benchmarks.tasks import noop
+    from django_delayq.jobs.record import encode_record
+
+    url = url_of(own, own.connection_pool.connection_kwargs.get("db", 0))
+    rows = []
+    with api_on(url, prefix, parser) as store:
+        client = store.client
+        record = encode_record(noop.name, [0], {})
+        sha = client.script_load(text("schedule_plain"))
+        keys = schedule_keys(store, queue="pc")
+        packed = PackedSchedule(client, store, "pc")
+        ways = {
+            "redis-py zadd (a plain ZADD)": lambda i: client.zadd(keys[0], {f"{i:026d}": 1}),
+            "redis-py evalsha, schedule_plain.lua": lambda i: client.evalsha(
+                sha, 4, *keys, f"{i:026d}", record, 0, "", "pc"
+            ),
+            "packed once per queue, schedule_plain.lua": lambda i: packed(b"%026d" % i, record),
+            "Store.schedule (today's op and transport)": lambda i: store.schedule(
+                "pc", f"{i:026d}", record, delay=0
+            ),
+            "schedule() (today's API)": lambda i: noop.schedule(i, queue="pc"),
+        }
+        for name, call in ways.items():
+            own.flushdb()
+            call(-1)
+            cpu, wall = time.process_time(), time.perf_counter()
+            for i in range(n):
+                call(i)
+            cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+            rows.append({"way": name, "cpu_us": cpu / n * 1e6, "wall_us": wall / n * 1e6})
+        packed.close()
+    own.flushdb()
+    return rows
