@@ -107,6 +107,9 @@ def producer_costs(own: Any, prefix: str, parser: str, n: int) -> list[dict[str,
                 sha, 4, *keys, f"{i:026d}", record, 0, "", "pc"
             ),
             "packed once per queue, schedule_plain.lua": lambda i: packed(b"%026d" % i, record),
+            "a lean schedule(): id, record, packed call, Job, signal": lambda i: lean_schedule(
+                packed, noop, i
+            ),
             "Store.schedule (today's op and transport)": lambda i: store.schedule(
                 "pc", f"{i:026d}", record, delay=0
             ),
@@ -121,5 +124,76 @@ def producer_costs(own: Any, prefix: str, parser: str, n: int) -> list[dict[str,
             cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
             rows.append({"way": name, "cpu_us": cpu / n * 1e6, "wall_us": wall / n * 1e6})
         packed.close()
+        rows += bulk_costs(own, store, n)
     own.flushdb()
+    return rows
+
+
+def lean_schedule(send: PackedSchedule, task: Any, i: int) -> Any:
+    """What schedule() of a plain job must do, on the packed path: a new id, the record
+    (arguments checked as today), the call, the reply read, the Job made, job_scheduled sent
+    (no receiver connected here, as in the benchmark's own process)."""
+    from django_delayq import signals
+    from django_delayq.conf import delayq_settings
+    from django_delayq.jobs.ids import new_job_id
+    from django_delayq.jobs.job import make_job
+    from django_delayq.jobs.record import Fields, encode_record
+
+    job_id, args = new_job_id(), [i]
+    reply = send(job_id.encode(), encode_record(task.name, args, {}, None, 3))
+    fields = Fields(task.name, args, {}, None, 3)
+    job = make_job(
+        job_id, "pc", "pending", fields, delayq_settings.MAX_RETRIES, score=int(reply[2]) / 1000
+    )
+    signals.send(signals.job_scheduled, task, job=job)
+    return job
+
+
+def bulk_costs(own: Any, store: Any, n: int) -> list[dict[str, Any]]:
+    """Per job of a bulk schedule: pipelined redis-py ZADDs (the baseline), today's
+    schedule_many(), and its floor: the same ids (new_job_id), records (encode_record) and
+    schedule_many.lua calls of 1,000, packed and sent back to back on a held connection, the
+    reply read but no Job made for each (what schedule_many() costs beyond that is its
+    Prepared, Plan and Job objects per call)."""
+    from benchmarks.bench import seed
+    from benchmarks.tasks import noop
+    from django_delayq import schedule_many
+    from django_delayq.jobs.ids import new_job_id
+    from django_delayq.jobs.record import encode_record
+    from django_delayq.storage.ops import pack
+
+    client = store.client
+
+    def pipelined() -> None:
+        seed.pipelined(client, "pc:{q}:pending", n, 1000, 1)
+
+    def today() -> None:
+        schedule_many(noop, [(i,) for i in range(n)], queue="pc")
+
+    def floor() -> None:
+        conn = client.connection_pool.get_connection()
+        try:
+            for start in range(0, n, 1000):
+                argv: list[Any] = ["", ""]
+                for i in range(start, min(n, start + 1000)):
+                    argv += (new_job_id(), encode_record(noop.name, [i], {}), "delay", 0, "")
+                op = store.schedule_many_op("pc", [])
+                conn.send_packed_command([pack((*op.args[: op.head_len], *argv))])
+                conn.read_response()
+        finally:
+            client.connection_pool.release(conn)
+
+    rows = []
+    for name, run in (
+        ("bulk: pipelined redis-py ZADD, 1,000 a round trip", pipelined),
+        ("bulk: schedule_many() today", today),
+        ("bulk: schedule_many.lua packed, ids and records made, no Job", floor),
+    ):
+        own.flushdb()
+        run()  # scripts loaded, connections made
+        own.flushdb()
+        cpu, wall = time.process_time(), time.perf_counter()
+        run()
+        cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+        rows.append({"way": name, "cpu_us": cpu / n * 1e6, "wall_us": wall / n * 1e6})
     return rows

@@ -22,7 +22,7 @@ if redis.call('HSETNX', jobs, id, record) == 0 then
   return {'created', id, tonumber(redis.call('ZSCORE', pending, id)) or due}
 end
 redis.call('ZADD', pending, due, id)
-if not first[2] or tonumber(first[2]) > due then
+if not first[2] or tonumber(first[2]) >= due then  -- no pending job due before it
   if redis.call('RPUSH', wake, '1') > 8 then redis.call('LTRIM', wake, -8, -1) end
 end
 return {'created', id, due}
