@@ -364,29 +364,21 @@ def figures(
                     "delayq / seed",
                 )
             )
+        rates = [("schedule", "schedule()", "keep")]
         if prototypes:
+            rates.append(("schedule_proto", "PROTOTYPE schedule_plain.lua, packed,", "proto_keep"))
+        for name, what, life in rates:
             out.append(
                 figure(
-                    f"schedule_proto_vs_zadd_{parser}",
-                    f"PROTOTYPE schedule_plain.lua, packed, vs a ZADD round trip, {parser}",
-                    values(f"proto_keep/{parser}", "schedule_rate"),
+                    f"{name}_vs_zadd_{parser}",
+                    f"{what} jobs/s vs a ZADD round trip per job, {parser}",
+                    values(f"{life}/{parser}", "schedule_rate"),
                     values(seed, "schedule_rate"),
                     "jobs/s",
                     ">= 0.7x",
                     lambda v, r: r >= 0.7,
                 )
             )
-        out.append(
-            figure(
-                f"schedule_vs_zadd_{parser}",
-                f"schedule() jobs/s vs a ZADD round trip per job, {parser}",
-                values(f"keep/{parser}", "schedule_rate"),
-                values(seed, "schedule_rate"),
-                "jobs/s",
-                ">= 0.7x",
-                lambda v, r: r >= 0.7,
-            )
-        )
     out += [
         figure(
             "schedule_many_vs_pipelined",

@@ -117,24 +117,35 @@ def seed_life(client: Any, pid: int, prefix: str, n: int, parser: str, logged: b
         seed.schedule(producer, n)
     scheduled = phase.read()
     producer.close()
+    argv = [sys.executable, "-m", "benchmarks.bench.seed", url, PARSERS[parser]]
+    return own_worker_life(own, pid, prefix, n, argv, timer.seconds, scheduled, logged)
+
+
+def own_worker_life(
+    own: Any,
+    pid: int,
+    prefix: str,
+    n: int,
+    argv: list[str],
+    scheduling: float,
+    scheduled: dict[str, Any],
+    logged: bool = False,
+) -> dict[str, Any]:
+    """The drain by a worker of the benchmark's own (``argv``: the seed pattern's, the
+    prototypes' lean loop), which prints ``ready``, drains, and prints its CPU seconds and
+    the jobs it ran as JSON; the life's figures with the schedule phase before it."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "DELAYQ_BENCH_PREFIX": prefix}
     phase = Phase(own, pid, logged)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "benchmarks.bench.seed", url, PARSERS[parser]],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
     out, _ = proc.communicate(timeout=120 + n / 100)
     drained = phase.read()
     if proc.returncode != 0:
-        raise RuntimeError(f"the seed worker exited with {proc.returncode}: {out[-2000:]}")
+        raise RuntimeError(f"{argv[2]} exited with {proc.returncode}: {out[-2000:]}")
     result = json.loads(out.strip().splitlines()[-1])
     stamps = pushed(own, prefix)
     assert len(stamps) == n == result["done"], (len(stamps), n, result)
     return {
-        "schedule_rate": n / timer.seconds,
+        "schedule_rate": n / scheduling,
         "rate": rate_of(stamps),
         "worker_cpu_us": result["cpu_s"] / n * 1e6,
         "phases": {"schedule": scheduled, "drain": drained},

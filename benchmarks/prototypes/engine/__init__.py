@@ -41,25 +41,21 @@ def current_helpers(script: str) -> str:
     return script_source(script)[: -len(body)]
 
 
-HEADER = """
-local function header(raw)
-  if not raw then return nil, '', '', 0 end
-  local r, flags, p = string.match(raw, '^(%d+)(%l*)()')
-  if not r then return nil, '', '', 0 end
-  local ukey = ''
-  if string.sub(raw, p, p) == '=' then
-    local len, q = string.match(raw, '^(%d+):()', p + 1)
-    if len then ukey = string.sub(raw, q, q + tonumber(len) - 1) p = q + tonumber(len) end
-  end
-  local priority = 0
-  if string.sub(raw, p, p) == '^' then
-    priority = tonumber(string.match(raw, '^(-?%d+)', p + 1)) or 0
-  end
-  return tonumber(r), flags, ukey, priority
-end
-local _, flags, _, priority = header(ARGV[2])
-if string.find(flags, 'i', 1, true) or priority ~= 0 then return redis.error_reply('not plain') end
-"""
+def lib_helper(name: str) -> str:
+    """The text of one helper of today's _lib.lua (scripts.py's own reading of it)."""
+    from django_delayq.storage.scripts import _lib_parts, _lua_dir
+
+    _, parts = _lib_parts((_lua_dir() / "_lib.lua").read_text())
+    return dict(parts)[name]
+
+
+# Today's record parsing added to a lean script: the header read as schedule.lua reads it.
+HEADER = (
+    lib_helper("header")
+    + "local _, flags, _, priority = header(ARGV[2])\n"
+    + "if string.find(flags, 'i', 1, true) or priority ~= 0 then "
+    + "return redis.error_reply('not plain') end\n"
+)
 
 
 def variants() -> dict[str, str]:

@@ -7,15 +7,12 @@ on each way of sending.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
 import time
 from typing import Any
 
-from benchmarks.bench.common import QUEUE, ROOT, Timer
-from benchmarks.bench.life import PARSERS, Phase, pushed, rate_of, url_of
+from benchmarks.bench.common import QUEUE, Timer
+from benchmarks.bench.life import PARSERS, Phase, own_worker_life, url_of
 from benchmarks.prototypes.engine import schedule_keys, text
 
 
@@ -65,24 +62,9 @@ def proto_life(
                 send(job_id, record)
         scheduled = phase.read()
         send.close()
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    phase = Phase(own, pid)
     argv = [sys.executable, "-m", "benchmarks.prototypes.engine.worker", url, prefix]
     argv += [PARSERS[parser], str(keep[0]), str(keep[1])]
-    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
-    out, _ = proc.communicate(timeout=120 + n / 100)
-    drained = phase.read()
-    if proc.returncode != 0:
-        raise RuntimeError(f"the lean worker exited with {proc.returncode}: {out[-2000:]}")
-    result = json.loads(out.strip().splitlines()[-1])
-    stamps = pushed(own, prefix)
-    assert len(stamps) == n == result["done"], (len(stamps), n, result)
-    return {
-        "schedule_rate": n / timer.seconds,
-        "rate": rate_of(stamps),
-        "worker_cpu_us": result["cpu_s"] / n * 1e6,
-        "phases": {"schedule": scheduled, "drain": drained},
-    }
+    return own_worker_life(own, pid, prefix, n, argv, timer.seconds, scheduled)
 
 
 def producer_costs(own: Any, prefix: str, parser: str, n: int) -> list[dict[str, Any]]:
