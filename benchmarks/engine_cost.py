@@ -181,6 +181,10 @@ def measure(own: Any, args: argparse.Namespace, workdir: Path) -> dict[str, Any]
             )
             for name in ("seed", "keep", "off")
         }
+        for name, in_batch in (("many", False), ("batch", True)):
+            attribution[name] = life.many_life(
+                dbs[default], pid, PREFIX, n, workdir, default, in_batch, True
+            )
     if "transitions" in args.only:
         progress(started, "transitions")
         transitions = transition_rows(dbs[default], default, args)

@@ -242,7 +242,14 @@ def delayq_life(
 
 
 def many_life(
-    own: Any, pid: int, prefix: str, n: int, workdir: Path, parser: str, in_batch: bool
+    own: Any,
+    pid: int,
+    prefix: str,
+    n: int,
+    workdir: Path,
+    parser: str,
+    in_batch: bool,
+    logged: bool = False,
 ) -> dict[str, Any]:
     """schedule_many() of n plain jobs due now (in one ``batch(on_complete=noop)`` or not),
     then a burst worker drains them (and, for the batch, forwards every member's end and
@@ -255,7 +262,8 @@ def many_life(
     url = url_of(own, own.connection_pool.connection_kwargs.get("db", 0))
     with api_on(url, prefix, parser) as store:
         redis_push.schedule(-1, queue="warmup", delay=3600)
-        phase = Phase(own, pid)
+        names = rediscpu.script_names(store)
+        phase = Phase(own, pid, logged)
         batch_key = None
         with Timer() as timer:
             if in_batch:
@@ -264,13 +272,13 @@ def many_life(
                 batch_key = store.batch_keys(opened.id)[0]
             else:
                 schedule_many(redis_push, [(i,) for i in range(n)])
-        scheduled = phase.read()
+        scheduled = phase.read(names)
         env = delayq_env(url, prefix, parser, keep=True)
 
         def settled() -> bool:
             return own.llen(f"{prefix}:pushed") >= n and _settled(store, batch_key)
 
-        drained, workers = drain(own, store, pid, n, workdir, env, False, settled)
+        drained, workers = drain(own, store, pid, n, workdir, env, logged, settled)
     stamps = pushed(own, prefix)
     assert len(stamps) == n, (len(stamps), n)
     return {
