@@ -21,6 +21,11 @@ gives keeping's cost with worker processes.
 default, as a user's): ``run.py --only push`` with and without it gives its cost with
 worker processes.
 
+``DELAYQ_BENCH_PARSER=python`` or ``hiredis`` (benchmarks/engine_cost.py) makes every redis-py
+client of this process (the store's, through the cache, and ``redis_push``'s) read replies
+with that parser whatever is installed (redis-py picks hiredis when it can import it), so
+one run measures both with hiredis installed.
+
 ``DELAYQ_BENCH_OTEL=1`` (issue 28) configures an OpenTelemetry SDK tracer provider in this
 process and its workers, its spans batched (``BatchSpanProcessor``, as in production) to an
 exporter that drops them: the cost of tracing on (every span made, linked, ended and
@@ -51,7 +56,14 @@ if os.environ.get("DELAYQ_BENCH_PG_DB"):
             "CONN_HEALTH_CHECKS": False,
         }
     }
+PARSERS = {
+    "python": "redis._parsers.resp2._RESP2Parser",
+    "hiredis": "redis._parsers.hiredis._HiredisParser",
+}
+BENCH_PARSER_CLASS = PARSERS.get(os.environ.get("DELAYQ_BENCH_PARSER", ""))
 CACHES = {"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": REDIS_URL}}
+if BENCH_PARSER_CLASS:
+    CACHES["default"]["OPTIONS"] = {"PARSER_CLASS": BENCH_PARSER_CLASS}
 DELAYQ = {"CACHE": "default", "PREFIX": os.environ.get("DELAYQ_BENCH_PREFIX", "delayq-bench")}
 if os.environ.get("DELAYQ_BENCH_QUEUE_LIMIT"):  # issue 20: the queue-limited drain
     DELAYQ["QUEUES"] = {"default": {"concurrency": int(os.environ["DELAYQ_BENCH_QUEUE_LIMIT"])}}

@@ -89,10 +89,14 @@ def redis_push(n: int) -> None:
     global _push_client
     if _push_client is None:
         import redis
+        from django.conf import settings
+        from django.utils.module_loading import import_string
 
+        parser = getattr(settings, "BENCH_PARSER_CLASS", None)  # DELAYQ_BENCH_PARSER
         _push_client = redis.Redis.from_url(
             os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/15"),
             client_name="delayq-bench-task",
+            **({"parser_class": import_string(parser)} if parser else {}),
         )
     _push_client.rpush(pushed_key(), f"{n} {started:.6f}")
 
