@@ -29,7 +29,7 @@ from django.conf import settings
 from django.db import IntegrityError, connections, transaction
 from django.utils import timezone
 
-from django_delayq.exceptions import DelayQError
+from django_delayq.exceptions import DelayQError, migrated
 from django_delayq.outbox.database_time import When, column_time, epoch, now_sql, sql_time
 from django_delayq.outbox.databases import _model as _model
 from django_delayq.outbox.databases import aliases as aliases
@@ -44,6 +44,10 @@ logger = logging.getLogger("django_delayq.outbox")
 
 GRACE = 2.0  # seconds an on_commit row leaves its fast path before workers relay it
 DELETE_CHUNK = 500  # ids per DELETE (SQLite allows 999 parameters)
+# Each function that reads or writes the table: NotMigrated when the table (or a column) is
+# not there, naming the command to run.
+OUTBOX = "the outbox (jobs scheduled with on_commit=True, or due beyond DELAYQ['HORIZON'])"
+migrated_table = migrated(OUTBOX, lambda: aliases())
 
 
 @dataclass(frozen=True)
@@ -99,6 +103,7 @@ def _rows(alias: str) -> Any:
 # -- writing ---------------------------------------------------------------------------
 
 
+@migrated_table
 def save(alias: str, row: Row, relay_at: When | float, now: float | None = None) -> tuple[str, Row]:
     """Insert ``row`` (in the current transaction of ``alias``, if any, inside a savepoint).
     A row with a ``delay`` is due that long after the database's now, computed in SQL;
@@ -176,6 +181,7 @@ def _save(alias: str, row: Row, relay_at: When | float, now: float) -> tuple[str
     return "created", row
 
 
+@migrated_table
 def save_many(
     alias: str, rows: Sequence[tuple[Row, When | float]], now: float | None = None
 ) -> None:
@@ -207,6 +213,7 @@ def save_many(
         _rows(alias).bulk_create(objs, batch_size=DELETE_CHUNK)
 
 
+@migrated_table
 def delete(alias: str, ids: Iterable[str]) -> int:
     ids = list(ids)
     deleted = 0
@@ -218,6 +225,7 @@ def delete(alias: str, ids: Iterable[str]) -> int:
 # -- reading -----------------------------------------------------------------------------
 
 
+@migrated_table
 def find(job_id: str, queue: str | None = None) -> Row | None:
     """The row of a job id, in whichever alias holds it (get_job() asks on every miss in
     Redis: a miss is one plain SELECT by primary key per alias)."""
@@ -245,6 +253,7 @@ def leftover(queue: str, job_id: str) -> bool:
         return False
 
 
+@migrated_table
 def find_key(queue: str, key: str) -> tuple[str, Row] | None:
     """(alias, row) of the row holding a unique key in a queue. The plain keyed schedule()
     asks this every time: a miss is one plain indexed SELECT per alias (no ORM compile)."""
@@ -258,6 +267,7 @@ def find_key(queue: str, key: str) -> tuple[str, Row] | None:
     return None
 
 
+@migrated_table
 def holds_any_key(keys: Iterable[str]) -> bool:
     """Whether a row holds one of these unique keys, in any queue (schedule_many() asks this
     once for its keyed calls: rows left by an earlier HORIZON, or on_commit rows not yet
@@ -282,10 +292,12 @@ def _holds(alias: str, column: str, values: Sequence[Any], queue: str | None = N
         return cursor.fetchone() is not None
 
 
+@migrated_table
 def count(queue: str) -> int:
     return sum(_rows(alias).filter(queue=queue).count() for alias in aliases())
 
 
+@migrated_table
 def page(queue: str, offset: int, limit: int) -> list[Row]:
     """Rows of a queue by due time (the admin's pending list shows them after Redis's)."""
     found: list[Row] = []
@@ -296,11 +308,13 @@ def page(queue: str, offset: int, limit: int) -> list[Row]:
     return found[offset : offset + limit]
 
 
+@migrated_table
 def queues() -> list[str]:
     found = (_rows(a).values_list("queue", flat=True).distinct() for a in aliases())
     return sorted({name for names in found for name in names})
 
 
+@migrated_table
 def cancel(
     job_id: str | None = None,
     key: str | None = None,

@@ -30,7 +30,7 @@ from typing import Protocol
 
 from django.db import DatabaseError
 
-from django_delayq.exceptions import DelayQError
+from django_delayq.exceptions import DelayQError, NotMigrated
 
 logger = logging.getLogger("django_delayq.worker")
 
@@ -121,14 +121,16 @@ class Backoff:
             pause = retry_in(pause)
         self.failures += 1
         outage = isinstance(exc, OUTAGES)
-        if isinstance(exc, DelayQError):
-            self.outage.down(self.what)
-            self._down = True
-            reason = f"Redis unreachable or failing ({exc})"
+        if isinstance(exc, NotMigrated):  # a DelayQError, not Redis's: it says what to run
+            reason = str(exc)
         elif isinstance(exc, DatabaseError):
             # a missing table is the common first-hour cause: the outbox's (migration 0002)
             # or the schedules' (0004)
             reason = f"the database unreachable or failing ({exc}; has migrate run?)"
+        elif isinstance(exc, DelayQError):
+            self.outage.down(self.what)
+            self._down = True
+            reason = f"Redis unreachable or failing ({exc})"
         else:
             reason = f"failed ({type(exc).__name__}: {exc})"
         level = logging.DEBUG if type(exc) is self._last else logging.WARNING
