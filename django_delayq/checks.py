@@ -109,8 +109,11 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list:
         errors.append(
             Warning(
                 f"DELAYQ[{name!r}] is not a django-delayq setting and is ignored.",
-                hint=(f"Did you mean {meant!r}? " if meant else "")
-                + f"Known settings: {', '.join(sorted(DEFAULTS))}.",
+                # the list of every setting only when no one is close (issue 33: it
+                # followed each suggestion, 26 names long)
+                hint=f"Did you mean {meant!r}?"
+                if meant
+                else f"Known settings: {', '.join(sorted(DEFAULTS))}.",
                 id="delayq.W001",
             )
         )
