@@ -35,6 +35,8 @@ delayq.W005  a SQLite file that may hold outbox rows runs deferred transactions 
              OPTIONS transaction_mode "IMMEDIATE"): concurrent writers fail at once
 delayq.W006  a registered task has a parameter named like an option of schedule() (delay,
              queue, priority...): schedule(task, ..., delay=...) refuses it
+delayq.W009  (--database, and migrate) a database the app's tables may migrate to lacks
+             some of django_delayq's migrations
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ from django.core.checks import Error, Tags, Warning, register
 
 from django_delayq.conf import DEFAULTS, delayq_settings
 from django_delayq.conf import queues as queue_settings
-from django_delayq.exceptions import ConfigurationError
+from django_delayq.exceptions import ConfigurationError, migrate_command
 from django_delayq.outbox.checks import check_outbox_databases, check_sqlite_locking
 from django_delayq.scheduling.registry import registered, shadowing
 from django_delayq.wording import article, closest
@@ -107,8 +109,11 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list:
         errors.append(
             Warning(
                 f"DELAYQ[{name!r}] is not a django-delayq setting and is ignored.",
-                hint=(f"Did you mean {meant!r}? " if meant else "")
-                + f"Known settings: {', '.join(sorted(DEFAULTS))}.",
+                # the list of every setting only when no one is close (issue 33: it
+                # followed each suggestion, 26 names long)
+                hint=f"Did you mean {meant!r}?"
+                if meant
+                else f"Known settings: {', '.join(sorted(DEFAULTS))}.",
                 id="delayq.W001",
             )
         )
@@ -330,3 +335,43 @@ def check_layout(app_configs: Any = None, **kwargs: Any) -> list:
             id="delayq.W004",
         )
     ]
+
+
+@register(Tags.database)
+def check_migrations(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list:
+    """delayq.W009: a database named (``check --database``, ``migrate``) that django_delayq's
+    tables may migrate to has not applied all of its migrations: the outbox, keyed
+    schedules, get_job() misses and the recurring schedules would fail with a missing table.
+    A warning, not an error: migrate runs it before it migrates, and an error would stop it.
+    Silent for a database that does not answer (Django's own checks say so)."""
+    from django.apps import apps
+    from django.db import DatabaseError, connections, router
+    from django.db.migrations.loader import MigrationLoader
+
+    tables = [m for m in apps.get_app_config("django_delayq").get_models() if m._meta.managed]
+    found = []
+    for alias in databases or ():
+        if alias not in connections or not any(
+            router.allow_migrate_model(alias, model) for model in tables
+        ):
+            continue
+        try:
+            loader = MigrationLoader(connections[alias], ignore_no_migrations=True)
+        except DatabaseError:
+            continue
+        ours = {key for key in loader.graph.nodes if key[0] == "django_delayq"}
+        missing = sorted(name for app, name in ours - set(loader.applied_migrations))
+        if missing:
+            found.append(
+                Warning(
+                    f"database {alias!r} lacks {len(missing)} of django_delayq's "
+                    f"{len(ours)} migrations ({', '.join(missing)}): until they are applied, "
+                    "schedule(on_commit=True), jobs beyond DELAYQ['HORIZON'], keyed "
+                    "schedule(), get_job() and cancel() of a job not in Redis, and the "
+                    "recurring schedules fail with a missing table or column.",
+                    hint=f"Run: {migrate_command(alias)} (migrate shows this warning "
+                    "before it applies them).",
+                    id="delayq.W009",
+                )
+            )
+    return found

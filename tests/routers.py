@@ -23,9 +23,9 @@ class OutboxDatabases:
         return None
 
 
-class OutboxOnly:
-    """A router that puts the outbox table's rows on one alias, the only one it may migrate
-    to (a test about that database alone)."""
+class OutboxTo:
+    """A router that puts the outbox table's rows on one alias (the one under test; the
+    table may migrate where OutboxDatabases says)."""
 
     def __init__(self, alias: str) -> None:
         self.alias = alias
@@ -36,6 +36,11 @@ class OutboxOnly:
         return self.alias if model is OutboxJob else None
 
     db_for_read = db_for_write
+
+
+class OutboxOnly(OutboxTo):
+    """A router that puts the outbox table's rows on one alias, the only one it may migrate
+    to (a test about that database alone)."""
 
     def allow_migrate(self, db: str, app_label: str, model_name: Any = None, **hints: Any) -> Any:
         if model_name == "outboxjob":

@@ -380,6 +380,8 @@ def test_a_connection_error_says_which_redis_and_what_to_check(store):
     text = str(raised.value)
     assert "DELAYQ['REDIS_URL'] is 'redis://:***@127.0.0.1:1/0'" in text
     assert "check that this Redis runs" in text and "hunter2" not in text
+    # redis-py's text ends with a period of its own: one sentence, one period (issue 33)
+    assert "refused. DELAYQ['REDIS_URL']" in text and ".." not in text
     down = {"BACKEND": "django.core.cache.backends.redis.RedisCache"}
     down["LOCATION"] = "redis://127.0.0.1:1/0?password=hunter2"
     caches = override_settings(CACHES={**settings.CACHES, "down": down})

@@ -66,8 +66,7 @@ from tests.api_model import NEW, Mismatch, Model
 from tests.conftest import _installed, real_redis, real_redis_proxy
 from tests.reliability.faults import FaultProxy, drop_reply, script
 from tests.reliability.harness import free_port
-from tests.routers import OutboxDatabases
-from tests.test_outbox import OutboxTo
+from tests.routers import OutboxDatabases, OutboxTo
 from tests.testapp import tasks as t
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "pg"])

@@ -22,6 +22,7 @@ import sys
 import time
 import types
 from pathlib import Path
+from typing import Any
 
 import docutils.core
 import pytest
@@ -30,8 +31,10 @@ from django.core.management import get_commands
 
 import django_delayq
 from django_delayq import conf, get_job, task
+from django_delayq.outbox.checks import sqlite_warning
 from django_delayq.scheduling import registry
 from django_delayq.worker.dispatch import Worker
+from tests.conftest import more_settings
 from tests.test_layout import _graph as _layout_graph
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -192,7 +195,7 @@ def _check_delayq(namespace: dict, where: str) -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_quickstart_runs(real_store, admin_client, monkeypatch, capsys, caplog):
+def test_quickstart_runs(real_store, admin_client, monkeypatch, capsys, caplog, tmp_path):
     """The quickstart as a reader follows it: its ``# hello/tasks.py`` block is the module
     ``hello.tasks``, its other blocks run in one namespace (the shell session); the job they
     schedule is listed in the admin while it waits, a worker runs it once its delay has
@@ -201,18 +204,21 @@ def test_quickstart_runs(real_store, admin_client, monkeypatch, capsys, caplog):
     hello = types.ModuleType("hello")
     hello.__path__ = []
     monkeypatch.setitem(sys.modules, "hello", hello)
-    shell = {"__name__": "quickstart_shell"}
+    # The settings blocks run where startproject's settings.py defines BASE_DIR.
+    shell = {"__name__": "quickstart_shell", "BASE_DIR": tmp_path}
     try:
         for line, code in python_blocks(QUICKSTART):
             compiled = compile("\n" * (line - 1) + code, "docs/quickstart.rst", "exec")
             if code.splitlines()[0] == "# hello/tasks.py":
-                module = types.ModuleType("hello.tasks")
-                monkeypatch.setitem(sys.modules, "hello.tasks", module)
-                hello.tasks = module
-                exec(compiled, module.__dict__)
+                tasks_block = (line, code)
+                hello.tasks = _module("hello.tasks", compiled, monkeypatch)
             else:
                 exec(compiled, shell)
                 _check_delayq(shell, f"docs/quickstart.rst:{line}")
+        # Its SQLite settings are the file startproject names, without delayq.W005.
+        database = shell["DATABASES"]["default"]
+        assert database["NAME"] == tmp_path / "db.sqlite3"
+        assert sqlite_warning("default", database) is None
         job = shell["job"]
         assert job.task == "hello.tasks.say_hello" and job.args == ["Ada"]
         assert capsys.readouterr().out.split() == [job.id, "pending"]  # the shell's print
@@ -242,9 +248,56 @@ def test_quickstart_runs(real_store, admin_client, monkeypatch, capsys, caplog):
         monkeypatch.setattr(real_store, "server_time", a_minute_later)
         dashboard = admin_client.get("/admin/django_delayq/job/").content.decode()
         assert 'data-label="Done / failed, 5 min">1 / <span>0</span>' in dashboard, dashboard
+        with more_settings(real_store, RETRY_BACKOFF=15):  # the default (runtests: 0)
+            _try_raise(tasks_block, monkeypatch, caplog, a_minute_later)
     finally:
         for name in set(registry.registered()) - before:
             registry.unregister(name)
+
+
+def _module(name: str, compiled: types.CodeType, monkeypatch: Any) -> types.ModuleType:
+    """A module ``name`` made of ``compiled``, importable (as a worker imports it)."""
+    module = types.ModuleType(name)
+    monkeypatch.setitem(sys.modules, name, module)
+    exec(compiled, module.__dict__)
+    return module
+
+
+def _try_raise(block: tuple[int, str], monkeypatch: Any, caplog: Any, clock: Any) -> None:
+    """The page's "Try it": ``raise ValueError(name)`` in say_hello, a worker started
+    again (a new process imports the changed module), the job scheduled again: the worker
+    logs its failed attempt and its retry, and the job waits for it."""
+    line, code = block
+    edited = code.replace('    print(f"Hello, {name}!")', "    raise ValueError(name)")
+    assert edited != code, "the quickstart's say_hello changed: update this test"
+    registry.unregister("hello.tasks.say_hello")  # a new worker process: a fresh registry
+    compiled = compile("\n" * (line - 1) + edited, "docs/quickstart.rst", "exec")
+    tasks = _module("hello.tasks", compiled, monkeypatch)
+    sys.modules["hello"].tasks = tasks
+    job = tasks.say_hello.schedule("Ada", delay=60)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="django_delayq.worker"):
+        assert Worker(["default"], burst=True, clock=clock).run() == 0
+    failed = (
+        rf"job {job.id} hello\.tasks\.say_hello failed in [\d.]+ ms \(attempt 1 of 6\): "
+        r"ValueError: Ada; retrying in [\d.]+ s"
+    )
+    logged = [r.getMessage() for r in caplog.records]
+    assert any(re.fullmatch(failed, message) for message in logged), logged
+    waiting = get_job(job.id)
+    assert waiting.status == "pending" and waiting.attempts == 1
+
+
+def test_the_quickstart_s_steps_come_in_the_order_a_reader_needs():
+    """A virtualenv before pip; the SQLite settings before the migrate they change; the
+    worker restarted before the changed task is tried; why REDIS_URL and not CACHES."""
+    page = " ".join(QUICKSTART.read_text().split())
+    assert page.index("python -m venv .venv") < page.index("pip install /path/to/django-delayq")
+    assert page.index('"transaction_mode": "IMMEDIATE"') < page.index("python manage.py migrate")
+    assert '"NAME": BASE_DIR / "db.sqlite3"' in page
+    raise_step = page[page.index("raise ValueError(name)") :]
+    assert raise_step.index("start it again") < raise_step.index("Schedule the job again")
+    assert 'DELAYQ = {"CACHE": "default"}' in page and "evicts keys" in page
 
 
 COMMAND = re.compile(r"(?:manage\.py|django-admin) ([a-z_]+)")

@@ -5,14 +5,21 @@ duties kept when they moved onto the one loop."""
 
 from __future__ import annotations
 
+import itertools
 import logging
+import re
 import threading
 import time
 import uuid
+from functools import partial
 from unittest import mock
 
 import pytest
+import redis
+from django.core.management import call_command
 from django.db import DatabaseError, OperationalError
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from django_delayq import get_job
 from django_delayq.conf import delayq_settings
@@ -20,9 +27,20 @@ from django_delayq.exceptions import ConnectionError as DelayQConnectionError
 from django_delayq.exceptions import DelayQError
 from django_delayq.outbox import relay as relaying
 from django_delayq.recurring import passes
-from django_delayq.worker.duties import BACKOFF_MAX, Backoff, DutyLoop, duty_thread
+from django_delayq.storage.store import Store
+from django_delayq.worker import duties
+from django_delayq.worker.dispatch import Worker
+from django_delayq.worker.duties import (
+    BACKOFF_MAX,
+    STILL_EVERY,
+    Backoff,
+    DutyLoop,
+    Outage,
+    duty_thread,
+)
 from django_delayq.worker.maintenance import Heartbeat, Recovery
 from django_delayq.worker.presence import Presence
+from tests.conftest import more_settings
 from tests.testapp import tasks as t
 
 
@@ -97,12 +115,166 @@ def test_an_outage_is_logged_without_a_traceback_and_redis_coming_back_is_said(c
         logging.WARNING,
         f"heartbeat: Redis unreachable or failing (refused); trying again in {pauses[0]:.2g} s",
     )
-    assert not logged[0][2] and {level for level, _, _ in logged[1:-1]} == {logging.DEBUG}
-    assert logged[-1] == (logging.WARNING, "heartbeat: Redis is back (after 8 failed tries)", False)
+    assert not logged[0][2] and {level for level, _, _ in logged[1:-2]} == {logging.DEBUG}
+    assert logged[-2][0] == logging.WARNING and not logged[-2][2]
+    assert re.fullmatch(r"heartbeat: Redis reachable again after \d+ s", logged[-2][1])
+    assert logged[-1] == (logging.DEBUG, "heartbeat: working again (after 8 failed tries)", False)
     database = Backoff("relay")
     database.failed(OperationalError("no such table"))
     line = records(caplog)[-1][1]
     assert "the database unreachable or failing (no such table; has migrate run?)" in line
+
+
+def test_an_outage_says_every_few_seconds_that_it_is_still_retrying_where_and_for_how_long(
+    caplog,
+):
+    """Issue 33: with Redis down a worker logged one warning, then nothing (repeats are
+    DEBUG) until Redis came back, 97 s later: it looked hung. Its threads' backoffs share
+    one Outage, which says every STILL_EVERY seconds, once for all of them, that it still
+    retries, where and for how long; and once that Redis is back."""
+    caplog.set_level(logging.DEBUG, logger="django_delayq")
+    now = [100.0]
+    outage = Outage("127.0.0.1:1/3", clock=lambda: now[0])
+    dispatcher = Backoff("dispatcher", outage=outage)
+    heartbeat = Backoff("heartbeat", outage=outage)
+    for second in range(24):  # both fail once a second, 0 to 23 s into the outage
+        now[0] = 100.0 + second
+        dispatcher.failed(DelayQConnectionError("refused"))
+        heartbeat.failed(DelayQConnectionError("refused"))
+    assert STILL_EVERY == 5.0 and outage.down_for() == 23.0
+    still = [message for level, message, _ in records(caplog) if level == logging.INFO]
+    assert still == [
+        f"Redis at 127.0.0.1:1/3 unreachable or failing for {seconds} s, still retrying "
+        "(dispatcher, heartbeat waiting)"
+        for seconds in (5, 10, 15, 20)
+    ]
+    caplog.clear()
+    now[0] = 136.0
+    heartbeat.ok()
+    dispatcher.ok()
+    assert records(caplog) == [
+        (logging.WARNING, "heartbeat: Redis at 127.0.0.1:1/3 reachable again after 36 s", False),
+        (logging.DEBUG, "heartbeat: working again (after 24 failed tries)", False),
+        (logging.DEBUG, "dispatcher: working again (after 24 failed tries)", False),
+    ]
+    assert outage.down_for() == 0.0 and not outage.waiting
+
+
+def test_an_outage_s_line_comes_once_a_period_however_the_tries_fall(caplog):
+    """Tries wider apart than STILL_EVERY (a backoff's pause, up to 5 s plus a blocked
+    connect) each say it; tries closer together say it once a period; a failure that is
+    not Redis's (the database's) says nothing of Redis, nor does its end."""
+    caplog.set_level(logging.INFO, logger="django_delayq")
+    now = [0.0]
+    outage = Outage("db.internal:6380/0", clock=lambda: now[0])
+    relay = Backoff("relay", outage=outage)
+    for second in (0.0, 4.9, 12.0, 14.0, 15.0, 15.5, 29.0):
+        now[0] = second
+        relay.failed(DelayQConnectionError("timeout"))
+    still = [m for level, m, _ in records(caplog) if level == logging.INFO]
+    assert [int(re.search(r"for (\d+) s", m)[1]) for m in still] == [12, 15, 29]
+    now[0] = 30.0
+    relay.ok()
+    caplog.clear()
+    relay.failed(OperationalError("no such table"))  # the database: no Redis outage
+    now[0] = 60.0
+    relay.failed(OperationalError("no such table"))
+    relay.ok()
+    assert outage.since is None and [m for _, m, _ in records(caplog)][-1] == (
+        "relay: working again (after 2 failed tries)"
+    )
+    assert not any("Redis" in m for _, m, _ in records(caplog))
+
+
+def unreachable(url: str = "redis://:hunter2@127.0.0.1:1/3") -> redis.Redis:
+    """A client of a closed port of this host that tries once a call (redis-py's default
+    retries ten times with backoff: 4 s a call)."""
+    return redis.Redis.from_url(url, retry=Retry(NoBackoff(), 0))
+
+
+def test_an_outage_names_its_redis_by_address_never_by_password():
+    """What the lines say of "where": host:port/db, a unix socket, Sentinel's service; no
+    password, whichever way the URL gave it."""
+    from redis.sentinel import Sentinel
+
+    for url, where in [
+        ("redis://:hunter2@10.0.0.7:6380/4", "10.0.0.7:6380/4"),
+        ("redis://user:hunter2@cache.internal/0", "cache.internal:6379/0"),
+        ("redis://127.0.0.1:6379/2?password=hunter2", "127.0.0.1:6379/2"),
+        ("unix:///run/redis.sock?db=5&password=hunter2", "unix:/run/redis.sock/5"),
+    ]:
+        assert Store(redis.Redis.from_url(url)).address() == where
+    primary = Sentinel([("127.0.0.1", 1)]).master_for("shop", password="hunter2", db=1)
+    assert Store(primary).address() == "Sentinel's 'shop'/1"
+
+
+@pytest.mark.slow  # each try is real: the transport re-sends for 1.5 s
+def test_a_worker_that_cannot_reach_redis_says_so_every_few_seconds_of_its_clock(caplog):
+    """A worker started with Redis down waits in its layout check: it says at first what is
+    wrong, then at each try STILL_EVERY seconds or more after the last line (here one try
+    every 10 s of its outage's clock) where it still retries and for how long, with the
+    host, port and database, never the password."""
+    caplog.set_level(logging.INFO, logger="django_delayq")
+    worker = Worker(["default"], store=Store(unreachable()))
+    ticks = itertools.count(0.0, 10.0)
+
+    def clock() -> float:  # ten seconds a try; at 30 s, a stop
+        now = next(ticks)
+        if now == 30.0:
+            worker.request_stop()
+        return now
+
+    worker.outage.clock = clock
+    with mock.patch.object(duties, "BACKOFF_MAX", 0.001):  # the real pauses: 1 ms
+        assert worker.run() == 0  # asked to stop while it waited
+    logged = records(caplog)
+    assert logged[0][0] == logging.WARNING and logged[0][1].startswith(
+        "layout check: Redis unreachable or failing (Redis is unreachable"
+    )
+    still = [m for level, m, _ in logged if level == logging.INFO and "still" in m]
+    assert still == [
+        f"Redis at 127.0.0.1:1/3 unreachable or failing for {seconds} s, still retrying "
+        "(layout check waiting)"
+        for seconds in (10, 20, 30)
+    ]
+    assert "hunter2" not in caplog.text
+
+
+@pytest.mark.slow  # as above: 6 tries of 1.5 s
+def test_delayq_worker_s_still_retrying_lines_follow_its_verbosity(real_store, caplog):
+    """The lines are INFO: ``-v 1`` (the default) shows them, ``-v 0`` only the warnings (the
+    first failure, Redis back); ``--burst`` still gives up after 10 s of its clock."""
+    caplog.set_level(logging.NOTSET)
+    level = logging.getLogger("django_delayq").level
+    shown = {}
+    for verbosity in (0, 1):
+        caplog.clear()
+        fake = itertools.count(0.0, 6.0).__next__  # a try 12 s after the last
+        clocked = mock.patch("django_delayq.worker.dispatch.Outage", partial(Outage, clock=fake))
+        client = mock.patch("django_delayq.storage.connection.make_client", unreachable)
+        try:
+            with (
+                more_settings(real_store, REDIS_URL="redis://:hunter2@127.0.0.1:1/3"),
+                clocked,
+                client,
+                mock.patch.object(duties, "BACKOFF_MAX", 0.001),
+                pytest.raises(SystemExit) as exited,
+            ):
+                call_command("delayq_worker", "--burst", "--force", verbosity=verbosity)
+        finally:
+            logging.getLogger("django_delayq").setLevel(level)
+        assert exited.value.code == 2
+        messages = [r.getMessage() for r in caplog.records if r.name.startswith("django_delayq")]
+        assert messages[-1].startswith("--burst: Redis unreachable or failing for 10 s (Redis")
+        assert messages[-1].endswith("giving up") and "hunter2" not in caplog.text
+        shown[verbosity] = [m for m in messages if "still retrying" in m]
+    assert shown == {
+        0: [],
+        1: [
+            "Redis at 127.0.0.1:1/3 unreachable or failing for 12 s, still retrying "
+            "(layout check waiting)"
+        ],
+    }
 
 
 def test_a_stop_ends_the_loop_during_a_pause_and_before_a_first_step():

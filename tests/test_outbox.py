@@ -32,22 +32,10 @@ from django_delayq.storage.store import Store
 from django_delayq.worker.dispatch import Worker
 from tests.conftest import more_settings
 from tests.reliability.harness import free_port
-from tests.routers import OutboxDatabases
+from tests.routers import OutboxDatabases, OutboxTo
 from tests.testapp import tasks as t
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "pg"])
-
-
-class OutboxTo:
-    """A database router that puts the outbox table's rows on one alias (the one under test)."""
-
-    def __init__(self, alias: str) -> None:
-        self.alias = alias
-
-    def db_for_write(self, model, **hints):
-        return self.alias if model is OutboxJob else None
-
-    db_for_read = db_for_write
 
 
 @pytest.fixture(params=["default", "pg"])

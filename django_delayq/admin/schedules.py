@@ -10,20 +10,26 @@ schedule's)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import wraps
 from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from django_delayq.admin import settings_schedules as shown
+from django_delayq.exceptions import NotMigrated
 from django_delayq.models import Schedule, ScheduleState
 from django_delayq.recurring import definitions
+from django_delayq.recurring.tables import migrated_tables
 
 
 class ScheduleForm(forms.ModelForm):
@@ -50,6 +56,26 @@ def breakable(text: str, after: str) -> SafeString:
     dots, a zone's slash), so a narrow column wraps there and not inside a word."""
     separator = format_html("{}<wbr>", after)
     return format_html_join(separator, "{}", ((part,) for part in text.split(after)))
+
+
+def migrated_page(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """``view``'s response, rendered here (a list reads rows while it renders); while the
+    schedules' tables are missing (``migrate`` not run), the admin's index with a message
+    naming the command to run, not a server error."""
+
+    @wraps(view)
+    def page(owner: admin.ModelAdmin, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+        try:
+            with migrated_tables():
+                response = view(owner, request, *args, **kwargs)
+                if isinstance(response, TemplateResponse) and not response.is_rendered:
+                    response.render()
+                return response
+        except NotMigrated as exc:
+            owner.message_user(request, str(exc), messages.ERROR)
+            return HttpResponseRedirect(reverse(f"{owner.admin_site.name}:index"))
+
+    return page
 
 
 def invalid(reason: str) -> str:
@@ -84,6 +110,7 @@ class ScheduleAdmin(admin.ModelAdmin):
             row.recorded_state = states.get(row.name)
         return changelist
 
+    @migrated_page
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
@@ -98,6 +125,8 @@ class ScheduleAdmin(admin.ModelAdmin):
             context.setdefault("settings_version_differs", shown.workers_version_differs())
             context.setdefault("current_zone", shown.zone_of(None))
         return super().changelist_view(request, context)
+
+    changeform_view = migrated_page(admin.ModelAdmin.changeform_view)
 
     def get_readonly_fields(self, request: HttpRequest, obj: Schedule | None = None) -> list:
         return ["problem"] if obj is not None else []

@@ -26,12 +26,16 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
-from django.db import IntegrityError, connections, router, transaction
+from django.db import IntegrityError, connections, transaction
 from django.utils import timezone
 
-from django_delayq.conf import delayq_settings
-from django_delayq.exceptions import ConfigurationError, DelayQError
+from django_delayq.exceptions import DelayQError, migrated
 from django_delayq.outbox.database_time import When, column_time, epoch, now_sql, sql_time
+from django_delayq.outbox.databases import _model as _model
+from django_delayq.outbox.databases import aliases as aliases
+from django_delayq.outbox.databases import check_on_commit as check_on_commit
+from django_delayq.outbox.databases import routed_alias as routed_alias
+from django_delayq.outbox.databases import write_alias as write_alias
 
 if TYPE_CHECKING:
     from django_delayq.models import OutboxJob
@@ -40,6 +44,10 @@ logger = logging.getLogger("django_delayq.outbox")
 
 GRACE = 2.0  # seconds an on_commit row leaves its fast path before workers relay it
 DELETE_CHUNK = 500  # ids per DELETE (SQLite allows 999 parameters)
+# Each function that reads or writes the table: NotMigrated when the table (or a column) is
+# not there, naming the command to run.
+OUTBOX = "the outbox (jobs scheduled with on_commit=True, or due beyond DELAYQ['HORIZON'])"
+migrated_table = migrated(OUTBOX, lambda: aliases())
 
 
 @dataclass(frozen=True)
@@ -83,76 +91,9 @@ def db_now(alias: str) -> float:
     return epoch(moment)
 
 
-def _model() -> type[OutboxJob]:
-    """The model, imported on first use (the package is imported before the app registry
-    is ready: django_delayq/__init__.py imports the API)."""
-    from django_delayq.models import OutboxJob
-
-    return OutboxJob
-
-
 def _row(obj: OutboxJob) -> Row:
     at, record = epoch(obj.due_at), bytes(obj.record)
     return Row(obj.id, obj.queue, at, record, obj.key, obj.on_conflict, link=obj.link)
-
-
-def aliases() -> list[str]:
-    """The database aliases that hold outbox rows. Every read, count, lock, relay and delete
-    of rows happens on these and nowhere else, so a read replica is never asked (its rows
-    are the primary's, and it refuses locks). ``DELAYQ["OUTBOX_DATABASES"]`` when set; else,
-    with DATABASE_ROUTERS, the alias the routers' db_for_write() gives the table (a replica
-    may let every table migrate to it, so allow_migrate cannot tell it from a primary);
-    else every alias the table may migrate to but TEST MIRROR ones (another's database)."""
-    named = delayq_settings.OUTBOX_DATABASES
-    if named is not None:
-        if not isinstance(named, (list, tuple)) or not all(isinstance(a, str) for a in named):
-            raise ConfigurationError(
-                "DELAYQ['OUTBOX_DATABASES'] must be None or a list of database aliases, got "
-                f"{named!r}."
-            )
-        return list(named)
-    if router.routers:
-        return [router.db_for_write(_model())]
-    return [
-        a
-        for a in connections
-        if not connections.settings[a].get("TEST", {}).get("MIRROR")
-        and router.allow_migrate_model(a, _model())
-    ]
-
-
-def routed_alias() -> str:
-    """The alias the routers' db_for_write() gives the outbox table ("default" without
-    routers)."""
-    return router.db_for_write(_model())
-
-
-def write_alias() -> str:
-    """Where a HORIZON row scheduled outside on_commit goes: the routers' choice, which
-    must be one of :func:`aliases` (no relay would read a row elsewhere; delayq.E010)."""
-    alias = routed_alias()
-    held = aliases()
-    if alias not in held:
-        raise ConfigurationError(
-            f"the routers write django_delayq.OutboxJob to database {alias!r}, which is not "
-            f"one of the outbox's databases {held}: add {alias!r} to "
-            "DELAYQ['OUTBOX_DATABASES'], or route the table's writes to one of them."
-        )
-    return alias
-
-
-def check_on_commit(alias: str, on_commit: bool | str) -> None:
-    """ValueError unless ``alias``, the database whose transaction
-    ``schedule(on_commit=...)`` joins, is one of :func:`aliases` (no relay would read a
-    row written elsewhere, and a read replica refuses it)."""
-    held = aliases()
-    if alias not in held:
-        raise ValueError(
-            f"schedule(on_commit={on_commit!r}) writes its row to database {alias!r}, which is "
-            f"not one of the outbox's databases {held} (a read replica, or a database no "
-            f"relay reads): pass on_commit= one of them, or list {alias!r} in "
-            "DELAYQ['OUTBOX_DATABASES']."
-        )
 
 
 def _rows(alias: str) -> Any:
@@ -162,6 +103,7 @@ def _rows(alias: str) -> Any:
 # -- writing ---------------------------------------------------------------------------
 
 
+@migrated_table
 def save(alias: str, row: Row, relay_at: When | float, now: float | None = None) -> tuple[str, Row]:
     """Insert ``row`` (in the current transaction of ``alias``, if any, inside a savepoint).
     A row with a ``delay`` is due that long after the database's now, computed in SQL;
@@ -239,6 +181,7 @@ def _save(alias: str, row: Row, relay_at: When | float, now: float) -> tuple[str
     return "created", row
 
 
+@migrated_table
 def save_many(
     alias: str, rows: Sequence[tuple[Row, When | float]], now: float | None = None
 ) -> None:
@@ -270,6 +213,7 @@ def save_many(
         _rows(alias).bulk_create(objs, batch_size=DELETE_CHUNK)
 
 
+@migrated_table
 def delete(alias: str, ids: Iterable[str]) -> int:
     ids = list(ids)
     deleted = 0
@@ -281,6 +225,7 @@ def delete(alias: str, ids: Iterable[str]) -> int:
 # -- reading -----------------------------------------------------------------------------
 
 
+@migrated_table
 def find(job_id: str, queue: str | None = None) -> Row | None:
     """The row of a job id, in whichever alias holds it (get_job() asks on every miss in
     Redis: a miss is one plain SELECT by primary key per alias)."""
@@ -308,6 +253,7 @@ def leftover(queue: str, job_id: str) -> bool:
         return False
 
 
+@migrated_table
 def find_key(queue: str, key: str) -> tuple[str, Row] | None:
     """(alias, row) of the row holding a unique key in a queue. The plain keyed schedule()
     asks this every time: a miss is one plain indexed SELECT per alias (no ORM compile)."""
@@ -321,6 +267,7 @@ def find_key(queue: str, key: str) -> tuple[str, Row] | None:
     return None
 
 
+@migrated_table
 def holds_any_key(keys: Iterable[str]) -> bool:
     """Whether a row holds one of these unique keys, in any queue (schedule_many() asks this
     once for its keyed calls: rows left by an earlier HORIZON, or on_commit rows not yet
@@ -345,10 +292,12 @@ def _holds(alias: str, column: str, values: Sequence[Any], queue: str | None = N
         return cursor.fetchone() is not None
 
 
+@migrated_table
 def count(queue: str) -> int:
     return sum(_rows(alias).filter(queue=queue).count() for alias in aliases())
 
 
+@migrated_table
 def page(queue: str, offset: int, limit: int) -> list[Row]:
     """Rows of a queue by due time (the admin's pending list shows them after Redis's)."""
     found: list[Row] = []
@@ -359,11 +308,13 @@ def page(queue: str, offset: int, limit: int) -> list[Row]:
     return found[offset : offset + limit]
 
 
+@migrated_table
 def queues() -> list[str]:
     found = (_rows(a).values_list("queue", flat=True).distinct() for a in aliases())
     return sorted({name for names in found for name in names})
 
 
+@migrated_table
 def cancel(
     job_id: str | None = None,
     key: str | None = None,

@@ -30,6 +30,7 @@ from django_delayq.conf import delayq_settings
 from django_delayq.recurring.claims import successors_lost as wanted
 from django_delayq.recurring.claims import write_outcomes
 from django_delayq.recurring.reconcile import Reconciler
+from django_delayq.recurring.tables import migrated_tables
 from django_delayq.storage.recurring import reconciled
 from django_delayq.storage.store import Store
 
@@ -99,7 +100,8 @@ class PassLoop:
         close_old_connections()
         began = time.monotonic()
         try:
-            ran = self.run_once()
+            with migrated_tables():  # a missing table: the error names the command to run
+                ran = self.run_once()
         finally:
             close_old_connections()
         took = time.monotonic() - began

@@ -20,6 +20,7 @@ from django_delayq.recurring.fire_times import fire_after, fires_between
 from django_delayq.recurring.ids import occurrence_id
 from django_delayq.recurring.occurrences import queue_of
 from django_delayq.recurring.reconcile import version_of
+from django_delayq.recurring.tables import migrated_tables
 from django_delayq.storage.recurring import exists, server_time_ms
 from django_delayq.storage.store import Store
 
@@ -94,7 +95,8 @@ def safe_report(store: Store) -> list[ScheduleStatus]:
     from django_delayq.exceptions import DelayQError
 
     try:
-        return report(store)
+        with migrated_tables():  # a missing table: the warning names the command to run
+            return report(store)
     except (DatabaseError, DelayQError) as exc:
         logger.warning("recurring schedules cannot be read: %s", exc)
         return []

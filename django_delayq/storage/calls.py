@@ -89,6 +89,10 @@ class Calls(KeyNames):
         """A plain command (``route``: a key it touches, for a cluster)."""
         return Op(args, None, policy, route=route.encode() if route else None)
 
+    def address(self) -> str:
+        """Where this Redis is, for a log line (host:port/db; never a password)."""
+        return self.transport.address()
+
     def run(self, ops: Sequence[Op], budget: float = WORKER_BUDGET) -> list[Any]:
         """Run ops in one round trip per node; each result is a value or an exception."""
         return self.transport.run(ops, budget)

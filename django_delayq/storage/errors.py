@@ -80,7 +80,7 @@ def translate(exc: BaseException) -> Exception:
         return DelayQError(f"Redis answered an error: {text}")
     if isinstance(exc, BROKEN):
         return DelayQConnectionError(
-            f"Redis is unreachable or the connection broke: {exc}. {what_to_check()}"
+            f"Redis is unreachable or the connection broke: {sentence(exc)} {what_to_check()}"
         )
     return DelayQError(f"unexpected error talking to Redis: {exc!r}")
 
@@ -95,6 +95,12 @@ def unavailable(exc: BaseException) -> Exception:
             f"it may be failing over, loading or busy. {what_to_check()}"
         )
     return translate(exc)
+
+
+def sentence(exc: BaseException) -> str:
+    """``exc``'s text ending with one period (redis-py's often has one: "Connection
+    refused.")."""
+    return str(exc).rstrip().rstrip(".") + "."
 
 
 def what_to_check() -> str:

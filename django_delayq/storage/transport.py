@@ -54,6 +54,23 @@ class Transport:
             node = self.client.get_node_from_key(route) if route else node
         return node.redis_connection.connection_pool
 
+    def address(self) -> str:
+        """Where this client connects, for a log line: ``host:port/db``, ``unix:path/db``,
+        Sentinel's service or the cluster's first node; never a password."""
+        if self.cluster:
+            nodes = getattr(self.client.nodes_manager, "startup_nodes", {}) or {}
+            first = next(iter(nodes), None)
+            return f"the cluster of {first}" if first else "the cluster"
+        pool = self.client.connection_pool
+        service = getattr(pool, "service_name", None)
+        kwargs = getattr(pool, "connection_kwargs", {})
+        db = kwargs.get("db", 0)
+        if service:
+            return f"Sentinel's {service!r}/{db}"
+        if kwargs.get("path"):
+            return f"unix:{kwargs['path']}/{db}"
+        return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}/{db}"
+
     def _refresh_slots(self) -> None:
         if self.cluster:
             try:

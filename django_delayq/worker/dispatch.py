@@ -49,7 +49,7 @@ from django_delayq.storage.connection import get_store
 from django_delayq.storage.queues import check_queue_name
 from django_delayq.storage.store import Store
 from django_delayq.wording import counted
-from django_delayq.worker.duties import Backoff, Duty, duty_thread
+from django_delayq.worker.duties import Backoff, Duty, Outage, duty_thread
 from django_delayq.worker.execution import Attempt
 from django_delayq.worker.maintenance import Waker, release, wakers_for
 from django_delayq.worker.parts import make_parts
@@ -97,6 +97,8 @@ class Worker:
         # markers ('~', '|', '#', '/', whitespace...) are percent-encoded in it.
         self.instance = f"{encode_instance_name(self.name)}~{secrets.token_hex(4)}"
         self.clock = clock
+        # Redis down, as all its threads see it (duties.py): a test may swap in a clock.
+        self.outage = Outage(self.store.address())
         self._read_settings(shutdown_timeout)
         self._wake = threading.Event()  # the dispatcher sleeps on it
         self._stopped = threading.Event()  # the threads exit when set
@@ -218,17 +220,18 @@ class Worker:
         threads = parts.runners.threads()
         if self.async_concurrency:
             threads.append(parts.loop.thread())
-        threads.append(duty_thread(parts.heartbeat, self._stopped))
+        threads.append(duty_thread(parts.heartbeat, self._stopped, self.outage))
         threads.append(parts.forwarder.thread())
-        threads.append(parts.presence.new_thread())
+        threads.append(parts.presence.new_thread(self.outage))
         if parts.history is not None:
-            threads.append(duty_thread(parts.history, self._stopped))
+            threads.append(duty_thread(parts.history, self._stopped, self.outage))
         if not self.burst:
             duties: list[Duty] = [] if parts.relay is None else [parts.relay]
             duties.append(parts.recovery)
             duties.append(recurring_duty(self.store, self.clock))
-            threads += [duty_thread(duty, self._stopped) for duty in duties]
-            for waker in wakers_for(self.store, self.queues, self.max_sleep, parts.runners):
+            threads += [duty_thread(duty, self._stopped, self.outage) for duty in duties]
+            runners = parts.runners
+            for waker in wakers_for(self.store, self.queues, self.max_sleep, runners, self.outage):
                 self.wakers.append(waker)
                 threads.append(threading.Thread(target=waker.loop, name="delayq-waker"))
         return threads
@@ -247,8 +250,7 @@ class Worker:
                 self.store.forget_worker(self.queues, self.instance, budget=0.5)
 
     def _dispatch_loop(self) -> int:
-        outage = Backoff("dispatcher")
-        outage_since: float | None = None
+        outage = Backoff("dispatcher", outage=self.outage)
         stop_at: float | None = None
         recovered_at_start = not self.burst
         while True:
@@ -261,14 +263,12 @@ class Worker:
                 self._forwardings = self.parts.forwarder.generation  # before the claim
                 self.parts.exchange.run()
                 outage.ok()
-                outage_since = None
                 pause = None
                 self._reachable = True
             except DelayQError as exc:
                 self._reachable = False
                 pause = outage.failed(exc)
-                outage_since = outage_since or time.monotonic()
-                if self.burst and time.monotonic() - outage_since > BURST_OUTAGE:
+                if self.burst and self.outage.down_for() > BURST_OUTAGE:
                     logger.error(
                         "--burst: Redis unreachable or failing for %.0f s (%s); giving up",
                         BURST_OUTAGE,

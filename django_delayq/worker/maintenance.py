@@ -30,7 +30,7 @@ from django_delayq.jobs.state import worker_of
 from django_delayq.scheduling.registry import sender
 from django_delayq.storage.store import RECOVER_LIMIT, Recovered, Store
 from django_delayq.wording import counted
-from django_delayq.worker.duties import Backoff
+from django_delayq.worker.duties import Backoff, Outage
 from django_delayq.worker.execution import FINISHED
 from django_delayq.worker.history import HistoryCounts
 
@@ -277,13 +277,15 @@ class Waker:
         timeout: float,
         wait_for_idle_runner: Callable[[], bool],
         woken: Callable[[], bool],
+        outage: Outage | None = None,
     ) -> None:
         self.store, self.queues, self.timeout = store, queues, timeout
         self.wait_for_idle_runner, self.woken = wait_for_idle_runner, woken
+        self.outage = outage  # the worker's (duties.py)
         self.waits = 0  # BLPOPs sent (tests count them: a spinning waker sends thousands)
 
     def loop(self) -> None:
-        outage = Backoff("waker")
+        outage = Backoff("waker", outage=self.outage)
         while self.wait_for_idle_runner():
             self.waits += 1
             try:
@@ -297,11 +299,13 @@ class Waker:
                     self.store.give_back_wake(self.queues[0])
 
 
-def wakers_for(store: Store, queues: Sequence[str], max_sleep: float, runners: Any) -> list[Waker]:
+def wakers_for(
+    store: Store, queues: Sequence[str], max_sleep: float, runners: Any, outage: Outage
+) -> list[Waker]:
     """The wakers of a worker's queues: one BLPOP may wait on several lists only when they
     live on one server, so on a cluster each queue has its own."""
     groups = [[q] for q in queues] if store.cluster else [queues]
     return [
-        Waker(store, group, max_sleep, runners.wait_for_idle_runner, runners.woken)
+        Waker(store, group, max_sleep, runners.wait_for_idle_runner, runners.woken, outage)
         for group in groups
     ]

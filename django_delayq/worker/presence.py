@@ -24,7 +24,7 @@ from typing import Protocol
 from django_delayq.exceptions import DelayQError
 from django_delayq.storage.roster import encode_description
 from django_delayq.storage.store import Store
-from django_delayq.worker.duties import duty_thread
+from django_delayq.worker.duties import Outage, duty_thread
 from django_delayq.worker.execution import STARTED, Attempt
 
 logger = logging.getLogger("django_delayq.worker")
@@ -86,9 +86,10 @@ class Presence:
         self.thread: threading.Thread | None = None
         self.supervisor: int | None = None  # pid of the supervisor (--processes), if any
 
-    def new_thread(self) -> threading.Thread:
-        """The thread that runs the beats (not started), one per Worker.run()."""
-        self.thread = duty_thread(self, self.stopped)
+    def new_thread(self, outage: Outage | None = None) -> threading.Thread:
+        """The thread that runs the beats (not started), one per Worker.run() (``outage``:
+        the worker's)."""
+        self.thread = duty_thread(self, self.stopped, outage)
         return self.thread
 
     def describe(self) -> bytes:

@@ -24,7 +24,7 @@ from django_delayq.jobs.record import decode_record, encode_record
 from django_delayq.scheduling.registry import find_task
 from django_delayq.storage.old_layout import OldData
 from django_delayq.storage.store import Store
-from django_delayq.worker.duties import Backoff
+from django_delayq.worker.duties import Backoff, Outage
 
 logger = logging.getLogger("django_delayq.upgrade")
 
@@ -149,6 +149,8 @@ class Starting(Protocol):
     def burst(self) -> bool: ...
     @property
     def stopping(self) -> bool: ...
+    @property
+    def outage(self) -> Outage: ...
 
 
 def refuse_old_layout(worker: Starting, outage_limit: float) -> int | None:
@@ -156,16 +158,21 @@ def refuse_old_layout(worker: Starting, outage_limit: float) -> int | None:
     when a queue it serves holds layout-1 data; 0 when asked to stop meanwhile; 2 when
     ``--burst`` met an unreachable Redis for ``outage_limit`` seconds (as its claims do).
     An unreachable Redis is waited out with backoff: no queue is served unchecked."""
-    outage, since = Backoff("layout check"), time.monotonic()
+    outage = Backoff("layout check", outage=worker.outage)
     while not worker.stopping:
         try:
             refused = refusal(worker.store, worker.queues)
         except DelayQError as exc:
-            if worker.burst and time.monotonic() - since > outage_limit:
-                logger.error("--burst: Redis unreachable or failing (%s); giving up", exc)
+            if worker.burst and worker.outage.down_for() > outage_limit:
+                logger.error(
+                    "--burst: Redis unreachable or failing for %.0f s (%s); giving up",
+                    outage_limit,
+                    exc,
+                )
                 return 2
             time.sleep(outage.failed(exc))
             continue
+        outage.ok()
         if refused:
             logger.error("worker %s refuses to start: %s", worker.name, refused)
             return 1

@@ -120,7 +120,7 @@ def test_redis_restart_mid_run(
     assert alive == [True, True] and codes == [0, 0], output
     assert expected <= set(done)
     assert "while-down" not in done  # refused, so never stored
-    assert "Redis unreachable" in output and "Redis is back" in output
+    assert "Redis unreachable" in output and "reachable again after" in output
     assert sizes(store)["dead"] == 0
 
 

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from django_delayq.exceptions import DelayQError
+from django_delayq.management.parsing import DelayQCommand
 from django_delayq.monitoring import health
 from django_delayq.scheduling import pausing as control
 from django_delayq.storage.connection import get_store
@@ -25,7 +26,7 @@ registered task's, no live worker's, never scheduled to, not paused) is refused,
 typo: --force acts on it all the same (a queue that is new on purpose)."""
 
 
-class Command(BaseCommand):
+class Command(DelayQCommand):
     help = HELP
     requires_system_checks: list[str] = []
 

@@ -11,9 +11,10 @@ import sys
 import threading
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from django_delayq.exceptions import DelayQError
+from django_delayq.management.parsing import DelayQCommand
 from django_delayq.monitoring import health
 from django_delayq.recurring.status import as_dicts, as_lines, safe_report
 from django_delayq.storage.connection import get_store
@@ -43,7 +44,7 @@ def seconds(value: str) -> float:
     return number
 
 
-class Command(BaseCommand):
+class Command(DelayQCommand):
     help = HELP
     # The exit status says only what HELP says: a configuration problem is a 2 (Redis
     # cannot be read), never the 1 of a failed system check; and a probe starts faster.

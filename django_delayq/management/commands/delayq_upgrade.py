@@ -8,9 +8,10 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from django_delayq.exceptions import DelayQError
+from django_delayq.management.parsing import DelayQCommand
 from django_delayq.monitoring import health
 from django_delayq.storage.connection import get_store
 from django_delayq.storage.queues import queue_list
@@ -24,7 +25,7 @@ Exit status: 0 when done (or nothing to do), 1 with --dry-run when something nee
 converting, 2 when Redis cannot be reached or the options are wrong."""
 
 
-class Command(BaseCommand):
+class Command(DelayQCommand):
     help = HELP
 
     def add_arguments(self, parser: Any) -> None:

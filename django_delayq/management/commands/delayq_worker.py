@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import signal
 import socket
 import sys
@@ -12,11 +13,12 @@ import threading
 from typing import Any
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from django_delayq.checks import serving
 from django_delayq.conf import delayq_settings
 from django_delayq.exceptions import DelayQError
+from django_delayq.management.parsing import DelayQCommand
 from django_delayq.monitoring import health
 from django_delayq.storage.connection import get_store
 from django_delayq.storage.queues import check_queue_name
@@ -31,7 +33,7 @@ FORCE_HELP = (
 LEVELS = {0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
 
 
-class Command(BaseCommand):
+class Command(DelayQCommand):
     help = "Run due django-delayq jobs. SIGTERM/SIGINT stops gracefully; a second one at once."
 
     def add_arguments(self, parser: Any) -> None:
@@ -84,10 +86,12 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--max-memory",
-            type=float,
+            type=megabytes,
             default=None,
-            help="Replace a worker process whose resident memory is above this many MB, once "
-            "its running jobs finish (implies a supervisor).",
+            metavar="MB",
+            help="Replace a worker process whose resident memory is above this many MB (or "
+            "with a unit: 512MB, 1.5GB; binary, as the resident size is measured), once its "
+            "running jobs finish (implies a supervisor).",
         )
         # Given by the supervisor to its children only.
         parser.add_argument("--supervisor-pid", type=int, default=None, help=argparse.SUPPRESS)
@@ -183,6 +187,21 @@ class Command(BaseCommand):
             handler = logging.StreamHandler(self.stdout._out)
             handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
             logger.addHandler(handler)
+
+
+MEMORY = re.compile(r"(?P<number>[0-9]*\.?[0-9]+)\s*(?P<unit>[mg]i?b?)?", re.IGNORECASE)
+
+
+def megabytes(value: str) -> float:
+    """--max-memory in MB: a number (MB), or with a unit M, MB, MiB, G, GB or GiB (binary:
+    1 GB is 1024 MB, as resident_mb() measures)."""
+    found = MEMORY.fullmatch(value.strip())
+    if found is None:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a size: give MB (--max-memory 512) or a unit (512MB, 1.5GB)"
+        )
+    unit = (found["unit"] or "m")[0].lower()
+    return float(found["number"]) * (1024 if unit == "g" else 1)
 
 
 def _processes(option: str | None) -> int | None:
