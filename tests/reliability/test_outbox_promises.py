@@ -34,6 +34,7 @@ pytestmark = [
 ]
 
 HORIZON = 5
+B_FIRST_DELAY = 10.0  # test_replace_inside_and_across_transactions
 pg = test_outbox.pg  # the fixture: the outbox on PostgreSQL, here and in worker processes
 
 
@@ -154,7 +155,11 @@ def test_replace_inside_and_across_transactions(
     ids: dict[str, str] = {}
     key_a, key_b, key_c = (f"{tag}-{name}" for name in "abc")
     with installed(store, HORIZON=HORIZON):
-        first = producer(env, "race", tag, "B-first", key_b, "1")
+        # B-first is due 10 s after its schedule(): B-second's commit must replace it while
+        # it is pending (due in 1 s, a loaded machine let it run before B-second committed:
+        # right by the API, and no race left to test); the settle below waits past its due
+        # time, so a B-first the replace missed runs and fails the test.
+        first = producer(env, "race", tag, "B-first", key_b, str(B_FIRST_DELAY))
         # Due times are bounded below by the runs server's time before the transaction
         # (the database may take its start as "now"; the machine's one clock is shared).
         before = runs_server_now(runs_client)
@@ -168,6 +173,7 @@ def test_replace_inside_and_across_transactions(
         # The race: B-first's transaction holds key B; B-second's is open too, its
         # schedule() done or waiting for B-first's row lock; B-first commits, then B-second.
         signal(runs_client, tag, "B-first", "scheduled", first)
+        b_first_due = runs_server_now(runs_client) + B_FIRST_DELAY  # at or after its due time
         second = producer(env, "race", tag, "B-second", key_b, "2")
         due["B-second"] = float(signal(runs_client, tag, "B-second", "before", second)) + 2.0
         pid = int(signal(runs_client, tag, "B-second", "pid", second))
@@ -184,7 +190,7 @@ def test_replace_inside_and_across_transactions(
         ended(first)
         ended(second)
         wait_until(lambda: runs_client.llen(f"runs:{tag}") >= 3, 40, "the three winners' runs")
-        latest = max(due.values())
+        latest = max(*due.values(), b_first_due)
         wait_until(lambda: runs_server_now(runs_client) > latest + SETTLE, 20, "settle")
         wait_until(lambda: row_count() == 0, 30, "the rows' deletes")
     count_of, last = ran_once(runs(runs_client, tag))
