@@ -26,12 +26,18 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
-from django.db import IntegrityError, connections, router, transaction
+from django.db import IntegrityError, connections, transaction
 from django.utils import timezone
 
-from django_delayq.conf import delayq_settings
-from django_delayq.exceptions import ConfigurationError, DelayQError
+from django_delayq.exceptions import DelayQError
 from django_delayq.outbox.database_time import When, column_time, epoch, now_sql, sql_time
+from django_delayq.outbox.databases import (  # noqa: F401 - the outbox's databases, named here
+    aliases,
+    check_on_commit,
+    routed_alias,
+    write_alias,
+)
+from django_delayq.outbox.databases import model as _model
 
 if TYPE_CHECKING:
     from django_delayq.models import OutboxJob
@@ -83,76 +89,9 @@ def db_now(alias: str) -> float:
     return epoch(moment)
 
 
-def _model() -> type[OutboxJob]:
-    """The model, imported on first use (the package is imported before the app registry
-    is ready: django_delayq/__init__.py imports the API)."""
-    from django_delayq.models import OutboxJob
-
-    return OutboxJob
-
-
 def _row(obj: OutboxJob) -> Row:
     at, record = epoch(obj.due_at), bytes(obj.record)
     return Row(obj.id, obj.queue, at, record, obj.key, obj.on_conflict, link=obj.link)
-
-
-def aliases() -> list[str]:
-    """The database aliases that hold outbox rows. Every read, count, lock, relay and delete
-    of rows happens on these and nowhere else, so a read replica is never asked (its rows
-    are the primary's, and it refuses locks). ``DELAYQ["OUTBOX_DATABASES"]`` when set; else,
-    with DATABASE_ROUTERS, the alias the routers' db_for_write() gives the table (a replica
-    may let every table migrate to it, so allow_migrate cannot tell it from a primary);
-    else every alias the table may migrate to but TEST MIRROR ones (another's database)."""
-    named = delayq_settings.OUTBOX_DATABASES
-    if named is not None:
-        if not isinstance(named, (list, tuple)) or not all(isinstance(a, str) for a in named):
-            raise ConfigurationError(
-                "DELAYQ['OUTBOX_DATABASES'] must be None or a list of database aliases, got "
-                f"{named!r}."
-            )
-        return list(named)
-    if router.routers:
-        return [router.db_for_write(_model())]
-    return [
-        a
-        for a in connections
-        if not connections.settings[a].get("TEST", {}).get("MIRROR")
-        and router.allow_migrate_model(a, _model())
-    ]
-
-
-def routed_alias() -> str:
-    """The alias the routers' db_for_write() gives the outbox table ("default" without
-    routers)."""
-    return router.db_for_write(_model())
-
-
-def write_alias() -> str:
-    """Where a HORIZON row scheduled outside on_commit goes: the routers' choice, which
-    must be one of :func:`aliases` (no relay would read a row elsewhere; delayq.E010)."""
-    alias = routed_alias()
-    held = aliases()
-    if alias not in held:
-        raise ConfigurationError(
-            f"the routers write django_delayq.OutboxJob to database {alias!r}, which is not "
-            f"one of the outbox's databases {held}: add {alias!r} to "
-            "DELAYQ['OUTBOX_DATABASES'], or route the table's writes to one of them."
-        )
-    return alias
-
-
-def check_on_commit(alias: str, on_commit: bool | str) -> None:
-    """ValueError unless ``alias``, the database whose transaction
-    ``schedule(on_commit=...)`` joins, is one of :func:`aliases` (no relay would read a
-    row written elsewhere, and a read replica refuses it)."""
-    held = aliases()
-    if alias not in held:
-        raise ValueError(
-            f"schedule(on_commit={on_commit!r}) writes its row to database {alias!r}, which is "
-            f"not one of the outbox's databases {held} (a read replica, or a database no "
-            f"relay reads): pass on_commit= one of them, or list {alias!r} in "
-            "DELAYQ['OUTBOX_DATABASES']."
-        )
 
 
 def _rows(alias: str) -> Any:
@@ -162,13 +101,25 @@ def _rows(alias: str) -> Any:
 # -- writing ---------------------------------------------------------------------------
 
 
-def save(alias: str, row: Row, relay_at: When | float, now: float | None = None) -> tuple[str, Row]:
+# Told, inside the transaction that deletes or rewrites it, of a linked row whose link ends
+# there (cancelled, or replaced under another link): (alias, the row as it was).
+Ended = Callable[[str, Row], None]
+
+
+def save(
+    alias: str,
+    row: Row,
+    relay_at: When | float,
+    now: float | None = None,
+    ended: Ended | None = None,
+) -> tuple[str, Row]:
     """Insert ``row`` (in the current transaction of ``alias``, if any, inside a savepoint).
     A row with a ``delay`` is due that long after the database's now, computed in SQL;
     ``relay_at`` is an epoch or a :class:`When` on the database's clock (outbox promise I7).
     With a unique key held by another row of its queue: ``replace`` gives that row this
-    record, due time and relay time (it keeps its id), ``keep`` leaves it. Returns
-    (outcome, the row as stored): 'created', 'replaced' or 'kept'."""
+    record, due time and relay time (it keeps its id), ``keep`` leaves it; ``ended`` is told
+    of the held row, in the savepoint, when the replace takes a link away from it (another
+    link, or none). Returns (outcome, the row as stored): 'created', 'replaced' or 'kept'."""
     now = time.time() if now is None else now
     if row.key is None:  # one INSERT, no savepoint: nothing can conflict (a new ULID)
         return _save(alias, row, relay_at, now)
@@ -176,7 +127,7 @@ def save(alias: str, row: Row, relay_at: When | float, now: float | None = None)
         try:
             with transaction.atomic(using=alias):
                 write_lock(alias)
-                return _save(alias, row, relay_at, now)
+                return _save(alias, row, relay_at, now, ended)
         except IntegrityError:
             # Another transaction inserted the key first (it committed meanwhile): read it.
             if attempt == 2:
@@ -201,7 +152,9 @@ def _due_sql(alias: str, row: Row) -> Any:
     return sql_time(alias, When(row.due_at, False) if row.delay is None else When(row.delay))
 
 
-def _save(alias: str, row: Row, relay_at: When | float, now: float) -> tuple[str, Row]:
+def _save(
+    alias: str, row: Row, relay_at: When | float, now: float, ended: Ended | None = None
+) -> tuple[str, Row]:
     hashed = key_hash(row.key)
     if hashed is not None:
         held = _rows(alias).select_for_update().filter(queue=row.queue, key_hash=hashed).first()
@@ -214,6 +167,8 @@ def _save(alias: str, row: Row, relay_at: When | float, now: float) -> tuple[str
         if held is not None:
             if row.on_conflict == "keep":
                 return "kept", _row(held)
+            if ended is not None and held.link and held.link != row.link:
+                ended(alias, _row(held))  # as schedule.lua forwards a replaced holder's link
             _rows(alias).filter(id=held.id).update(
                 record=row.record,
                 due_at=_due_sql(alias, row),
@@ -370,6 +325,7 @@ def cancel(
     queue: str | None = None,
     committed: Callable[[Row], None] | None = None,
     stale: Callable[[list[Row]], set[str]] | None = None,
+    ended: Ended | None = None,
 ) -> list[Row]:
     """Delete the rows of a job id or unique key (in ``queue`` if given); the rows deleted.
     The deletion joins the caller's transaction on an alias where one is open (a rollback
@@ -377,7 +333,8 @@ def cancel(
     once without a transaction). A row a relay holds is waited for (its lock): once
     relayed, it is not found here and the caller cancels it in Redis. ``stale(rows)`` names
     the rows a relay already stored in Redis (their DELETE was refused): those are left to
-    the relay's clean-up, not cancelled (their job is in Redis, or ran)."""
+    the relay's clean-up, not cancelled (their job is in Redis, or ran). ``ended(alias,
+    row)`` is told of each linked row deleted, in the deleting transaction."""
     gone: list[Row] = []
     for alias in aliases():
         rows = _rows(alias)
@@ -395,6 +352,8 @@ def cancel(
             for row in found:
                 if row.id not in left and _rows(alias).filter(id=row.id)._raw_delete(alias):
                     gone.append(row)
+                    if ended is not None and row.link:
+                        ended(alias, row)
                     if committed is not None:
                         transaction.on_commit(lambda row=row: committed(row), using=alias)
     return gone

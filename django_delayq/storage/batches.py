@@ -265,6 +265,15 @@ def read_link(store: Store, queue: str, job_id: str) -> str | None:
     return None if found is None else text(found)
 
 
+def write_forward_op(
+    store: Store, queue: str, field: str, outcome: str, at_ms: int, link: str
+) -> Op:
+    """Write a forward entry as the scripts do (lua/_lib.lua, forward): the end of a job
+    that never was in Redis (a row of the outbox: batches/outbox_ends.py)."""
+    key = store.key(queue, "forward")
+    return store.command(b"HSET", key, field, f"{outcome} {int(at_ms)}\n{link}", route=key)
+
+
 def drop_forward_op(store: Store, queue: str, ids: Sequence[str]):
     key = store.key(queue, "forward")
     return store.command(b"HDEL", key, *ids, route=key)
