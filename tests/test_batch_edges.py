@@ -51,3 +51,62 @@ def test_a_key_replaced_from_another_batch_counts_as_cancelled_there(store):
     state = get_batch(second.id)
     assert (state.total, state.pending) == (1, 1)
     assert get_job(held.id).batch_id == second.id
+
+
+def test_a_dead_middle_step_requeued_continues_its_chain_and_its_batch(store):
+    """The chain's second step dies: the chain's on_death, the batch's on_death and
+    on_complete (every member ended) are decided. Requeued, it succeeds: the third step runs,
+    and the batch counts the member as succeeded, deciding on_success; nothing decided before
+    is decided again."""
+    t.runs_client().rpush(f"runs:{T('b-step')}:armed", "1")
+    with batch(
+        on_success=t.record.call(T("b-success"), "x"),
+        on_complete=t.record.call(T("b-complete"), "x"),
+        on_death=t.record.call(T("b-death"), "x"),
+    ) as b:
+        (
+            t.record.call(T("b-step"), "0")
+            .then(t.fails_once_then_records.call(T("b-step"), "1"))
+            .then(t.record.call(T("b-step"), "2"))
+            .on_death(t.record.call(T("b-chain-death"), "x"))
+            .schedule()
+        )
+        t.record.schedule(T("b-member"), "plain")
+    for _ in range(3):
+        burst()
+    state = get_batch(b.id)
+    assert (state.succeeded, state.dead, state.pending) == (1, 1, 0)
+    assert state.callbacks == {"success": None, "complete": "scheduled", "death": "scheduled"}
+    (dead_id,) = [i.decode() for i in store.client.zrange(store.key("default", "dead"), 0, -1)]
+    assert store.requeue("default", [dead_id]) == [1]
+    for _ in range(3):
+        burst()
+    assert runs(T("b-step")) == ["0", "1", "2"]
+    assert runs(T("b-chain-death")) == ["x"]
+    assert runs(T("b-death")) == ["x"] and runs(T("b-complete")) == ["x"]
+    assert runs(T("b-success")) == ["x"]
+    state = get_batch(b.id)
+    assert (state.succeeded, state.dead, state.done) == (2, 0, True)
+    assert store.client.keys(f"{store.prefix}:chain:*") == []  # ended with its last step
+
+
+def test_a_requeued_middle_step_that_dies_again_stores_on_death_once(store):
+    t.runs_client().rpush(f"runs:{T('b-step')}:armed", "1", "2")
+    (
+        t.record.call(T("b-step"), "0")
+        .then(t.fails_once_then_records.call(T("b-step"), "1"))
+        .then(t.record.call(T("b-step"), "2"))
+        .on_death(t.record.call(T("b-chain-death"), "x"))
+        .schedule()
+    )
+    dead = store.key("default", "dead")
+    for requeued in range(2):
+        for _ in range(3):
+            burst()
+        (dead_id,) = [i.decode() for i in store.client.zrange(dead, 0, -1)]
+        (chain_key,) = store.client.keys(f"{store.prefix}:chain:*")
+        assert store.client.pttl(chain_key) > 0  # kept while dead jobs are
+        if requeued == 0:
+            assert store.requeue("default", [dead_id]) == [1]
+    assert runs(T("b-step")) == ["0"]
+    assert runs(T("b-chain-death")) == ["x"]

@@ -296,6 +296,28 @@ def read_chain_op(store: Store, chain_id: str, fields: Sequence[str]):
     return store.command(b"HMGET", key, *fields, route=key)
 
 
+def dead_chain_ops(store: Store, chain_id: str, at_ms: int, keep_ms: int) -> list[Op]:
+    """A step before the last died: the chain's hash stays for a requeue of that step to
+    continue it, ``keep_ms`` (as long as dead jobs are kept), without its on_death (stored
+    once) and marked "dead" -> ``at_ms``."""
+    key = store.chain_key(chain_id)
+    return [
+        store.command(b"HDEL", key, b"death", route=key),
+        store.command(b"HSET", key, b"dead", int(at_ms), route=key),
+        store.command(b"PEXPIRE", key, int(keep_ms), route=key),
+    ]
+
+
+def revived_chain_ops(store: Store, chain_id: str) -> list[Op]:
+    """The dead step of a chain was requeued and succeeded: the chain is kept again until it
+    ends."""
+    key = store.chain_key(chain_id)
+    return [
+        store.command(b"HDEL", key, b"dead", route=key),
+        store.command(b"PERSIST", key, route=key),
+    ]
+
+
 def drop_chain_op(store: Store, chain_id: str):
     key = store.chain_key(chain_id)
     return store.command(b"DEL", key, route=key)
