@@ -11,9 +11,12 @@ Each member's end (succeeded, dead, cancelled) is written by the script that end
 own queue, and forwarded to the batch by the worker (forwarding.py), which decides the
 callbacks there, once each: ``on_death`` at the first dead member, ``on_success`` once every
 member succeeded (a dead member requeued from the admin that then succeeds counts as
-succeeded: ``on_success`` may run after ``on_death``, as in Sidekiq), ``on_complete`` once every
-member ended. A callback is a :class:`~django_delayq.Call` (or a Chain); its task reads the
-batch's id from ``current_job().batch_id``.
+succeeded: ``on_success`` may run after ``on_death``, as in Sidekiq; a chain's dead step
+requeued goes on with its chain, forwarding.py), ``on_complete`` once every member ended.
+The seal counts the members whose rows stand when the block ends (a savepoint rolled back
+takes its rows' members: :meth:`Batch.committed_members`). A callback is a
+:class:`~django_delayq.Call` (or a Chain); its task reads the batch's id from
+``current_job().batch_id``.
 """
 
 from __future__ import annotations
