@@ -4,7 +4,8 @@ with real redis-server and delayq_worker processes and a producer process of its
 its member out of the seal; a member beyond HORIZON cancelled by id, by key, replaced by its
 key (far, near), or an on_commit member cancelled in its transaction ends for its batch, whose
 on_complete then runs once, after the last member that ran; and so it does when Redis is down
-as the cancel commits (the end waits in the outbox for the workers' relay)."""
+as the cancel commits (the end waits in the outbox for the workers' relay), and when a 0.7.0
+worker fails the job that carries it (it does not know its task)."""
 
 from __future__ import annotations
 
@@ -17,9 +18,12 @@ from collections import Counter
 
 import pytest
 
-from django_delayq import get_batch
+from django_delayq import batch, cancel, get_batch
+from django_delayq.batches.outbox_ends import ROW_END_TASK
 from django_delayq.storage.store import Store
 from tests.reliability.harness import ROOT, installed, wait_until, worker_env
+from tests.reliability.tasks import timed
+from tests.reliability.test_batch_upgrade import old_tree, start_old_worker
 from tests.reliability.test_batches import check_callbacks, settled, timed_runs
 from tests.reliability.test_outbox import pg, produce, workers_env  # noqa: F401
 
@@ -175,4 +179,55 @@ def test_a_cancelled_row_ends_even_when_redis_is_down_at_its_commit(
     report(scenario="batches: a row's cancel committed while Redis is down", jobs=2)
     assert code == 0, proc.output()
     check_batches(store, runs_client, tag, made, ["down"])
+    assert (state.total, state.succeeded, state.cancelled, state.done) == (2, 1, 1, True)
+
+
+RELEASE_0_7 = "2b5d190"  # the 0.7.0 main this work started from
+
+
+def test_a_row_s_end_that_a_0_7_worker_fails_is_run_by_a_new_one(
+    servers,
+    runs_server,
+    runs_client,
+    workers,
+    prefix,
+    tag,
+    pg,  # noqa: F811
+    tmp_path,
+    report,
+):
+    """docs/howto/upgrading.rst: a 0.7.0 worker does not know the task that carries a row's
+    end (``django_delayq.batches.row_ended``): its attempt fails and is retried; a new
+    worker then runs it, and the batch ends."""
+    store, env = environment(servers, runs_server, prefix, pg)
+    env["DELAYQ_RETRY_BACKOFF"] = "2"  # the old worker must not use up the retries at once
+    old = start_old_worker(old_tree(tmp_path, RELEASE_0_7, "0.7.0"), env, tmp_path / "o", "default")
+    errors = store.key("default", "errors")
+    try:
+        with installed(store, HORIZON=HORIZON):
+            with batch(on_complete=timed.call(f"{tag}:cb", "complete")) as b:
+                far = timed.schedule(tag, "far", delay=3600)
+                timed.schedule(tag, "now")
+            assert far.waits_in == "database"
+            wait_until(lambda: get_batch(b.id).succeeded == 1, 45, "the old worker's member")
+            assert cancel(far.id)
+            wait_until(lambda: store.client.hlen(errors) == 1, 45, "the old worker's failure")
+            (failed,) = store.client.hvals(errors)
+            assert b"TaskNotFound" in failed and ROW_END_TASK.encode() in failed
+    finally:
+        old.send_signal(signal.SIGTERM)
+        old.wait(30)
+    proc = workers.start(env, "--concurrency", "2", "-v", "1", name="new")
+    with installed(store, HORIZON=HORIZON):
+        wait_until(
+            lambda: timed_runs(runs_client, f"{tag}:cb") and settled(store), 60, "on_complete"
+        )
+        time.sleep(1.0)
+        state = get_batch(b.id)
+    proc.signal(signal.SIGTERM)
+    code = proc.wait(30)
+    report(scenario="batches: a row's end failed by a 0.7.0 worker, run by a new one", jobs=2)
+    assert code == 0, proc.output()
+    assert [r.value for r in timed_runs(runs_client, tag)] == ["now"]
+    assert [r.value for r in timed_runs(runs_client, f"{tag}:cb")] == ["complete"]
     assert (state.total, state.succeeded, state.cancelled, state.done) == (2, 1, 1, True)
