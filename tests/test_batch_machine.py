@@ -1,8 +1,11 @@
-"""A hypothesis state machine over one batch: members scheduled, claimed, acked (the ack sent
-twice), failed to dead, cancelled, requeued from dead; their forward entries taken at once,
+"""A hypothesis state machine over one batch: members scheduled (some with a unique key),
+replaced by their key inside the block (the same member) or from outside it (no member any
+more: cancelled for the batch), claimed, acked (the ack sent twice), failed to dead,
+cancelled, requeued from dead; their forward entries taken at once,
 late (a crash: left for the sweep) or twice; the block's seal at any point (its callbacks
-placed at once, or left decided by a crash for the sweep); cancel_batch. Checked against a
-model of the documented rules (batches/api.py) after every step, on fakeredis and the real
+placed at once, or left decided by a crash for the sweep); cancel_batch. (Members that wait
+in the database, savepoints: tests/test_batch_outbox_machine.py.) Checked against a model of
+the documented rules (batches/api.py) after every step, on fakeredis and the real
 Redis:
 
 - each callback job is stored at most once, whatever is re-sent or left by a crash;
@@ -55,6 +58,10 @@ class BatchMachine(RuleBasedStateMachine):
         self.cancelled = False
         self.fired: dict[str, bool] = dict.fromkeys(KINDS, False)  # the model's decisions
         self.forwarded: dict[str, str] = {}  # the batch's view: id -> last outcome taken
+        self.keys: dict[str, str] = {}  # member id -> its unique key, for keyed members
+        self.link = links.dumps({"b": self.batch_id})
+        self.outside: set[str] = set()  # jobs replaced from outside: no members any more
+        self.ends: dict[str, list[str]] = {}  # member id -> the ends the model gave it
 
     def teardown(self) -> None:
         delete_keys(self.store.client, self.store.prefix)
@@ -74,6 +81,11 @@ class BatchMachine(RuleBasedStateMachine):
                 self.fired["complete"] = True
             if outcomes.count("succeeded") >= total:
                 self.fired["success"] = True
+
+    def _ended(self, job_id: str, outcome: str) -> None:
+        """The model ends a member: the only ends its forward entries may carry."""
+        self.members[job_id] = outcome
+        self.ends.setdefault(job_id, []).append(outcome)
 
     def _forward(self, ids: list[str], twice: bool) -> None:
         entries = stored.read_forward(self.store, Q, ids)
@@ -96,14 +108,43 @@ class BatchMachine(RuleBasedStateMachine):
 
     # -- rules -----------------------------------------------------------------------------
 
+    def _keyed_pending(self) -> list[str]:
+        return [i for i in self.keys if self.members.get(i) == "pending"]
+
+    def _keyed(self, job_id: str, link: str, key: str | None) -> object:
+        flags = "l" if link else ""
+        record = encode_record(t.record.name, ["m", job_id], {}, key, 0, flags)
+        return self.store.schedule(Q, job_id, record, delay=0, key=key, link=link)
+
     @precondition(lambda self: not self.sealed and len(self.members) < 6)
-    @rule()
-    def add_member(self) -> None:
+    @rule(keyed=st.booleans())
+    def add_member(self, keyed: bool) -> None:
         job_id = new_job_id()
-        record = encode_record(t.record.name, ["m", job_id], {}, None, 0, "l")
-        link = links.dumps({"b": self.batch_id})
-        self.store.schedule(Q, job_id, record, delay=0, link=link)
+        key = f"k{next(self.counter)}" if keyed else None
+        self._keyed(job_id, self.link, key)
         self.members[job_id] = "pending"
+        if key is not None:
+            self.keys[job_id] = key
+
+    @precondition(lambda self: not self.sealed and self._keyed_pending())
+    @rule(data=st.data())
+    def replace_in_block(self, data: st.DataObject) -> None:
+        """The block schedules a pending member's key again: the same member, pending."""
+        job_id = data.draw(st.sampled_from(self._keyed_pending()))
+        got = self._keyed(new_job_id(), self.link, self.keys[job_id])
+        assert (got.outcome, got.id) == ("replaced", job_id)
+
+    @precondition(lambda self: self._keyed_pending())
+    @rule(data=st.data())
+    def replace_from_outside(self, data: st.DataObject) -> None:
+        """Code outside the batch schedules a pending member's key: the job lives on, no
+        member any more; the batch counts the member cancelled."""
+        job_id = data.draw(st.sampled_from(self._keyed_pending()))
+        got = self._keyed(new_job_id(), "", self.keys.pop(job_id))
+        assert (got.outcome, got.id) == ("replaced", job_id)
+        self._ended(job_id, "cancelled")
+        self.outside.add(job_id)
+        self._forward([job_id], False)
 
     @precondition(lambda self: not self.sealed and len(self.members) >= 2)  # empty: test_batches
     @rule(crash=st.booleans())
@@ -122,7 +163,7 @@ class BatchMachine(RuleBasedStateMachine):
         token = f"w#{next(self.counter)}"
         got = self.store.claim(Q, 10, lease=60, token=token, instance="w")
         for job in got.jobs:
-            if job.id in self.members:
+            if job.id in self.members and job.id not in self.outside:
                 self.members[job.id] = "running"
                 self.tokens[job.id] = token
             else:  # a callback: put back, nothing runs callbacks here
@@ -136,7 +177,7 @@ class BatchMachine(RuleBasedStateMachine):
         assert self.store.ack(Q, [entry]) == [1]
         if twice:
             assert self.store.ack(Q, [entry]) == [0]  # a re-sent ack: gone, nothing twice
-        self.members[job_id] = "succeeded"
+        self._ended(job_id, "succeeded")
         if not late:
             self._forward([job_id], twice)
 
@@ -150,7 +191,7 @@ class BatchMachine(RuleBasedStateMachine):
             dead_max_age=3600, dead_max_count=100, max_errors=3,
         )  # fmt: skip
         assert got[0] == "dead"
-        self.members[job_id] = "dead"
+        self._ended(job_id, "dead")
         if not late:
             self._forward([job_id], False)
 
@@ -159,7 +200,7 @@ class BatchMachine(RuleBasedStateMachine):
     def cancel(self, data: st.DataObject) -> None:
         job_id = data.draw(st.sampled_from([i for i, s in self.members.items() if s == "pending"]))
         assert self.store.cancel(Q, job_id=job_id) is not None
-        self.members[job_id] = "cancelled"
+        self._ended(job_id, "cancelled")
         self._forward([job_id], False)
 
     @precondition(lambda self: "dead" in self.members.values())
@@ -188,12 +229,21 @@ class BatchMachine(RuleBasedStateMachine):
         assert found
         self.cancelled = True
         for job_id, queue in pending:
+            if job_id in self.outside:
+                continue  # no member any more (cancel_batch() would cancel it: not modelled)
             if self.store.cancel(queue, job_id=job_id) is not None:
-                self.members[job_id] = "cancelled"
+                self._ended(job_id, "cancelled")
                 self.forwarded[job_id] = "cancelled"
         forwarding.forward(self.store, stored.read_forward(self.store, Q, list(self.members)))
 
     # -- invariants ------------------------------------------------------------------------
+
+    @invariant()
+    def every_end_written_is_an_end_of_the_model(self) -> None:
+        """No script writes an end the member did not have (a replace in the block ends
+        nothing: the member stays pending)."""
+        for entry in stored.scan_forward(self.store, Q, 0, 1000)[1]:
+            assert entry.outcome in self.ends.get(entry.id, []), (entry, self.members)
 
     @invariant()
     def each_callback_at_most_once_and_only_when_its_rule_held(self) -> None:

@@ -351,3 +351,31 @@ def test_the_attempt_span_ends_and_stops_being_current_when_the_block_raises(spa
     assert trace.get_current_span() is before
     (ended,) = _by_name(exporter, "process q")
     assert ended.end_time is not None and ended.links == ()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_job_that_waited_in_the_database_has_a_send_span_and_no_link(store, spans):
+    """docs/howto/monitoring.rst: every scheduled job gets its send span (with its id); an
+    on_commit job inside a transaction and a job beyond HORIZON wait as rows, which keep no
+    context, so their attempts' spans have no link; on_commit outside a transaction stores
+    the job in Redis at once, and its attempt is linked."""
+    from django.db import transaction
+
+    from tests.conftest import more_settings
+
+    caller, exporter = spans
+    with caller.start_as_current_span("request"):
+        with transaction.atomic():
+            committed = schedule(ok, "commit", on_commit=True)
+        at_once = schedule(ok, "at once", on_commit=True)
+        with more_settings(store, HORIZON=60):
+            far = schedule(ok, "far", delay=120)
+    assert (committed.waits_in, at_once.waits_in, far.waits_in) == ("database", "redis", "database")
+    sends = {s.attributes["messaging.message.id"]: s for s in _by_name(exporter, "send default")}
+    assert set(sends) == {committed.id, at_once.id, far.id}
+    run_burst()
+    links = {
+        p.attributes["messaging.message.id"]: [link.context.span_id for link in p.links]
+        for p in _by_name(exporter, "process default")
+    }
+    assert links == {committed.id: [], at_once.id: [sends[at_once.id].context.span_id]}

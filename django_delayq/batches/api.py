@@ -11,9 +11,12 @@ Each member's end (succeeded, dead, cancelled) is written by the script that end
 own queue, and forwarded to the batch by the worker (forwarding.py), which decides the
 callbacks there, once each: ``on_death`` at the first dead member, ``on_success`` once every
 member succeeded (a dead member requeued from the admin that then succeeds counts as
-succeeded: ``on_success`` may run after ``on_death``, as in Sidekiq), ``on_complete`` once every
-member ended. A callback is a :class:`~django_delayq.Call` (or a Chain); its task reads the
-batch's id from ``current_job().batch_id``.
+succeeded: ``on_success`` may run after ``on_death``, as in Sidekiq; a chain's dead step
+requeued goes on with its chain, forwarding.py), ``on_complete`` once every member ended.
+The seal counts the members whose rows stand when the block ends (a savepoint rolled back
+takes its rows' members: :meth:`Batch.committed_members`). A callback is a
+:class:`~django_delayq.Call` (or a Chain); its task reads the batch's id from
+``current_job().batch_id``.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db import DEFAULT_DB_ALIAS, connections
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
 
 from django_delayq.batches import links
 from django_delayq.batches.steps import spec_of
@@ -51,6 +54,8 @@ class Batch:
         self.members: dict[str, str] = {}
         self.deferred = False  # a member waits in the outbox for the transaction's commit
         self.closed = False  # the block ended: nothing joins any more
+        # job id -> (alias, the commit hook) of each write of its row inside a transaction
+        self._rows: dict[str, list[tuple[str, _Written]]] = {}
 
     @property
     def link(self) -> str:
@@ -63,8 +68,39 @@ class Batch:
             self.members[job_id] = queue
             self.deferred = self.deferred or in_database
 
+    def row_written(self, job_id: str, alias: str) -> None:
+        if not self.closed and connections[alias].in_atomic_block:
+            mark = _Written()
+            transaction.on_commit(mark, using=alias)
+            self._rows.setdefault(job_id, []).append((alias, mark))
+
+    def committed_members(self) -> dict[str, str]:
+        """The members whose rows a savepoint rolled back are not members: a member joined
+        through rows only counts while one of its rows' writes stands. A write stands while
+        the hook registered with it is still registered (Django discards the hooks of a
+        savepoint it rolls back, at once) or has run (its transaction committed)."""
+        return {
+            job_id: queue
+            for job_id, queue in self.members.items()
+            if job_id not in self._rows
+            or any(mark.ran or _registered(alias, mark) for alias, mark in self._rows[job_id])
+        }
+
     def __repr__(self) -> str:
         return f"<Batch {self.id}: {len(self.members)} members>"
+
+
+class _Written:
+    """The commit hook of a member's row written in a transaction: it only notes the commit."""
+
+    ran = False
+
+    def __call__(self) -> None:
+        self.ran = True
+
+
+def _registered(alias: str, mark: _Written) -> bool:
+    return any(mark in hook for hook in connections[alias].run_on_commit)
 
 
 @dataclass(frozen=True)
@@ -115,7 +151,11 @@ def batch(
 
 
 def _seal(opened: Batch) -> None:
-    members = [list(pair) for pair in opened.members.items()]
+    # Sealed with the members that stand now: a member's row rolled back with a savepoint
+    # is no member. A savepoint that holds a member's row but not this seal's (written
+    # after every member) was closed before the block ended, so what stands now commits
+    # with the seal, or rolls back with it.
+    members = [list(pair) for pair in opened.committed_members().items()]
     open_on = [c.alias for c in connections.all(initialized_only=True) if c.in_atomic_block]
     if opened.deferred and open_on:
         # Members wait in the outbox: the seal commits (or rolls back) with them (with the

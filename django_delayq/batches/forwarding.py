@@ -3,8 +3,9 @@ taken to its chain and its batch, then deleted, in that order, so a crash anywhe
 leaves the entry for the next try and nothing is lost or done twice:
 
 1. its chain: a success stores the next step (under an id derived from the ended job's id:
-   a second try finds it, or its tombstone), a death the chain's on_death; the chain's last
-   end, a death or a cancel deletes the chain's hash;
+   a second try finds it, or its tombstone), a death the chain's on_death (once); the
+   chain's last end or a cancel deletes the chain's hash, a death before the last step keeps
+   it while dead jobs are kept (a requeue of the step continues the chain: _chain_died);
 2. its batch (when it is a member, or the last step of a member chain): batch_ended.lua
    records the outcome and decides callbacks once; each decided callback is stored under an
    id derived from the batch id, its kind and the decision's time, then marked placed;
@@ -27,6 +28,7 @@ from typing import Any
 from django_delayq.batches import links
 from django_delayq.batches.chains import step_fields
 from django_delayq.batches.steps import store_step
+from django_delayq.conf import delayq_settings
 from django_delayq.scheduling import api
 from django_delayq.storage import batches as stored
 from django_delayq.storage.batches import Decided, Ended
@@ -106,7 +108,8 @@ def _chain_end(store: Store, entry: Ended, link: dict[str, Any]) -> str | None:
     index = int(link.get("i") or 0)
     outcome = entry.outcome
     if outcome == "succeeded":
-        (following,) = store.call(stored.read_chain_op(store, chain_id, [str(index + 1)]))
+        fields = [str(index + 1), "dead"]
+        following, dead = store.call(stored.read_chain_op(store, chain_id, fields))
         if following is None and index + 1 < int(link.get("n") or 0):
             # A step before the last, and its chain is gone: the chain ended since (a later
             # step died, was cancelled) and this is an entry a crash left. Nothing to count.
@@ -122,16 +125,33 @@ def _chain_end(store: Store, entry: Ended, link: dict[str, Any]) -> str | None:
             step_link = links.dumps({**link, "i": index + 1})
             new_id = links.derived_id(entry.id, "next", entry.at_ms)
             store_step(json.loads(following), new_id, step_link, entry.at_ms, store)
+            if dead is not None and int(dead) < entry.at_ms:
+                # A step that died was requeued and succeeded: the chain goes on from it (an
+                # older success, an entry a crash left, finds the death after it: no revival).
+                stored.run_all(store, stored.revived_chain_ops(store, chain_id))
             return None
     elif outcome == "dead":
-        (death,) = store.call(stored.read_chain_op(store, chain_id, ["death"]))
-        if death is not None:
-            batch_id = links.batch_of(link)
-            death_link = links.dumps({"of": batch_id}) if batch_id else ""
-            new_id = links.derived_id(entry.id, "death", entry.at_ms)
-            store_step(json.loads(death), new_id, death_link, entry.at_ms, store)
+        _chain_died(store, entry, link, chain_id, index)
+        if index + 1 < int(link.get("n") or 0):
+            return outcome  # its chain waits for a requeue of the step
     store.call(stored.drop_chain_op(store, chain_id))
     return outcome
+
+
+def _chain_died(store: Store, entry: Ended, link: dict[str, Any], chain_id: str, index: int):
+    """A step died: the chain's on_death is stored (once: the hash keeps it no longer); a
+    step before the last leaves the chain's hash for as long as dead jobs are kept, so the
+    step requeued from the admin that then succeeds continues the chain (Sidekiq's and
+    BullMQ's flows do the same); the last step's death ends it (the caller drops it)."""
+    (death,) = store.call(stored.read_chain_op(store, chain_id, ["death"]))
+    if death is not None:
+        batch_id = links.batch_of(link)
+        death_link = links.dumps({"of": batch_id}) if batch_id else ""
+        new_id = links.derived_id(entry.id, "death", entry.at_ms)
+        store_step(json.loads(death), new_id, death_link, entry.at_ms, store)
+    if index + 1 < int(link.get("n") or 0):
+        keep_ms = max(int(float(delayq_settings.DEAD_MAX_AGE) * 1000), 1)
+        stored.run_all(store, stored.dead_chain_ops(store, chain_id, entry.at_ms, keep_ms))
 
 
 def place_decided(store: Store, batch_id: str, decided: Decided) -> None:

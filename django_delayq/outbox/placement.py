@@ -28,6 +28,7 @@ from django_delayq.jobs.job import (
 from django_delayq.outbox import relay as relaying
 from django_delayq.outbox import rows as outbox
 from django_delayq.outbox.database_time import When
+from django_delayq.scheduling import membership
 from django_delayq.scheduling.plan import Place, relay_beyond_horizon
 from django_delayq.scheduling.prepared import Prepared
 from django_delayq.scheduling.registry import sender
@@ -35,6 +36,23 @@ from django_delayq.storage.connection import get_store
 from django_delayq.storage.store import Store
 
 logger = logging.getLogger("django_delayq.api")
+
+
+def _no_ends(alias: str, row: outbox.Row) -> None:
+    """Replaced by batches/outbox_ends.py's when it is imported (the package's __init__
+    does): the outbox never imports batches."""
+
+
+row_ended: outbox.Ended = _no_ends  # a linked row cancelled, or its link replaced
+
+
+def use_row_ends(function: outbox.Ended) -> None:
+    global row_ended
+    row_ended = function
+
+
+def _ended(alias: str, row: outbox.Row) -> None:
+    row_ended(alias, row)
 
 
 def row_job(row: outbox.Row, outcome: str | None) -> Job:
@@ -76,11 +94,12 @@ def store_row(prepared: Prepared, alias: str | None, far: bool, now: float) -> J
             displaced = holder.id  # far: the holder must not run before the row is due
     # On the database's clock (outbox promise I7): never the producer's for a delay.
     relay_at = relay_beyond_horizon(due, delay) if far else When(outbox.GRACE)
-    outcome, row = outbox.save(target, row, relay_at, now)
+    outcome, row = outbox.save(target, row, relay_at, now, _ended)
     job = row_job(row, DEFERRED if alias is not None and outcome != KEPT else outcome)
     if outcome == KEPT:
         signals.send(signals.job_scheduled, who, job=job)
         return job
+    membership.row_written(prepared.link, row.id, target)
 
     def committed() -> None:
         store = get_store()
@@ -146,8 +165,9 @@ def replace_row(prepared: Prepared, alias: str, held: outbox.Row) -> Job:
         delay,
         prepared.link,
     )
-    outcome, row = outbox.save(alias, row, When(0.0), now)
+    outcome, row = outbox.save(alias, row, When(0.0), now, _ended)
     job = row_job(row, outcome)
+    membership.row_written(prepared.link, row.id, alias)
 
     def committed() -> None:
         relaying.relay_now(get_store(), alias, [row.id])
@@ -169,6 +189,8 @@ def bulk_rows(rows: list[tuple[int, Prepared]], now: float) -> dict[int, Job]:
         row = outbox.Row(p.id, p.plan.queue, due, p.record, delay=delay, link=p.link)
         made.append((row, relay_beyond_horizon(due, delay)))
     outbox.save_many(alias, made, now)
+    for (_, p), (row, _) in zip(rows, made, strict=True):
+        membership.row_written(p.link, row.id, alias)
     jobs = {i: row_job(row, "created") for (i, _), (row, _) in zip(rows, made, strict=True)}
 
     def committed() -> None:
@@ -187,7 +209,8 @@ def cancel_rows(queue: str | None, job_id: str | None, key: str | None) -> bool:
     (A row a crashed relay left behind beside its copy in Redis: the copy is cancelled
     first, leaving a tombstone that makes the row's next relay a no-op.)
     Once the deletion commits, the job is kept as finished in Redis (cancelled), as a job
-    cancelled there is; a Redis that refuses it costs that, never the cancel (logged)."""
+    cancelled there is; a Redis that refuses it costs that, never the cancel (logged). The
+    end of a linked row goes to its batch and chain durably: see batches/outbox_ends.py."""
 
     def committed(row: outbox.Row) -> None:
         try:
@@ -206,7 +229,7 @@ def cancel_rows(queue: str | None, job_id: str | None, key: str | None) -> bool:
         )
         signals.send(signals.job_cancelled, sender(job.task), job=job)
 
-    gone = outbox.cancel(job_id, key, queue, committed, _stale)
+    gone = outbox.cancel(job_id, key, queue, committed, _stale, _ended)
     return bool(gone)
 
 

@@ -103,14 +103,26 @@ def _rows(alias: str) -> Any:
 # -- writing ---------------------------------------------------------------------------
 
 
+# Told, inside the transaction that deletes or rewrites it, of a linked row whose link ends
+# there (cancelled, or replaced under another link): (alias, the row as it was).
+Ended = Callable[[str, Row], None]
+
+
 @migrated_table
-def save(alias: str, row: Row, relay_at: When | float, now: float | None = None) -> tuple[str, Row]:
+def save(
+    alias: str,
+    row: Row,
+    relay_at: When | float,
+    now: float | None = None,
+    ended: Ended | None = None,
+) -> tuple[str, Row]:
     """Insert ``row`` (in the current transaction of ``alias``, if any, inside a savepoint).
     A row with a ``delay`` is due that long after the database's now, computed in SQL;
     ``relay_at`` is an epoch or a :class:`When` on the database's clock (outbox promise I7).
     With a unique key held by another row of its queue: ``replace`` gives that row this
-    record, due time and relay time (it keeps its id), ``keep`` leaves it. Returns
-    (outcome, the row as stored): 'created', 'replaced' or 'kept'."""
+    record, due time and relay time (it keeps its id), ``keep`` leaves it; ``ended`` is told
+    of the held row, in the savepoint, when the replace takes a link away from it (another
+    link, or none). Returns (outcome, the row as stored): 'created', 'replaced' or 'kept'."""
     now = time.time() if now is None else now
     if row.key is None:  # one INSERT, no savepoint: nothing can conflict (a new ULID)
         return _save(alias, row, relay_at, now)
@@ -118,7 +130,7 @@ def save(alias: str, row: Row, relay_at: When | float, now: float | None = None)
         try:
             with transaction.atomic(using=alias):
                 write_lock(alias)
-                return _save(alias, row, relay_at, now)
+                return _save(alias, row, relay_at, now, ended)
         except IntegrityError:
             # Another transaction inserted the key first (it committed meanwhile): read it.
             if attempt == 2:
@@ -143,7 +155,9 @@ def _due_sql(alias: str, row: Row) -> Any:
     return sql_time(alias, When(row.due_at, False) if row.delay is None else When(row.delay))
 
 
-def _save(alias: str, row: Row, relay_at: When | float, now: float) -> tuple[str, Row]:
+def _save(
+    alias: str, row: Row, relay_at: When | float, now: float, ended: Ended | None = None
+) -> tuple[str, Row]:
     hashed = key_hash(row.key)
     if hashed is not None:
         held = _rows(alias).select_for_update().filter(queue=row.queue, key_hash=hashed).first()
@@ -156,6 +170,8 @@ def _save(alias: str, row: Row, relay_at: When | float, now: float) -> tuple[str
         if held is not None:
             if row.on_conflict == "keep":
                 return "kept", _row(held)
+            if ended is not None and held.link and held.link != row.link:
+                ended(alias, _row(held))  # as schedule.lua forwards a replaced holder's link
             _rows(alias).filter(id=held.id).update(
                 record=row.record,
                 due_at=_due_sql(alias, row),
@@ -321,6 +337,7 @@ def cancel(
     queue: str | None = None,
     committed: Callable[[Row], None] | None = None,
     stale: Callable[[list[Row]], set[str]] | None = None,
+    ended: Ended | None = None,
 ) -> list[Row]:
     """Delete the rows of a job id or unique key (in ``queue`` if given); the rows deleted.
     The deletion joins the caller's transaction on an alias where one is open (a rollback
@@ -328,7 +345,8 @@ def cancel(
     once without a transaction). A row a relay holds is waited for (its lock): once
     relayed, it is not found here and the caller cancels it in Redis. ``stale(rows)`` names
     the rows a relay already stored in Redis (their DELETE was refused): those are left to
-    the relay's clean-up, not cancelled (their job is in Redis, or ran)."""
+    the relay's clean-up, not cancelled (their job is in Redis, or ran). ``ended(alias,
+    row)`` is told of each linked row deleted, in the deleting transaction."""
     gone: list[Row] = []
     for alias in aliases():
         rows = _rows(alias)
@@ -346,6 +364,8 @@ def cancel(
             for row in found:
                 if row.id not in left and _rows(alias).filter(id=row.id)._raw_delete(alias):
                     gone.append(row)
+                    if ended is not None and row.link:
+                        ended(alias, row)
                     if committed is not None:
                         transaction.on_commit(lambda row=row: committed(row), using=alias)
     return gone

@@ -21,6 +21,10 @@ class Membership(Protocol):
         """A job of this batch was stored (created or replaced: its id is the member's);
         ``in_database``: as an outbox row (an on_commit job, one beyond the horizon)."""
 
+    def row_written(self, job_id: str, alias: str) -> None:
+        """The row of a job of this batch was written (created or rewritten) in the
+        transaction of ``alias``, if one is open: a savepoint rolled back may take it."""
+
 
 _open: contextvars.ContextVar[Membership | None] = contextvars.ContextVar(
     "django_delayq_batch", default=None
@@ -49,3 +53,11 @@ def joined(jobs: list) -> None:
     for job in jobs:
         if job.outcome in ("created", "replaced", "deferred") and job.status == "pending":
             open_batch.joined(job.id, job.queue, job.waits_in == "database")
+
+
+def row_written(link: str, job_id: str, alias: str) -> None:
+    """Tell the open batch, if any, that the outbox wrote the row of one of its jobs (one
+    whose record carries a link: scheduled in the block) in the database ``alias``."""
+    open_batch = _open.get()
+    if open_batch is not None and link:
+        open_batch.row_written(job_id, alias)

@@ -265,6 +265,15 @@ def read_link(store: Store, queue: str, job_id: str) -> str | None:
     return None if found is None else text(found)
 
 
+def write_forward_op(
+    store: Store, queue: str, field: str, outcome: str, at_ms: int, link: str
+) -> Op:
+    """Write a forward entry as the scripts do (lua/_lib.lua, forward): the end of a job
+    that never was in Redis (a row of the outbox: batches/outbox_ends.py)."""
+    key = store.key(queue, "forward")
+    return store.command(b"HSET", key, field, f"{outcome} {int(at_ms)}\n{link}", route=key)
+
+
 def drop_forward_op(store: Store, queue: str, ids: Sequence[str]):
     key = store.key(queue, "forward")
     return store.command(b"HDEL", key, *ids, route=key)
@@ -285,6 +294,28 @@ def write_chain_op(store: Store, chain_id: str, steps: dict[str, str]):
 def read_chain_op(store: Store, chain_id: str, fields: Sequence[str]):
     key = store.chain_key(chain_id)
     return store.command(b"HMGET", key, *fields, route=key)
+
+
+def dead_chain_ops(store: Store, chain_id: str, at_ms: int, keep_ms: int) -> list[Op]:
+    """A step before the last died: the chain's hash stays for a requeue of that step to
+    continue it, ``keep_ms`` (as long as dead jobs are kept), without its on_death (stored
+    once) and marked "dead" -> ``at_ms``."""
+    key = store.chain_key(chain_id)
+    return [
+        store.command(b"HDEL", key, b"death", route=key),
+        store.command(b"HSET", key, b"dead", int(at_ms), route=key),
+        store.command(b"PEXPIRE", key, int(keep_ms), route=key),
+    ]
+
+
+def revived_chain_ops(store: Store, chain_id: str) -> list[Op]:
+    """The dead step of a chain was requeued and succeeded: the chain is kept again until it
+    ends."""
+    key = store.chain_key(chain_id)
+    return [
+        store.command(b"HDEL", key, b"dead", route=key),
+        store.command(b"PERSIST", key, route=key),
+    ]
 
 
 def drop_chain_op(store: Store, chain_id: str):

@@ -242,3 +242,12 @@ def timed(tag: str, value: str, seconds: float = 0.0) -> None:
     ended = seconds_now + micros / 1e6
     line = f"{value} {job.id if job else '-'} {batch_id} {started:.6f} {ended:.6f}"
     client.rpush(f"runs:{tag}", line)
+
+
+@task(retry_backoff=0, max_retries=0)
+def timed_unless_armed(tag: str, value: str) -> None:
+    """Dies (no retries) while runs:<tag>:armed holds a value (one taken per attempt), else
+    records a run as ``timed`` does."""
+    if runs_client().lpop(f"runs:{tag}:armed") is not None:
+        raise RuntimeError(f"{value} is armed: it fails")
+    timed(tag, value)

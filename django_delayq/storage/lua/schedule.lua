@@ -28,7 +28,8 @@
 -- ARGV[11] the job's link (JSON: its batch, its place in a chain; see `links` in _lib.lua), or
 --         '' or absent for none; its record then has flag 'l'. Written under the id that holds
 --         the record: a new job's, or a replaced key holder's (whose own link, if any, is
---         forwarded as 'cancelled': its batch or chain loses it). Not written for 'kept'.
+--         forwarded as 'cancelled': its batch or chain loses it; not when it is this very
+--         link, a member of the same batch replaced in its block). Not written for 'kept'.
 -- ARGV[12] the job's group (string, '' or absent for none; see `groups` in _lib.lua): the new
 --         job, or the job a replace rewrites, joins it (its record has flag 'g').
 -- ARGV[13] the context of the span that scheduled the job (JSON, see `trace` in _lib.lua), or
@@ -119,7 +120,9 @@ if score then
   if has(flags, 'i') then zsets(F) end
   hashes(L, G, O)
   unpend(existing)
-  forward(existing, 'cancelled', now)
+  -- The holder's link ends here, unless this call carries the same one: a member replaced
+  -- in its own batch's block stays that member, pending (nothing of it ended).
+  if redis.call('HGET', L, existing) ~= link then forward(existing, 'cancelled', now) end
   if link ~= '' then redis.call('HSET', L, existing, link) else redis.call('HDEL', L, existing) end
   if trace ~= '' then redis.call('HSET', O, existing, trace) else redis.call('HDEL', O, existing) end
   redis.call('HSET', J, existing, record)
