@@ -260,6 +260,17 @@ def test_manage_py_check_runs_them():
     call_command("check")
 
 
+def test_the_packages_own_tasks_pass_its_task_checks():
+    """django-delayq's internal tasks (a batch member's end in the outbox) are registered for
+    every project: a check of theirs would show in every ``manage.py check``."""
+    from django_delayq.checks import check_tasks
+    from django_delayq.scheduling.registry import registered
+
+    own = [name for name in registered() if name.startswith("django_delayq.")]
+    assert own, "no internal task registered"
+    assert [w for w in check_tasks() if any(name in w.msg for name in own)] == []
+
+
 @pytest.mark.django_db
 def test_outbox_checks_run_with_check_deploy_database(monkeypatch):
     from django.core.management.base import SystemCheckError

@@ -35,12 +35,13 @@ ROW_END_TASK = "django_delayq.batches.row_ended"
 
 
 @task(name=ROW_END_TASK, max_retries=25)
-def forward_row_end(queue: str, job_id: str, at_ms: int, link: str, tag: str) -> None:
-    """The 'cancelled' end of the linked row ``job_id`` (see the module docstring)."""
+def forward_row_end(in_queue: str, job_id: str, at_ms: int, link: str, tag: str) -> None:
+    """The 'cancelled' end of the linked row ``job_id`` of ``in_queue`` (see the module
+    docstring; no parameter is named like an option of schedule(): delayq.W006)."""
     store = get_store()
     field = f"{job_id}#{tag}"
-    store.call(stored.write_forward_op(store, queue, field, "cancelled", at_ms, link))
-    forward(store, stored.read_forward(store, queue, [field]))
+    store.call(stored.write_forward_op(store, in_queue, field, "cancelled", at_ms, link))
+    forward(store, stored.read_forward(store, in_queue, [field]))
 
 
 def row_ended(alias: str, row: Row) -> None:
