@@ -157,7 +157,12 @@ def plain_phase(store: Any, workers: Workers, probe: Probe, n: int) -> dict[str,
     cost = window.close(probe, occurrences=False)
     cost["redis_us"] += scheduling / n * 1e6
     late = [start - due * 1000 for fire, start, _ in probe.runs if fire == 0]
-    return {**cost, "p50": percentile(late, 50), "p99": percentile(late, 99)}
+    return {
+        **cost,
+        "p50": percentile(late, 50),
+        "p99": percentile(late, 99),
+        "max": max(late, default=nan()),
+    }
 
 
 def minutes_phase(
