@@ -261,12 +261,22 @@ def test_the_successor_is_created_when_an_occurrence_starts(sim_at):
 def _claim(sim, occurrences: list[tuple[str, int]]) -> tuple[list, list[str]]:
     """Hand ``occurrences`` ((schedule, fire time)) to claims.claimed as one claim's, at
     the sim's time: the attempts (``.skip`` set on those that do not run) and the SQL."""
-    from types import SimpleNamespace
 
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
     from django_delayq.recurring import claims
+
+    attempts = _attempts(occurrences)
+    with CaptureQueriesContext(connection) as queries:
+        claims.claimed(sim.store, sim.t, attempts, sim.t)
+    for attempt in attempts:  # the records are committed by the recorder's thread
+        assert attempt.ready is None or attempt.ready.wait(30)
+    return attempts, [q["sql"] for q in queries.captured_queries]
+
+
+def _attempts(occurrences: list[tuple[str, int]]) -> list:
+    """Attempts of the occurrences ((schedule, fire time)) as a claim returns them."""
     from django_delayq.recurring.ids import occurrence_id
     from django_delayq.recurring.reconcile import version_of
 
@@ -274,11 +284,18 @@ def _claim(sim, occurrences: list[tuple[str, int]]) -> tuple[list, list[str]]:
     for name, fire in occurrences:
         version = version_of(ScheduleState.objects.get(name=name))
         attempts.append(SimpleNamespace(id=occurrence_id(name, version, fire), skip=None, number=1))
-    with CaptureQueriesContext(connection) as queries:
-        claims.claimed(sim.store, sim.t, attempts, sim.t)
-    for attempt in attempts:  # the records are committed by the recorder's thread
-        assert attempt.ready is None or attempt.ready.wait(30)
-    return attempts, [q["sql"] for q in queries.captured_queries]
+    return attempts
+
+
+def _db_schedules(sim_at, count: int) -> tuple[Sim, list[str], int]:
+    """``count`` Schedule rows every 10 s from 12:00:00, passed once: (sim, names, 12:00)."""
+    start = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
+    sim = sim_at(start)
+    names = [f"db{i}" for i in range(count)]
+    for name in names:
+        Schedule.objects.create(name=name, task=TASK, every=10, kwargs={"tag": sim.tag})
+    sim.reconcile()
+    return sim, names, ms(start)
 
 
 def _rows(statements: list[str]) -> list[str]:
@@ -295,13 +312,7 @@ def test_a_claim_of_many_occurrences_costs_two_statements(sim_at):
     reads their states once (the only statement on the claiming thread: the durable records
     are one UPDATE on the recorder's thread, committed before any of them runs), and stores
     every successor (one script call); never the Schedule rows."""
-    start = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
-    sim = sim_at(start)
-    names = [f"db{i}" for i in range(20)]
-    for name in names:
-        Schedule.objects.create(name=name, task=TASK, every=10, kwargs={"tag": sim.tag})
-    sim.reconcile()
-    base = ms(start)
+    sim, names, base = _db_schedules(sim_at, 20)
     for step in (1, 2):
         sim.t += 10
         attempts, sql = _claim(sim, [(name, base + step * 10_000) for name in names])
@@ -316,55 +327,6 @@ def test_a_claim_of_many_occurrences_costs_two_statements(sim_at):
         assert state.last_fire_ms == base + 20_000 and state.last_outcome == "running"
         successor = occurrence_id(state.name, version_of(state), base + 30_000)
         assert successor in _pending_ids(sim)
-
-
-def test_a_claim_s_successors_follow_the_commit_of_its_records_off_the_claiming_thread(
-    sim_at, monkeypatch
-):
-    """The claiming thread (the dispatcher's) reads the states and decides, and goes on: the
-    records are committed, then the successors stored, on the recorder's thread, and only
-    then may the occurrences run (their event). While the commit waits, nothing of the
-    claim is in Redis yet; once it is done, the records and every successor are."""
-    from django_delayq.recurring import claims
-    from django_delayq.recurring.ids import occurrence_id
-    from django_delayq.recurring.reconcile import version_of
-
-    start = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
-    sim = sim_at(start)
-    names = [f"db{i}" for i in range(3)]
-    for name in names:
-        Schedule.objects.create(name=name, task=TASK, every=10, kwargs={"tag": sim.tag})
-    sim.reconcile()
-    base = ms(start)
-    successors = {
-        occurrence_id(s.name, version_of(s), base + 20_000)
-        for s in ScheduleState.objects.filter(name__in=names)
-    }
-    entered, release = threading.Event(), threading.Event()
-    write = claims.recorder.write
-
-    def held(records):
-        entered.set()
-        assert release.wait(30)
-        write(records)
-
-    monkeypatch.setattr(claims.recorder, "write", held)
-    sim.t += 10
-    attempts = []
-    for name in names:
-        version = version_of(ScheduleState.objects.get(name=name))
-        attempts.append(
-            SimpleNamespace(id=occurrence_id(name, version, base + 10_000), skip=None, number=1)
-        )
-    claims.claimed(sim.store, sim.t, attempts, sim.t)  # returns while the commit waits
-    assert entered.wait(30)
-    assert not successors & _pending_ids(sim)  # not before the commit
-    assert all(a.ready is not None and not a.ready.is_set() for a in attempts)
-    release.set()
-    assert all(a.ready.wait(30) for a in attempts)
-    assert successors <= _pending_ids(sim)
-    for state in ScheduleState.objects.filter(name__in=names):
-        assert state.last_fire_ms == base + 10_000 and state.last_outcome == "running"
 
 
 def test_an_occurrence_of_a_replaced_definition_does_not_run_after_the_change(sim_at):

@@ -1,8 +1,7 @@
 """recurring/recorder.py: claims hand their occurrences' durable records to one thread,
-which commits them before any of those occurrences runs, then does what follows the commit
-(the successors); records that arrive while a commit is under way go into the next one; a
-failed commit still lets the tasks run. And the records' UPDATE (claims._record_fires), on
-SQLite and PostgreSQL, in both its forms."""
+which commits them before any of those occurrences runs; records that arrive while a
+commit is under way go into the next one; a failed commit still lets the tasks run. And
+the records' UPDATE (claims._record_fires), on SQLite and PostgreSQL, in both its forms."""
 
 from __future__ import annotations
 
@@ -77,48 +76,6 @@ def test_no_event_is_lost_when_claims_race():
         thread.join()
     assert all(event.wait(10) for event in events)
     assert written == dict.fromkeys(range(4), 1999)
-
-
-def test_what_follows_a_commit_runs_after_it_and_before_the_event():
-    """A claim's ``after`` (its successors) waits for the commit of its records, runs on the
-    recorder's thread, and the claim's event is set only once it returned; the ``after`` of
-    claims handed in during a commit follow the next one, in order."""
-    entered, release = threading.Event(), threading.Event()
-    done: list[str] = []
-
-    def write(records):
-        done.append(f"commit {sorted(records)}")
-        if len(done) == 1:
-            entered.set()
-            release.wait(10)
-
-    def after(name: str):
-        def work():
-            assert threading.current_thread().name == "delayq-recurring-records"
-            done.append(name)
-
-        return work
-
-    recorder = Recorder(write)
-    first = recorder.submit({1: (1000, "A" * 26, "running")}, after("first"))
-    assert entered.wait(10)
-    second = recorder.submit({2: (2000, "B" * 26, "running")}, after("second"))
-    third = recorder.submit({}, after("third"))  # nothing to record: it follows all the same
-    assert done == ["commit [1]"] and not first.is_set()
-    release.set()
-    assert first.wait(10) and second.wait(10) and third.wait(10)
-    assert done == ["commit [1]", "first", "commit [2]", "second", "third"]
-
-
-def test_a_failing_after_neither_stops_the_others_nor_the_event():
-    recorder = Recorder(lambda records: None)
-    ran: list[int] = []
-
-    def broken():
-        raise RuntimeError("Redis went away")
-
-    events = [recorder.submit({}, broken), recorder.submit({}, lambda: ran.append(1))]
-    assert all(event.wait(10) for event in events) and ran == [1]
 
 
 class StatesOn:

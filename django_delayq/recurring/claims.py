@@ -11,12 +11,8 @@ few statements per claim, not two per occurrence).
    (one statement, committed by recorder.py's thread before any of these occurrences
    runs), so no occurrence at or before it is created again, whatever Redis loses;
 4. the successors: the next fire time of each schedule, stored by occur.lua (one call per
-   queue) on the recorder's thread right after that commit, before any of these
-   occurrences runs, from the definition recorded in the database, so a worker whose own
-   settings are older or newer keeps the chain of the recorded one (a rolling deploy).
-
-Steps 1 and 2 run on the dispatcher's thread (one statement per claim); 3 and 4 on the
-recorder's, so the dispatcher does not wait for a commit or for occur.lua's round trip.
+   queue), from the definition recorded in the database, so a worker whose own settings are
+   older or newer keeps the chain of the recorded one (a rolling deploy).
 
 A worker that cannot read or write the database logs it and runs the occurrences anyway
 (successors from what its last reconcile pass saw). The outcomes (succeeded, failed, dead)
@@ -27,7 +23,6 @@ too much for the dispatcher's thread at every round trip.
 
 from __future__ import annotations
 
-import functools
 import logging
 import re
 import threading
@@ -175,16 +170,11 @@ def _claimed(store: Any, now_ms: int, occurrences: list, clock_now: float | None
             after = max(result.after_ms, state["since_ms"], state["last_fire_ms"] or 0)
             queue = _parsed.get((state["name"], state["digest"]), (None, None))[1]
             successors.add(definition, version, [next_fire(definition, after)], queue)
-    if states is None:
-        records = {}  # nothing is recorded from what the last pass saw
-    if not records and not successors.by_queue:
-        return
-    # Off this thread: the records committed, then the successors stored (one occur.lua call
-    # per queue), then a runner may call the task (it waits for the event).
-    then = functools.partial(_store_successors, store, successors, now_ms, clock_now)
-    ready = recorder.submit(records, then)
-    for attempt, *_ in occurrences:
-        attempt.ready = ready
+    if states is not None and records:
+        committed = recorder.submit(records)
+        for attempt, *_ in occurrences:
+            attempt.ready = committed  # a runner waits for it before calling the task
+    _store_successors(store, successors, now_ms, clock_now)
 
 
 def _decide(

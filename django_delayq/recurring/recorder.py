@@ -1,14 +1,12 @@
 """The durable records of claimed occurrences, committed off the dispatcher's thread.
 
 A claim (claims.py) hands its occurrences' records (each schedule's fire time, job and
-outcome) to the recorder, with what follows the commit (storing the successors), and gives
-its attempts the batch's event; the runner that takes an attempt waits for that event
-before calling the task (``Executor.prepare``), so a fire time is committed, and its
-successor stored, before its occurrence runs (rule R of docs/internals.rst) while the
-dispatcher goes on claiming. Records handed in while a commit is under way go into the next
-one: one commit (an fsync: milliseconds) for the claims of that time, not one per claim on
-the thread that claims; the claims' ``after`` work runs after that commit, in the order the
-claims handed it in.
+outcome) to the recorder and gives its attempts the batch's event; the runner that takes an
+attempt waits for that event before calling the task (``Executor.prepare``), so a fire time
+is committed before its occurrence runs (rule R of docs/internals.rst) while the dispatcher
+goes on claiming. Records handed in while a commit is under way go into the next one: one
+commit (an fsync: milliseconds) for the claims of that time, not one per claim on the
+thread that claims.
 """
 
 from __future__ import annotations
@@ -16,7 +14,6 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import Any
 
 from django.db import close_old_connections
 
@@ -33,14 +30,12 @@ class Recorder:
         self._lock = threading.Lock()
         self._pending: Records = {}
         self._events: list[threading.Event] = []
-        self._after: list[Callable[[], Any]] = []
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def submit(self, records: Records, after: Callable[[], Any] | None = None) -> threading.Event:
-        """Queue ``records`` for the next commit, and ``after`` to be called once it is done
-        (or failed: claims.py logs it and the occurrences run anyway); the event is set
-        after both."""
+    def submit(self, records: Records) -> threading.Event:
+        """Queue ``records`` for the next commit; the event is set once it is done (or
+        failed: claims.py logs it and the occurrences run anyway)."""
         done = threading.Event()
         with self._lock:
             for hashed, record in records.items():
@@ -48,8 +43,6 @@ class Recorder:
                 if queued is None or queued[0] < record[0]:
                     self._pending[hashed] = record
             self._events.append(done)
-            if after is not None:
-                self._after.append(after)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
                     target=self._loop, name="delayq-recurring-records", daemon=True
@@ -63,18 +56,14 @@ class Recorder:
             self._wake.wait()
             self._wake.clear()
             with self._lock:
-                records, events, after = self._pending, self._events, self._after
-                self._pending, self._events, self._after = {}, [], []
+                records, events = self._pending, self._events
+                self._pending, self._events = {}, []
             try:
                 if records:
                     close_old_connections()
                     self.write(records)
             except Exception:  # never lose the thread: the occurrences run anyway
                 logger.exception("recurring schedules: could not record claimed fire times")
-            for work in after:
-                try:
-                    work()
-                except Exception:  # the reconcile pass stores what was not
-                    logger.exception("recurring schedules: could not finish a claim's records")
-            for event in events:
-                event.set()
+            finally:
+                for event in events:
+                    event.set()
