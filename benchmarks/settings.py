@@ -10,6 +10,10 @@ PostgreSQL database on 127.0.0.1:5432 (user postgres) with persistent connection
 production worker would run: ``CONN_MAX_AGE`` from ``DELAYQ_BENCH_CONN_MAX_AGE``
 (default 600 s), Django's default ``CONN_HEALTH_CHECKS`` (off).
 
+``DELAYQ_BENCH_SQLITE`` (bench/recurring_scale.py with ``DELAYQ_BENCH_RECURRING_DB=sqlite``)
+makes the database that SQLite file, Django's defaults otherwise, so the driver and its
+worker processes share it.
+
 ``DELAYQ_BENCH_SETTINGS_SCHEDULES=N`` (bench/recurring_scale.py) defines N schedules in
 ``DELAYQ["SCHEDULES"]``, ``cfg0`` ... each ``* * * * *`` running ``occurrence_probe``.
 
@@ -54,6 +58,13 @@ if os.environ.get("DELAYQ_BENCH_PG_DB"):
             "USER": os.environ.get("DELAYQ_BENCH_PG_USER", "postgres"),
             "CONN_MAX_AGE": int(os.environ.get("DELAYQ_BENCH_CONN_MAX_AGE", "600")),
             "CONN_HEALTH_CHECKS": False,
+        }
+    }
+elif os.environ.get("DELAYQ_BENCH_SQLITE"):
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": os.environ["DELAYQ_BENCH_SQLITE"],
         }
     }
 PARSERS = {

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -260,12 +261,22 @@ def test_the_successor_is_created_when_an_occurrence_starts(sim_at):
 def _claim(sim, occurrences: list[tuple[str, int]]) -> tuple[list, list[str]]:
     """Hand ``occurrences`` ((schedule, fire time)) to claims.claimed as one claim's, at
     the sim's time: the attempts (``.skip`` set on those that do not run) and the SQL."""
-    from types import SimpleNamespace
 
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
     from django_delayq.recurring import claims
+
+    attempts = _attempts(occurrences)
+    with CaptureQueriesContext(connection) as queries:
+        claims.claimed(sim.store, sim.t, attempts, sim.t)
+    for attempt in attempts:  # the records are committed by the recorder's thread
+        assert attempt.ready is None or attempt.ready.wait(30)
+    return attempts, [q["sql"] for q in queries.captured_queries]
+
+
+def _attempts(occurrences: list[tuple[str, int]]) -> list:
+    """Attempts of the occurrences ((schedule, fire time)) as a claim returns them."""
     from django_delayq.recurring.ids import occurrence_id
     from django_delayq.recurring.reconcile import version_of
 
@@ -273,11 +284,18 @@ def _claim(sim, occurrences: list[tuple[str, int]]) -> tuple[list, list[str]]:
     for name, fire in occurrences:
         version = version_of(ScheduleState.objects.get(name=name))
         attempts.append(SimpleNamespace(id=occurrence_id(name, version, fire), skip=None, number=1))
-    with CaptureQueriesContext(connection) as queries:
-        claims.claimed(sim.store, sim.t, attempts, sim.t)
-    for attempt in attempts:  # the records are committed by the recorder's thread
-        assert attempt.ready is None or attempt.ready.wait(30)
-    return attempts, [q["sql"] for q in queries.captured_queries]
+    return attempts
+
+
+def _db_schedules(sim_at, count: int) -> tuple[Sim, list[str], int]:
+    """``count`` Schedule rows every 10 s from 12:00:00, passed once: (sim, names, 12:00)."""
+    start = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
+    sim = sim_at(start)
+    names = [f"db{i}" for i in range(count)]
+    for name in names:
+        Schedule.objects.create(name=name, task=TASK, every=10, kwargs={"tag": sim.tag})
+    sim.reconcile()
+    return sim, names, ms(start)
 
 
 def _rows(statements: list[str]) -> list[str]:
@@ -294,13 +312,7 @@ def test_a_claim_of_many_occurrences_costs_two_statements(sim_at):
     reads their states once (the only statement on the claiming thread: the durable records
     are one UPDATE on the recorder's thread, committed before any of them runs), and stores
     every successor (one script call); never the Schedule rows."""
-    start = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
-    sim = sim_at(start)
-    names = [f"db{i}" for i in range(20)]
-    for name in names:
-        Schedule.objects.create(name=name, task=TASK, every=10, kwargs={"tag": sim.tag})
-    sim.reconcile()
-    base = ms(start)
+    sim, names, base = _db_schedules(sim_at, 20)
     for step in (1, 2):
         sim.t += 10
         attempts, sql = _claim(sim, [(name, base + step * 10_000) for name in names])

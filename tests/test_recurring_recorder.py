@@ -1,11 +1,18 @@
 """recurring/recorder.py: claims hand their occurrences' durable records to one thread,
 which commits them before any of those occurrences runs; records that arrive while a
-commit is under way go into the next one; a failed commit still lets the tasks run."""
+commit is under way go into the next one; a failed commit still lets the tasks run. And
+the records' UPDATE (claims._record_fires), on SQLite and PostgreSQL, in both its forms."""
 
 from __future__ import annotations
 
 import threading
 
+import pytest
+from django.db import connections
+from django.test import override_settings
+
+from django_delayq.models import ScheduleState
+from django_delayq.recurring import claims
 from django_delayq.recurring.recorder import Recorder
 
 
@@ -69,3 +76,49 @@ def test_no_event_is_lost_when_claims_race():
         thread.join()
     assert all(event.wait(10) for event in events)
     assert written == dict.fromkeys(range(4), 1999)
+
+
+class StatesOn:
+    """Routes ScheduleState's reads and writes to one alias."""
+
+    def __init__(self, alias: str) -> None:
+        self.alias = alias
+
+    def db_for_write(self, model, **hints):
+        return self.alias if model is ScheduleState else None
+
+    db_for_read = db_for_write
+
+
+@pytest.mark.django_db(databases=["default", "pg"])
+@pytest.mark.parametrize("alias", ["default", "pg"])
+@pytest.mark.parametrize("form", ["joined", "cased"])
+def test_the_records_update_raises_fire_times_and_never_lowers_them(alias, form, monkeypatch):
+    """On SQLite and PostgreSQL, the UPDATE as a join with its VALUES (what both use) and as
+    a CASE per column (other databases) write the same: a newer fire time, or one where
+    none was recorded, becomes the last, with its job and outcome; an older one changes
+    nothing; rows without a record are left alone."""
+    assert connections[alias].vendor == {"default": "sqlite", "pg": "postgresql"}[alias]
+    if form == "cased":  # what a database without UPDATE ... FROM gets
+        monkeypatch.setattr(claims, "_joined", claims._cased)
+    with override_settings(DATABASE_ROUTERS=[StatesOn(alias)]):
+        rows = ScheduleState.objects.using(alias)
+        for name, hashed, last in (("a", 11, 5000), ("b", 12, None), ("c", 13, 9000), ("d", 14, 1)):
+            rows.create(name=name, name_hash=hashed, digest="x", since_ms=0, last_fire_ms=last)
+        claims._record_fires(
+            {
+                11: (6000, "A" * 26, "running"),  # newer
+                12: (7000, "B" * 26, "skipped"),  # none recorded
+                13: (8000, "C" * 26, "running"),  # older: stays 9000
+            }
+        )
+        got = {
+            r.name: (r.last_fire_ms, r.last_job_id, r.last_outcome, r.last_started_at is not None)
+            for r in rows.all()
+        }
+    assert got == {
+        "a": (6000, "A" * 26, "running", True),
+        "b": (7000, "B" * 26, "skipped", True),
+        "c": (9000, "", "", False),
+        "d": (1, "", "", False),
+    }

@@ -28,6 +28,7 @@ LEAD_S = 10.0  # M1 is the first minute boundary at least this long after T0
 SAMPLE_S = 5.0  # the CPU window opens this long before M1
 DRAIN_S = 40.0  # the most the drain of the last boundary is waited for
 GRACE_S = 2.0  # runs are still read this long after the window (a late duplicate)
+IDLE_S = 20.0  # the idle worker's own CPU is measured this long, before any schedule exists
 CHILD = re.compile(rb"child (\d+) started, pid (\d+)")
 
 
@@ -82,11 +83,20 @@ class Window:
         self.redis = _redis_cpu(client)
         self.start_ms = time.time() * 1000
 
-    def close(self, probe: Probe, occurrences: bool) -> dict[str, float]:
-        cpu = sum(proc_cpu_seconds(pid) for pid in self.pids)
-        redis, end_ms = _redis_cpu(self.client), time.time() * 1000
+    def seconds(self) -> tuple[float, float, float]:
+        """(seconds since the window opened, worker CPU, Redis CPU seconds since)."""
+        cpu = sum(proc_cpu_seconds(pid) for pid in self.pids) - self.cpu
         if process_tree(self.workers) != self.pids:
             raise RuntimeError("a worker process restarted in the window: " + self.workers.tail())
+        return time.time() - self.start_ms / 1000, cpu, _redis_cpu(self.client) - self.redis
+
+    def close(
+        self, probe: Probe, occurrences: bool, idle: dict[str, float] | None = None
+    ) -> dict[str, float]:
+        """CPU per run of the window: as measured, and less what the idle worker (and
+        the idle Redis server) spends in as many seconds (``idle``: their CPU per second)."""
+        seconds, cpu, redis = self.seconds()
+        end_ms = self.start_ms + seconds * 1000
         probe.poll()
         ran = sum(
             1
@@ -94,12 +104,25 @@ class Window:
             if bool(fire) == occurrences and self.start_ms <= start <= end_ms
         )
         count = max(ran, 1)
+        idle = idle or {"worker": 0.0, "redis": 0.0}
         return {
             "runs": ran,
-            "seconds": (end_ms - self.start_ms) / 1000,
-            "worker_us": (cpu - self.cpu) / count * 1e6,
-            "redis_us": (redis - self.redis) / count * 1e6,
+            "seconds": seconds,
+            "worker_us": cpu / count * 1e6,
+            "redis_us": redis / count * 1e6,
+            "worker_net_us": (cpu - idle["worker"] * seconds) / count * 1e6,
+            "redis_net_us": (redis - idle["redis"] * seconds) / count * 1e6,
         }
+
+
+def idle_phase(store: Any, workers: Workers, probe: Probe) -> dict[str, float]:
+    """The worker's and the Redis server's CPU per second with nothing to do and no
+    schedule (heartbeats, the relay's and the passes' looks, Redis's own timers): what a
+    window pays for its seconds whatever runs in it."""
+    window = Window(store.client, workers)
+    wait_until(time.time() + IDLE_S, workers, probe)
+    seconds, cpu, redis = window.seconds()
+    return {"worker": cpu / seconds, "redis": redis / seconds, "seconds": seconds}
 
 
 def per_minute(runs: list[tuple[int, float, str]], fire_ms: int) -> dict[str, Any]:
@@ -139,7 +162,9 @@ def start_workers(store: Any, workdir: Path) -> tuple[Workers, Probe]:
     return workers, Probe(folder)
 
 
-def plain_phase(store: Any, workers: Workers, probe: Probe, n: int) -> dict[str, Any]:
+def plain_phase(
+    store: Any, workers: Workers, probe: Probe, n: int, idle: dict[str, float]
+) -> dict[str, Any]:
     """N plain probe jobs due together a few seconds ahead: CPU per job and lateness."""
     from benchmarks.tasks import occurrence_probe
     from django_delayq import schedule_many
@@ -154,14 +179,27 @@ def plain_phase(store: Any, workers: Workers, probe: Probe, n: int) -> dict[str,
     wait_until(due - 0.3, workers, probe)
     window = Window(store.client, workers)
     wait_until(due + DRAIN_S + n / 500, workers, probe, done=lambda: probe.fired[0] >= n)
-    cost = window.close(probe, occurrences=False)
+    cost = window.close(probe, occurrences=False, idle=idle)
     cost["redis_us"] += scheduling / n * 1e6
+    cost["redis_net_us"] += scheduling / n * 1e6
     late = [start - due * 1000 for fire, start, _ in probe.runs if fire == 0]
-    return {**cost, "p50": percentile(late, 50), "p99": percentile(late, 99)}
+    return {
+        **cost,
+        "p50": percentile(late, 50),
+        "p99": percentile(late, 99),
+        "max": max(late, default=nan()),
+    }
 
 
 def minutes_phase(
-    store: Any, workers: Workers, probe: Probe, n: int, first_ms: int, minutes: int, drain: float
+    store: Any,
+    workers: Workers,
+    probe: Probe,
+    n: int,
+    first_ms: int,
+    minutes: int,
+    drain: float,
+    idle: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     """Run through ``minutes`` boundaries from ``first_ms`` and the drain of the last."""
     marks = [first_ms + 60_000 * i for i in range(minutes)]
@@ -169,7 +207,7 @@ def minutes_phase(
     window = Window(store.client, workers)
     last = marks[-1]
     wait_until(last / 1000 + drain, workers, probe, done=lambda: probe.fired[last] >= n)
-    cost = window.close(probe, occurrences=True)
+    cost = window.close(probe, occurrences=True, idle=idle)
     wait_until(time.time() + GRACE_S, workers, probe)
     before = [start for fire, start, _ in probe.runs if 0 < fire < first_ms]
     return {
@@ -186,15 +224,17 @@ def db_variant(n: int, minutes: int, workdir: Path) -> dict[str, Any]:
     store = bench_store()
     workers, probe = start_workers(store, workdir)
     try:
-        plain = plain_phase(store, workers, probe, n)
+        idle = idle_phase(store, workers, probe)
+        plain = plain_phase(store, workers, probe, n, idle)
         Schedule.objects.bulk_create(
             Schedule(name=f"db{i}", task=PROBE, cron="* * * * *") for i in range(n)
         )
         t0 = time.time()
-        got = minutes_phase(store, workers, probe, n, boundary_ms(t0 + LEAD_S), minutes, DRAIN_S)
+        first = boundary_ms(t0 + LEAD_S)
+        got = minutes_phase(store, workers, probe, n, first, minutes, DRAIN_S, idle)
     finally:
         workers.stop()
-    return {**got, "plain": plain}
+    return {**got, "plain": plain, "idle": idle}
 
 
 def settings_variant(n: int, minutes: int, workdir: Path) -> dict[str, Any]:

@@ -229,33 +229,59 @@ def _record_fires(records: dict[int, tuple[int, str, str]]) -> None:
     (checked below): a driver would otherwise parse a statement of hundreds of
     placeholders at every claim."""
     connection, table, column = _state_table(write=True)
-    fire, job, outcome, started, finished, hashed = (
-        column(name)
-        for name in ("last_fire_ms", "last_job_id", "last_outcome", "last_started_at",
-                     "last_finished_at", "name_hash")
-    )  # fmt: skip
-    fires, jobs, outcomes = [], [], []
+    rows = []
     for h, (f, job_id, word) in records.items():
         if not _LITERAL.fullmatch(job_id) or word not in ("running", "skipped"):
             raise ValueError(f"not an occurrence id and outcome: {job_id!r}, {word!r}")
-        fires.append(f"WHEN {int(h)} THEN {int(f)}")
-        jobs.append(f"WHEN {int(h)} THEN '{job_id}'")
-        outcomes.append(f"WHEN {int(h)} THEN '{word}'")
-    fire_case = f"CASE {hashed} {' '.join(fires)} END"
-    sql = (
-        f"UPDATE {table} SET {fire} = {fire_case}, "
-        f"{job} = CASE {hashed} {' '.join(jobs)} END, "
-        f"{outcome} = CASE {hashed} {' '.join(outcomes)} END, "
-        f"{started} = %s, {finished} = NULL "
-        f"WHERE {hashed} IN ({', '.join(str(int(h)) for h in records)}) "
-        f"AND ({fire} IS NULL OR {fire} <= {fire_case})"
+        rows.append((int(h), int(f), job_id, word))
+    joined = connection.vendor == "postgresql" or (
+        connection.vendor == "sqlite" and connection.Database.sqlite_version_info >= (3, 33)
     )
+    sql = (_joined if joined else _cased)(table, column, rows)
     now = connection.ops.adapt_datetimefield_value(timezone.now())
     try:
         with connection.cursor() as cursor:
             cursor.execute(sql, [now])
     except DatabaseError as exc:
         _warn("cannot record the occurrences' fire times (they run anyway)", exc)
+
+
+_FIRE_FIELDS = ("last_fire_ms", "last_job_id", "last_outcome", "last_started_at")
+
+
+def _joined(table: str, column: Callable[[str], str], rows: list[tuple]) -> str:
+    """The UPDATE as a join with the rows' VALUES (PostgreSQL, SQLite 3.33+): one index
+    look-up a row, where a CASE is read through for every row (a 2,000-record commit took
+    0.55 s on PostgreSQL and 60 us of CPU a record on SQLite, against 72 ms and 8 us)."""
+    fire, job, outcome, started = (column(name) for name in _FIRE_FIELDS)
+    values = ", ".join(f"({h}, {f}, '{job_id}', '{word}')" for h, f, job_id, word in rows)
+    hashed = column("name_hash")
+    return (
+        f"WITH fired (h, f, j, o) AS (VALUES {values}) "
+        f"UPDATE {table} SET {fire} = fired.f, {job} = fired.j, {outcome} = fired.o, "
+        f"{started} = %s, {column('last_finished_at')} = NULL FROM fired "
+        f"WHERE {table}.{hashed} = fired.h "
+        f"AND ({table}.{fire} IS NULL OR {table}.{fire} <= fired.f)"
+    )
+
+
+def _cased(table: str, column: Callable[[str], str], rows: list[tuple]) -> str:
+    """The UPDATE with a CASE a column (any database: MySQL and MariaDB have no UPDATE
+    ... FROM)."""
+    fire, job, outcome, started = (column(name) for name in _FIRE_FIELDS)
+    hashed = column("name_hash")
+    fires = " ".join(f"WHEN {h} THEN {f}" for h, f, _, _ in rows)
+    jobs = " ".join(f"WHEN {h} THEN '{job_id}'" for h, _, job_id, _ in rows)
+    outcomes = " ".join(f"WHEN {h} THEN '{word}'" for h, _, _, word in rows)
+    fire_case = f"CASE {hashed} {fires} END"
+    return (
+        f"UPDATE {table} SET {fire} = {fire_case}, "
+        f"{job} = CASE {hashed} {jobs} END, "
+        f"{outcome} = CASE {hashed} {outcomes} END, "
+        f"{started} = %s, {column('last_finished_at')} = NULL "
+        f"WHERE {hashed} IN ({', '.join(str(h) for h, _, _, _ in rows)}) "
+        f"AND ({fire} IS NULL OR {fire} <= {fire_case})"
+    )
 
 
 def buffer_outcome(job_id: str, outcome: str) -> None:

@@ -14,7 +14,6 @@ import functools
 import hashlib
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
-_VALUE = {c: i for i, c in enumerate(_CROCKFORD)}
 TAG = 0xD7C3  # 16 bits that mark an occurrence's id (an ordinary ULID has them by chance
 # once in 65,536: its start then costs one look at the known name hashes)
 TAG_BITS = 16
@@ -33,13 +32,30 @@ def version_hash(digest: str, generation: int) -> int:
     return int.from_bytes(raw, "big")
 
 
-def occurrence_id(name: str, version: int, fire_ms: int) -> str:
-    value = (fire_ms << 80) | (TAG << 64) | (name_hash(name) << VERSION_BITS) | version
+def _digits(value: int, count: int) -> str:
+    """``value`` as ``count`` Crockford base-32 digits."""
     digits = []
-    for _ in range(26):
+    for _ in range(count):
         digits.append(_CROCKFORD[value & 31])
         value >>= 5
     return "".join(reversed(digits))
+
+
+@functools.lru_cache(maxsize=200_000)
+def _tail(name: str, version: int) -> str:
+    """The id's last 16 digits (its low 80 bits: tag, name hash, version)."""
+    return _digits((TAG << 64) | (name_hash(name) << VERSION_BITS) | version, 16)
+
+
+@functools.lru_cache(maxsize=4096)
+def _head(fire_ms: int) -> str:
+    """The id's first 10 digits (the fire time, above bit 80): every schedule firing at
+    that time shares them."""
+    return _digits(fire_ms, 10)
+
+
+def occurrence_id(name: str, version: int, fire_ms: int) -> str:
+    return _head(fire_ms) + _tail(name, version)
 
 
 # Characters 10 to 12 of a 26-character id hold bits 65 to 79: the tag's top 15 bits.
@@ -53,16 +69,15 @@ def may_be_occurrence(job_id: str) -> bool:
     return len(job_id) == 26 and job_id[10:13] == _TAG_HEAD
 
 
+_AS_INT = str.maketrans(_CROCKFORD, "0123456789abcdefghijklmnopqrstuv")
+_DIGITS = frozenset(_CROCKFORD)
+
+
 def parse_occurrence_id(job_id: str) -> tuple[int, int, int] | None:
     """(fire_ms, name hash, version) of an occurrence's id; None for any other id."""
-    if not may_be_occurrence(job_id):
+    if not may_be_occurrence(job_id) or not _DIGITS.issuperset(job_id):
         return None
-    value = 0
-    for char in job_id:
-        digit = _VALUE.get(char)
-        if digit is None:
-            return None
-        value = value * 32 + digit
+    value = int(job_id.translate(_AS_INT), 32)
     if (value >> 64) & 0xFFFF != TAG:
         return None
     return value >> 80, (value >> VERSION_BITS) & ((1 << NAME_BITS) - 1), value & 0xFFFFFF
