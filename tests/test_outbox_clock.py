@@ -26,7 +26,14 @@ from django_delayq.scheduling import api, plan
 from django_delayq.storage import connection
 from django_delayq.storage.store import Store
 from tests.routers import OutboxOnly
-from tests.test_outbox import alias, pending_ids, rows, run_burst  # noqa: F401
+from tests.test_outbox import (  # noqa: F401
+    alias,
+    counted_from,
+    pending_ids,
+    redis_now,
+    rows,
+    run_burst,
+)
 from tests.testapp import tasks as t
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "pg"])
@@ -44,21 +51,8 @@ def slow_producer(monkeypatch):
     return monkeypatch
 
 
-def redis_now(store: Store) -> float:
-    seconds, micros = store.client.time()
-    return seconds + micros / 1e6
-
-
 def due_in_redis(store: Store, job_id: str) -> float:
     return store.client.zscore(store.key("default", "pending"), job_id) / 1000
-
-
-def counted_from(due: float, delay: float, before: float, after: float) -> bool:
-    """Whether ``due`` is ``delay`` after an instant between two reads of Redis's TIME,
-    ``before`` the call that scheduled it and ``after`` that call or the relay that stored
-    it: an order on one clock, not a margin of time (10 ms: a due time in milliseconds,
-    Redis's and the database's clocks read apart)."""
-    return before + delay - 0.01 <= due <= after + delay + 0.01
 
 
 def test_an_on_commit_job_of_a_slow_producer_is_not_early(store, alias, slow_producer):  # noqa: F811
