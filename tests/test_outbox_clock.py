@@ -25,10 +25,10 @@ from django_delayq.outbox import rows as outbox
 from django_delayq.scheduling import api, plan
 from django_delayq.storage import connection
 from django_delayq.storage.store import Store
+from tests.conftest import between
 from tests.routers import OutboxOnly
 from tests.test_outbox import (  # noqa: F401
     alias,
-    counted_from,
     pending_ids,
     redis_now,
     rows,
@@ -63,7 +63,7 @@ def test_an_on_commit_job_of_a_slow_producer_is_not_early(store, alias, slow_pro
     slow_producer.undo()
     assert pending_ids(store) == [job.id]
     # Due 60 s after Redis's now when it was scheduled, not after the producer's.
-    assert counted_from(due_in_redis(store, job.id), 60, before, after)
+    assert between(due_in_redis(store, job.id) - 60, before, after)
 
 
 def test_a_horizon_job_of_a_slow_producer_is_not_early(store, slow_producer):
@@ -84,8 +84,8 @@ def test_a_horizon_job_of_a_slow_producer_is_not_early(store, slow_producer):
             OutboxJob.objects.using("pg").update(relay_at=found[0].created_at)
             assert relaying.relay_pass(store, "pg") == 2
             after = redis_now(store)
-            assert counted_from(due_in_redis(store, job.id), 3600, before, after)
-            assert counted_from(due_in_redis(store, bulk.id), 3600, before, after)
+            assert between(due_in_redis(store, job.id) - 3600, before, after)
+            assert between(due_in_redis(store, bulk.id) - 3600, before, after)
         finally:
             OutboxJob.objects.using("pg").all().delete()
 
@@ -99,7 +99,7 @@ def test_postgresql_due_counts_from_the_call_not_the_transaction_start(store):
                     cursor.execute("SELECT pg_sleep(3)")
                 before = redis_now(store)  # 3 s after the transaction's start
                 job = t.remember.schedule(1, delay=60, on_commit="pg")
-            assert counted_from(due_in_redis(store, job.id), 60, before, redis_now(store))
+            assert between(due_in_redis(store, job.id) - 60, before, redis_now(store))
         finally:
             OutboxJob.objects.using("pg").all().delete()
 
@@ -130,7 +130,7 @@ def test_use_tz_off_rows_are_written_read_and_relayed(store, alias, naive):  # n
         near = t.remember.schedule(1, delay=5, on_commit=alias)
         assert get_job(near.id).waits_in == "database"
     assert pending_ids(store) == [near.id]
-    assert counted_from(due_in_redis(store, near.id), 5, before, redis_now(store))
+    assert between(due_in_redis(store, near.id) - 5, before, redis_now(store))
     before = redis_now(store)
     far = t.remember.schedule(2, delay=3600, key="k")
     scheduled = redis_now(store)
@@ -138,12 +138,12 @@ def test_use_tz_off_rows_are_written_read_and_relayed(store, alias, naive):  # n
     assert row.id == far.id and abs((row.due_at - row.relay_at).total_seconds() - 60) < 0.01
     found = get_job(far.id)
     assert found.waits_in == "database"
-    assert counted_from(found.due_at.timestamp(), 3600, before, scheduled)
-    assert counted_from(far.due_at.timestamp(), 3600, before, scheduled)
+    assert between(found.due_at.timestamp() - 3600, before, scheduled)
+    assert between(far.due_at.timestamp() - 3600, before, scheduled)
     assert relaying.relay_pass(store, alias) == 0  # not within the horizon yet
     OutboxJob.objects.using(alias).update(relay_at=row.created_at)
     assert relaying.relay_pass(store, alias) == 1
-    assert counted_from(due_in_redis(store, far.id), 3600, before, redis_now(store))
+    assert between(due_in_redis(store, far.id) - 3600, before, redis_now(store))
     assert cancel(key="k") is True and cancel(near.id) is True
     run_burst(store)
     assert t.CALLS == []
