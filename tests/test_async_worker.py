@@ -29,6 +29,8 @@ def run_burst(**kwargs) -> Worker:
 
 
 def wait_for(condition, seconds: float = 30.0) -> None:
+    """Wait for ``condition``; its timeout only guards against a hang (what the tests wait for takes
+    milliseconds to a second), so it is many times that, for a loaded machine."""
     deadline = time.monotonic() + seconds
     while not condition():
         assert time.monotonic() < deadline, "timed out waiting"

@@ -188,6 +188,8 @@ def test_a_burst_worker_registers_and_leaves(store):
 
 
 def wait_until(predicate, timeout: float = 20.0):
+    """Wait for ``predicate``; its timeout only guards against a hang (what the tests wait for takes
+    milliseconds to a second), so it is many times that, for a loaded machine."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
