@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
+from datetime import datetime
 
 import fakeredis
 import pytest
@@ -213,3 +214,14 @@ def run_machine(machine: type, examples: int, steps: int = 40) -> None:
             suppress_health_check=list(HealthCheck),
         ),
     )
+
+
+def between(moment: float | datetime, before: float | datetime, after: float | datetime) -> bool:
+    """Whether ``moment`` lies between two reads of the clock (epoch seconds or aware
+    datetimes): an order on one clock, not a margin of time. 10 ms of slack: due times are
+    milliseconds, and Redis's clock is read apart from this process's."""
+
+    def seconds(t: float | datetime) -> float:
+        return t.timestamp() if isinstance(t, datetime) else t
+
+    return seconds(before) - 0.01 <= seconds(moment) <= seconds(after) + 0.01

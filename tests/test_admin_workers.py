@@ -41,6 +41,8 @@ def beat(store, instance: str, **fields) -> None:
 
 
 def wait_until(predicate, timeout: float = 20.0):
+    """Wait for ``predicate``; its timeout only guards against a hang (what the tests wait for takes
+    milliseconds to a second), so it is many times that, for a loaded machine."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if value := predicate():

@@ -445,9 +445,11 @@ class APIMachine(RuleBasedStateMachine):
             self.horizon(False)
         self.relay()
         # HORIZON is off: every row is relayed at once (I8). A row written by a commit whose
-        # fast path failed may wait out its GRACE (the spec leaves that open): bounded wait.
+        # fast path failed may wait out its GRACE (the spec leaves that open): the loop ends
+        # when none is left, about GRACE on; the 30 s more only bound a hang (2 s, as before,
+        # could be used up by one relay turn held up on a loaded machine).
         waited = time.monotonic()
-        while self.w.observe()[1] and time.monotonic() - waited < outbox.GRACE + 2:
+        while self.w.observe()[1] and time.monotonic() - waited < outbox.GRACE + 30:
             time.sleep(0.2)
             self.relay()
         start = len(self.w.ran)

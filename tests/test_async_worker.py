@@ -29,6 +29,8 @@ def run_burst(**kwargs) -> Worker:
 
 
 def wait_for(condition, seconds: float = 30.0) -> None:
+    """Wait for ``condition``; its timeout only guards against a hang (what the tests wait for takes
+    milliseconds to a second), so it is many times that, for a loaded machine."""
     deadline = time.monotonic() + seconds
     while not condition():
         assert time.monotonic() < deadline, "timed out waiting"
@@ -262,6 +264,9 @@ def test_the_leases_of_long_async_attempts_are_extended(store, name):
     jobs = schedule_many(t.async_waits_for_gate, [(name,)] * 20)
     # The settings' 60 s lease, shortened for this worker only (a DELAYQ override would
     # replace the test's store).
+    # A real-time margin: the heartbeat comes every lease / 3 (0.2 s), so its thread may be
+    # held up 0.4 s before a lease runs out (held beside two busy loops); the 2 s sleep
+    # below is a lower bound (the attempts outlive three leases).
     with mock.patch.object(delayq_settings, "VISIBILITY_TIMEOUT", 0.6):
         worker, thread, codes = started_worker(async_concurrency=30)
     assert worker.lease == 0.6 and worker.parts.heartbeat.lease == 0.6

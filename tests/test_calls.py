@@ -26,6 +26,7 @@ from django_delayq import (
 from django_delayq.checks import check_tasks
 from django_delayq.scheduling.registry import unregister
 from django_delayq.worker.dispatch import Worker
+from tests.conftest import between
 from tests.test_async_api import astore  # noqa: F401  (the fixture)
 from tests.testapp import tasks as t
 
@@ -75,9 +76,10 @@ def test_call_schedule_gives_every_kwarg_to_the_task_and_the_options_to_schedule
     job = shadowing.call(task="T", delay=7, priority=3, queue="x").schedule(
         delay=timedelta(minutes=5), priority=5, queue="emails", key="k"
     )
+    after = timezone.now()
     assert job.kwargs == {"task": "T", "delay": 7, "priority": 3, "queue": "x"}
     assert job.queue == "emails" and job.priority == 5 and job.key == "k"
-    assert timedelta(minutes=4) < job.due_at - before < timedelta(minutes=6)
+    assert between(job.due_at - timedelta(minutes=5), before, after)
     assert get_job(job.id).kwargs == job.kwargs
     due_now = call(SHADOWING, task="T", delay=7, priority=3, queue="x").schedule()
     assert due_now.queue == "default" and due_now.priority == 0

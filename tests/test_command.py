@@ -40,6 +40,8 @@ def start_worker(prefix: str, *args: str, **env: str) -> subprocess.Popen:
 
 
 def wait_for(predicate, timeout: float = 20.0, step: float = 0.02):
+    """Wait for ``predicate``; its timeout only guards against a hang (what the tests wait for takes
+    milliseconds to a second), so it is many times that, for a loaded machine."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()

@@ -22,6 +22,8 @@ from tests.testapp import tasks as t
 
 
 def wait_for(condition, seconds: float = 20.0) -> None:
+    """Wait for ``condition``; its timeout only guards against a hang (what the tests wait for takes
+    milliseconds to a second), so it is many times that, for a loaded machine."""
     deadline = time.monotonic() + seconds
     while not condition():
         assert time.monotonic() < deadline, "timed out waiting"

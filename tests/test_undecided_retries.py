@@ -47,6 +47,8 @@ def producer_without_the_tasks():
 
 
 def wait_until(predicate, timeout: float = 10.0):
+    """Wait for ``predicate``; its timeout only guards against a hang (what the tests wait for takes
+    milliseconds to a second), so it is many times that, for a loaded machine."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if value := predicate():

@@ -306,6 +306,8 @@ def test_idle_worker_wakes_up_for_a_new_job(real_store):
     try:
         time.sleep(0.2)  # asleep in BLPOP now (MAX_SLEEP is 5 s)
         t.remember.schedule("wake")
+        # Woken, not run when its BLPOP ran out (MAX_SLEEP 5 s, cut to 4.5 s below the read
+        # timeout): the wake takes milliseconds, and 2 s still tells the two apart.
         deadline = time.monotonic() + 2
         while not t.CALLS and time.monotonic() < deadline:
             time.sleep(0.01)

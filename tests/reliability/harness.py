@@ -86,7 +86,11 @@ def free_port(low: int = 18000, high: int = 25999, bus: bool = False) -> int:
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float, what: str, step: float = 0.05) -> Any:
-    """Poll ``predicate`` until it returns something true; fail after ``timeout`` seconds."""
+    """Poll ``predicate`` until it returns something true; fail after ``timeout`` seconds.
+
+    ``timeout`` guards against a hang, not a measure: each call's is many times what its
+    condition takes (processes start in seconds, jobs run in milliseconds), for a loaded
+    machine; a time that is a promise is reported (``report``) or checked by the test."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()

@@ -24,6 +24,7 @@ from django.db import connections, transaction
 from django.test import override_settings
 
 from django_delayq.models import OutboxJob
+from django_delayq.outbox import relay as relaying
 from django_delayq.storage.store import Store
 from tests.reliability.harness import ROOT, installed, runs, wait_until, worker_env
 from tests.reliability.tasks import mark, stamp
@@ -78,10 +79,17 @@ def finish(procs, workers) -> list[int]:
     return [proc.wait(30) for proc in procs]
 
 
-def test_redis_down_at_commit(servers, runs_server, runs_client, workers, prefix, tag, pg, report):
+def test_redis_down_at_commit(
+    servers, runs_server, runs_client, workers, prefix, tag, pg, report, monkeypatch
+):
     count = 20
     data = servers.redis("data")
     store = Store(data.client(), prefix)
+    tried = []  # the fast paths that went to Redis
+    real_pass = relaying.relay_pass
+    monkeypatch.setattr(
+        relaying, "relay_pass", lambda *a, **k: tried.append(1) or real_pass(*a, **k)
+    )
     with installed(store):
         data.stop()
         began = time.monotonic()
@@ -91,6 +99,9 @@ def test_redis_down_at_commit(servers, runs_server, runs_client, workers, prefix
         assert row_count() == count  # committed; the rows wait for a relay
         # One fast path tried Redis (one connection attempt); the others left their rows
         # to the workers at once: the commit is not held up per job.
+        assert len(tried) == 1
+        # A margin for a hang only: that one attempt is redis-py's connection retries
+        # (3.7 s here; 74 s if every job tried).
         assert commit_seconds < 15
         data.start()
         env = worker_env(data.url, runs_server.url, prefix, DATABASE=pg)
@@ -284,6 +295,18 @@ def test_horizon_jobs_run_once_and_never_early(
     procs = [workers.start(env, "--concurrency", "2", "-v", "1", name=f"h{n}") for n in (1, 2)]
     due: dict[str, float] = {}
     where: Counter = Counter()
+    in_database: dict[str, str] = {}  # value -> id of the jobs that waited in the database
+    seen: dict[str, float] = {}  # job id -> the Redis TIME its record was first seen at
+
+    def all_ran() -> bool:
+        pipe = store.client.pipeline(transaction=True)  # TIME and the records at one instant
+        pipe.time()
+        pipe.hkeys(store.key("default", "jobs"))
+        (seconds, micros), held = pipe.execute()
+        for job_id in held:
+            seen.setdefault(job_id.decode(), seconds + micros / 1e6)
+        return runs_client.llen(f"runs:{tag}") >= len(due)
+
     with installed(store, HORIZON=horizon):
         time.sleep(1.0)  # the workers are up
         for i in range(120):
@@ -291,7 +314,9 @@ def test_horizon_jobs_run_once_and_never_early(
             job = stamp.schedule(tag, str(i), delay=delay)
             due[str(i)] = job.due_at.timestamp()
             where[job.waits_in] += 1
-        wait_until(lambda: runs_client.llen(f"runs:{tag}") >= len(due), 60, "the jobs' runs")
+            if job.waits_in == "database":
+                in_database[str(i)] = job.id
+        wait_until(all_ran, 60, "the jobs' runs")  # every 50 ms
         time.sleep(SETTLE)
     lines = runs(runs_client, tag)
     codes = finish(procs, workers)
@@ -312,6 +337,17 @@ def test_horizon_jobs_run_once_and_never_early(
     assert set(ran) == set(due) and set(ran.values()) == {1}
     # Never early (the runs Redis and the due times share this machine's clock).
     assert lateness[0] >= -0.01, lateness[:5]
-    assert lateness[-1] < 1.0, lateness[-5:]
+    # The relay moved each job of the database to Redis before it was due (as it came
+    # within the horizon): its record was seen there at a Redis TIME before its due time.
+    # Read every 50 ms, a record is there from its relay, about HORIZON before its due
+    # time, until its run; it is missed only if this process stalls for seconds.
+    relayed_late = {
+        v: seen.get(i) for v, i in in_database.items() if not seen.get(i, due[v]) < due[v]
+    }
+    assert not relayed_late, (relayed_late, {v: due[v] for v in relayed_late})
+    # How late the workers start jobs is a figure, not a bound of this test (the report's
+    # row 28 in docs/guarantees.rst; docs/performance.rst's lateness rows): the margin only
+    # catches a job left for a recovery or a restart (a bound of 1 s failed at load 8: 1.11 s).
+    assert lateness[-1] < horizon, lateness[-5:]
     assert row_count() == 0
     assert codes == [0, 0], workers.outputs()

@@ -404,7 +404,9 @@ def test_producer_clock_behind_runs_nothing_early(
     )
     assert not early, {v: round(lateness[v], 3) for v in early}
     assert set(ran) == set(due) and set(ran.values()) == {1}, ran
-    assert max(lateness.values()) < 3.0, lateness
+    # Nor late by the skew (a remaining delay counted on the producer's clock would be 30 s
+    # late): a third of it leaves room for a loaded machine, as in test_clock_skew.
+    assert max(lateness.values()) < abs(SKEW) / 3, lateness
     assert row_count() == 0 and sizes(store)["pending"] == 0
     assert code == 0, workers.outputs()
 

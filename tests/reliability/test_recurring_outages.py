@@ -102,7 +102,9 @@ def check_policy(policy: str, r: dict, f: dict, stored: dict, back: int, shown: 
     """Scenario 47's promises for one schedule: ``r`` is its outcome(), ``f`` its verdict."""
     old = stored.get(name_hash(policy), [])
     assert old and max(old) <= back - GRACE_MS, (stored, shown)  # stored, then missed
-    assert r["missed"] >= 3 and r["late"] >= 10, shown  # the scenario tests both
+    # The scenario tests both: about 6 missed (the outage's 6 s over the grace) and about
+    # 30 - caught_up_seconds late (the workers' start-up: 10 late leaves it 20 s).
+    assert r["missed"] >= 3 and r["late"] >= 10, shown
     if policy == "all":
         assert r["missed_ran"] == r["missed"] and r["outage_ran"] == r["outage"], shown
         assert f["gaps"] == [], shown
@@ -236,4 +238,6 @@ def test_a_rolling_deploy_old_and_new_settings_side_by_side(
     assert definition["spec"]["missed"] == "all" and version_b != version_a, shown
     assert {v for f, v in ran if f < took_over} == {version_a}, shown
     assert {v for f, v in ran if f >= took_over} == {version_b}, shown
-    assert took_over - deployed < 30_000, shown  # the new worker's start-up and first pass
+    # The new worker's start-up and first pass (about 1 s, docs/guarantees.rst): a margin
+    # for a hang only, the takeover_seconds reported are the figure.
+    assert took_over - deployed < 30_000, shown

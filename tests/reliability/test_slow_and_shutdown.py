@@ -91,7 +91,12 @@ def test_stuck_job_is_recovered_once_its_worker_is_gone(
         victim = workers.start(env, name="victim")
         wait_until(lambda: runs(runs_client, f"{tag}:started"), 20, "the job to start")
         rescuer = workers.start(env, name="rescuer")
-        time.sleep(1.5)  # the rescuer is up and the victim heartbeats: nothing happens
+        wait_until(
+            lambda: "rescuer" in {w.name for w in store.live_workers(store.server_time())},
+            30,
+            "the rescuer on the roster",  # where it joins just before it claims
+        )
+        time.sleep(1.5)  # the victim heartbeats: nothing happens
         assert runs(runs_client, f"{tag}:started") == ["stuck"]
         assert get_job(job.id).status == "running"
         victim.signal(signal.SIGKILL)
@@ -114,6 +119,9 @@ def test_stuck_job_is_recovered_once_its_worker_is_gone(
     assert runs(runs_client, f"{tag}:started") == ["stuck", "stuck"]
     assert runs(runs_client, tag) == ["stuck"]
     assert f"job {job.id} recovered from a lost worker" in output
+    # The lease (1 s) and a recovery pass (every VISIBILITY_TIMEOUT / 2) take 1.5 s at most;
+    # 2.5 s more are room for a loaded machine (1.1 s in all beside two busy loops). A
+    # recovery that waited for the job's 60 s or the default VISIBILITY_TIMEOUT takes 60 s.
     assert recovered_after < visibility + 3
     assert sizes(store) == {"pending": 0, "running": 0, "dead": 0, "records": 0}
 
