@@ -395,7 +395,11 @@ class Workers:
         log = self.base / f"worker-{self.counter}-{name}.log"
         with log.open("w") as out:
             popen = subprocess.Popen(
-                [*command, "--name", name, *args],
+                # --skip-checks: Django's system checks cost each worker process 0.2 s of
+                # CPU at start (a quarter of its start), in the hundreds of processes the
+                # scenarios start; they are tested on their own (tests/test_checks.py,
+                # manage.py check) and by tests/test_command.py's workers, which run them.
+                [*command, "--skip-checks", "--name", name, *args],
                 cwd=ROOT,
                 env=environ,
                 stdout=out,
