@@ -264,12 +264,16 @@ class BatchMachine(RuleBasedStateMachine):
             assert placed == bool(found[kind]), (kind, fields, found)
 
 
+# Most examples on the real server: the same example costs its Lua about 2.3x the CPU on
+# fakeredis (Python runs every command a script calls; 30 store-machine examples: 2.2 s
+# against 0.9 s with the server's own), and the real server is what users run; fakeredis
+# keeps enough to show the scripts still run on it.
 def test_the_batch_machine_on_fakeredis():
-    run_machine(BatchMachine, 150)
+    run_machine(BatchMachine, 15)
 
 
 def test_the_batch_machine_on_redis():
     class Machine(BatchMachine):
         client_factory = staticmethod(real_redis)
 
-    run_machine(Machine, 15)
+    run_machine(Machine, 150)

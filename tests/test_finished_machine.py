@@ -138,12 +138,16 @@ class FinishedMachine(RuleBasedStateMachine):
             assert self.store.fetch(Q, job_id) is None  # never live and kept
 
 
+# Most examples on the real server: the same example costs its Lua about 2.3x the CPU on
+# fakeredis (Python runs every command a script calls; 30 store-machine examples: 2.2 s
+# against 0.9 s with the server's own), and the real server is what users run; fakeredis
+# keeps enough to show the scripts still run on it.
 def test_the_finished_machine_on_fakeredis():
-    run_machine(FinishedMachine, 120)
+    run_machine(FinishedMachine, 30)
 
 
 def test_the_finished_machine_on_redis():
     class Machine(FinishedMachine):
         client_factory = staticmethod(real_redis)
 
-    run_machine(Machine, 30)
+    run_machine(Machine, 120)
