@@ -49,6 +49,13 @@ def pytest_configure(config):
 REAL_SERVER_FIXTURES = frozenset({"real_client", "real_store", "proxied"})
 
 
+def _starts_its_own_server(item: pytest.Item) -> bool:
+    return "own_server" in getattr(item, "fixturenames", ()) or (
+        getattr(item, "callspec", None) is not None
+        and item.callspec.params.get("flushable_client") == "own"
+    )
+
+
 def _talks_to_the_real_server(item: pytest.Item) -> bool:
     callspec = getattr(item, "callspec", None)
     if callspec is not None and callspec.params.get("redis_client") == "real":
@@ -70,6 +77,8 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if _talks_to_the_real_server(item):
             item.add_marker(pytest.mark.real_redis)
+        if _starts_its_own_server(item):
+            item.add_marker(pytest.mark.redis_server)
     items.sort(key=_longest_first)  # stable: file order within each group
 
 
@@ -118,6 +127,38 @@ def redis_client(request):
 @pytest.fixture
 def real_client():
     return real_redis()
+
+
+@pytest.fixture(scope="session")
+def own_server(tmp_path_factory):
+    """A redis-server of this test process's own (a few ms to start), for a test that does
+    to its server what would disturb the tests other processes run on the shared one at the
+    same moment: a SCRIPT FLUSH there makes any test that counts what it sends see a
+    NOSCRIPT and a re-send (CI saw test_transport's lost-reply count go from 2 to 3)."""
+    from tests.reliability.harness import Servers
+
+    started = Servers(tmp_path_factory.mktemp("own-redis"))
+    try:
+        yield started.redis("own")
+    finally:
+        started.close()
+
+
+@pytest.fixture(params=["fake", "own"])
+def flushable_client(request):
+    """Like redis_client, its real side a server of this process's own (own_server)."""
+    if request.param == "fake":
+        yield fakeredis.FakeRedis(server=fakeredis.FakeServer())
+    else:
+        client = request.getfixturevalue("own_server").client()
+        yield client
+        client.close()
+
+
+@pytest.fixture
+def flushable_store(flushable_client):
+    """The store fixture on flushable_client: for tests that SCRIPT FLUSH their server."""
+    yield from _installed(flushable_client)
 
 
 def _use_store(client: redis.Redis) -> Store:

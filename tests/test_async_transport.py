@@ -103,7 +103,8 @@ def test_other_error_answers_are_final_and_not_sent_again(proxied):
     assert fault.matched == 1
 
 
-def test_scripts_flushed_from_redis_are_loaded_again(real_store):
+@pytest.mark.parametrize("flushable_client", ["own"], indirect=True)
+def test_scripts_flushed_from_redis_are_loaded_again(flushable_store):
     async def twice():
         first = await aschedule(t.remember, 1, delay=60)
         await get_async_store().transport.client.script_flush()

@@ -662,7 +662,8 @@ def test_an_idle_wake_wait_never_outlasts_the_socket_read_timeout(real_client):
     assert blpop[0] == b"BLPOP" and float(blpop[-1]) < short.read_timeout()
 
 
-def test_schedule_many_answers_per_job_and_survives_a_script_flush(store):
+def test_schedule_many_answers_per_job_and_survives_a_script_flush(flushable_store):
+    store = flushable_store
     jobs = [(new_job_id(), record(args=[i])) for i in range(6)]
     taken = jobs[0][0]
     first = store.call(
@@ -681,10 +682,11 @@ def test_schedule_many_answers_per_job_and_survives_a_script_flush(store):
     assert len(members(store, "pending")) == 6
 
 
-def test_a_stream_keeps_final_errors_and_sends_again_what_redis_did_not_run(store):
+def test_a_stream_keeps_final_errors_and_sends_again_what_redis_did_not_run(flushable_store):
     """stream() (schedule_many's chunks): an error answer is that op's final answer
     (WRONGTYPE, translated), an EVALSHA that met NOSCRIPT is sent again with its script
     loaded, and every other answer stays in its place."""
+    store = flushable_store
     put(store)  # the transport now believes schedule.lua is loaded
     store.client.script_flush()
     wake = store.key(Q, "wake")
