@@ -9,12 +9,12 @@
 -- ARGV[7] finished jobs' max count per queue, as ack.lua's ARGV[3]
 -- ARGV[8..] optional quadruples: job id, lease token, info, attempt of finished jobs,
 --           acknowledged first exactly as ack.lua does (a worker's acks and its next claim
---           in one call). Before 0.7: triples from ARGV[6].
+--           in one call).
 -- Returns {now, next_due, {ack flags}, {id1, record1, attempt1, due1, id2, ...}}: next_due is
 -- the due_at of the earliest pending job left ('' when none); the ack flags are ack.lua's, one
 -- per entry; attempt is the number the attempt will have once started; due the job's due_at
 -- (epoch ms; '' for a job the call re-sends or unparks: its due time is not at hand), so
--- the worker knows each job's lateness. (Before 0.7: triples, without due.)
+-- the worker knows each job's lateness.
 -- Claimed jobs are leased as not started (score lease_until - RESERVED); the worker's runner
 -- marks each one started (ZADD XX GT lease_until) just before running it, so a job whose
 -- worker died before starting it is handed back by recover.lua without counting an attempt.
@@ -59,8 +59,8 @@
 -- group= (record flag 'g', its group key "<task>\n<group>" in `groups`) is checked against
 -- its group's limits as the task's are checked against the task's. Holders per group key
 -- live in `holds` (checked against `state` at every claim, and dropped as they leave running:
--- group_left in _lib.lua). A due job of a group at its concurrency limit is parked: moved
--- out of `pending`/`ranked` into `parked` (see _lib.lua), so it is never read again until a
+-- group_left in include/groups.lua). A due job of a group at its concurrency limit is parked: moved
+-- out of `pending`/`ranked` into `parked` (see include/base.lua), so it is never read again until a
 -- slot frees (the next claims read the jobs behind it: no head-of-line blocking, and no
 -- claim reads a parked job twice). A due job over its group's rate stays pending, due when
 -- the group's rate allows it, the jobs of one group held back by one call spread one rate
@@ -73,13 +73,23 @@
 -- read past the room and did not park stay pending untouched (next_due is then now, or
 -- CONC_GAP ahead when the queue's own limit is full). The fast path above is taken only
 -- while `parked` does not exist either.
+--- @include "base"
+--- @include "record"
+--- @include "leases"
+--- @include "priority"
+--- @include "wake"
+--- @include "stats"
+--- @include "errors"
+--- @include "keeping"
+--- @include "groups"
+--- @include "acks"
 local CONC_GAP = 250
 local SWEEP_GAP = 50
 local limit, lease, token, instance = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], ARGV[5]
 local now = clock(ARGV[1])
 -- Reads first (they check their keys' types too); then the keys this call will write
 -- without having read them are checked; then the writes.
-local last = redis.call('HGET', C, instance)
+local last = redis.call('HGET', claims, instance)
 local resend = limit > 0 and last and string.match(last, '^([^\n]*)\n') == token
 local ids, from_pending, from_ranked, next_due = {}, {}, {}, nil
 -- The queue's concurrency limit (nil: none), its live holders, whether it capped this claim,
@@ -92,7 +102,7 @@ local room = nil
 local group_limits, group_holders, group_pace, write_groups, group_of, park, release_acked, sweep_parked
 local group_limit_of, group_live, group_tat, group_virtual, group_dirty
 local released = {}
-local controlled = redis.call('EXISTS', Q, K, Y) > 0
+local controlled = redis.call('EXISTS', ranked, control, parked) > 0
 if controlled then
   -- Limits per group: a task's ({conc = N or nil, rate = microseconds or nil}), the live
   -- holders of a group key (read once per call, written back after the limits are applied),
@@ -101,7 +111,7 @@ if controlled then
   group_limits = function(task)
     local l = group_limit_of[task]
     if l == nil then
-      local conc, rate = unpack(redis.call('HMGET', K, 'gconc:' .. task, 'grate:' .. task))
+      local conc, rate = unpack(redis.call('HMGET', control, 'gconc:' .. task, 'grate:' .. task))
       local count, period = string.match(rate or '', '^(%d+)/(%d+)$')
       l = {conc = tonumber(conc or '')}
       if count and tonumber(count) > 0 then l.rate = math.ceil(tonumber(period) * 1000 / tonumber(count)) end
@@ -115,7 +125,7 @@ if controlled then
       local acking = {}
       for i = 8, #ARGV, 4 do acking[ARGV[i] .. '|' .. ARGV[i + 1]] = true end
       live = {}
-      for h_id, h_token in string.gmatch(redis.call('HGET', Z, gkey) or '', '([^|%s]+)|(%S+)') do
+      for h_id, h_token in string.gmatch(redis.call('HGET', holds, gkey) or '', '([^|%s]+)|(%S+)') do
         local holder = h_id .. '|' .. h_token
         if not acking[holder] and owned(h_id, h_token) then table.insert(live, holder) end
       end
@@ -127,7 +137,7 @@ if controlled then
   group_pace = function(gkey, rate, now_us)
     local tat = group_tat[gkey]
     if tat == nil then
-      tat = tonumber(redis.call('HGET', Z, '\n' .. gkey) or '') or 0
+      tat = tonumber(redis.call('HGET', holds, '\n' .. gkey) or '') or 0
       group_tat[gkey] = tat
     end
     if tat > now_us + (rate < 1000 and 999 or 0) then
@@ -140,35 +150,35 @@ if controlled then
   end
   write_groups = function()
     for gkey, live in pairs(group_live) do
-      if #live > 0 then redis.call('HSET', Z, gkey, table.concat(live, ' '))
-      else redis.call('HDEL', Z, gkey) end
+      if #live > 0 then redis.call('HSET', holds, gkey, table.concat(live, ' '))
+      else redis.call('HDEL', holds, gkey) end
     end
-    for gkey, _ in pairs(group_dirty) do redis.call('HSET', Z, '\n' .. gkey, int(group_tat[gkey])) end
+    for gkey, _ in pairs(group_dirty) do redis.call('HSET', holds, '\n' .. gkey, int(group_tat[gkey])) end
     if next(group_dirty) then
       -- The rate state of groups that went quiet: a next free time already past counts as
       -- none, so it is dropped, 20 fields looked at per call that paces a group (cursor in
       -- `control` field "gscan"), and `holds` does not grow with every group ever seen.
-      local scan = redis.call('HSCAN', Z, redis.call('HGET', K, 'gscan') or '0', 'COUNT', 20)
+      local scan = redis.call('HSCAN', holds, redis.call('HGET', control, 'gscan') or '0', 'COUNT', 20)
       for i = 1, #scan[2], 2 do
         local field = scan[2][i]
         if string.sub(field, 1, 1) == '\n' and (tonumber(scan[2][i + 1]) or 0) <= now * 1000 then
-          redis.call('HDEL', Z, field)
+          redis.call('HDEL', holds, field)
         end
       end
-      redis.call('HSET', K, 'gscan', scan[1])
+      redis.call('HSET', control, 'gscan', scan[1])
     end
   end
   group_of = function(id)
-    local v = redis.call('HGET', A, id)
+    local v = redis.call('HGET', groups, id)
     return v and string.match(v, '^([^\n]*\n[^\n]*)')
   end
-  -- A due job of a full group leaves pending for `parked` (see _lib.lua).
+  -- A due job of a full group leaves pending for `parked` (see include/base.lua).
   park = function(id, gkey)
     local due, priority = pending_due(id)
     unpend(id)
     local member = gkey .. '\n' .. string.format('%020d', ranked_score(priority, due)) .. '\n' .. id
-    redis.call('ZADD', Y, 0, member)
-    redis.call('HSET', A, id, member)
+    redis.call('ZADD', parked, 0, member)
+    redis.call('HSET', groups, id, member)
   end
   -- The slots this call's acknowledgements free (ARGV[8..], flag 'g' in their info, still
   -- holding their lease): each group's first parked job goes back to pending before the
@@ -186,20 +196,20 @@ if controlled then
   -- group's free slots (the holders this call acknowledges still count: release_acked
   -- gave their slots).
   sweep_parked = function()
-    local cursor, at = unpack(redis.call('HMGET', K, 'gsweep', 'gsweep_at'))
+    local cursor, at = unpack(redis.call('HMGET', control, 'gsweep', 'gsweep_at'))
     if now < (tonumber(at or '') or 0) then return end
-    zsets(P, Q, Y) hashes(A, Z) lists(W)
+    zsets(pending, ranked, parked) hashes(groups, holds) lists(wake)
     local first = {}
-    if cursor then first = redis.call('ZRANGEBYLEX', Y, '(' .. cursor .. '\n\255', '+', 'LIMIT', 0, 1) end
-    if not first[1] then first = redis.call('ZRANGEBYLEX', Y, '-', '+', 'LIMIT', 0, 1) end
+    if cursor then first = redis.call('ZRANGEBYLEX', parked, '(' .. cursor .. '\n\255', '+', 'LIMIT', 0, 1) end
+    if not first[1] then first = redis.call('ZRANGEBYLEX', parked, '-', '+', 'LIMIT', 0, 1) end
     local gkey = parked_parts(first[1])
     if not gkey then return end
-    redis.call('HSET', K, 'gsweep', gkey, 'gsweep_at', int(now + SWEEP_GAP))
+    redis.call('HSET', control, 'gsweep', gkey, 'gsweep_at', int(now + SWEEP_GAP))
     local conc = group_limits(string.match(gkey, '^[^\n]*')).conc
     local free = 100
     if conc then
       free = conc
-      for h_id, h_token in string.gmatch(redis.call('HGET', Z, gkey) or '', '([^|%s]+)|(%S+)') do
+      for h_id, h_token in string.gmatch(redis.call('HGET', holds, gkey) or '', '([^|%s]+)|(%S+)') do
         if owned(h_id, h_token) then free = free - 1 end
       end
     end
@@ -208,18 +218,18 @@ if controlled then
 end
 if not controlled then
   if limit > 0 and not resend then
-    ids = redis.call('ZRANGEBYSCORE', P, '-inf', int(now), 'LIMIT', 0, limit)
+    ids = redis.call('ZRANGEBYSCORE', pending, '-inf', int(now), 'LIMIT', 0, limit)
     from_pending = ids
   end
   -- The job after the claimed ones: its due time is the reply's next_due, and a wake token
   -- goes to a peer when it is due already.
-  local after = redis.call('ZRANGE', P, #ids, #ids, 'WITHSCORES')
+  local after = redis.call('ZRANGE', pending, #ids, #ids, 'WITHSCORES')
   next_due = after[2] and tonumber(after[2])
 else
   local want = (limit > 0 and not resend) and limit or 0
-  local paused = redis.call('HEXISTS', K, 'paused') == 1
+  local paused = redis.call('HEXISTS', control, 'paused') == 1
   if paused then want = 0 end
-  local qconc, qhold = unpack(redis.call('HMGET', K, 'qconc', 'qhold'))
+  local qconc, qhold = unpack(redis.call('HMGET', control, 'qconc', 'qhold'))
   qslots = tonumber(qconc or '')
   if qslots then
     queue_held = {}
@@ -235,7 +245,7 @@ else
   end
   queue_hold_was = qhold
   local function later(due) if not next_due or due < next_due then next_due = due end end
-  if want > 0 and redis.call('EXISTS', Y) == 1 then
+  if want > 0 and redis.call('EXISTS', parked) == 1 then
     release_acked()
     sweep_parked()
     -- Groups at their limit are about: read past the jobs that will be parked (at most 2
@@ -248,29 +258,29 @@ else
     pending_read = true
     local got = {}
     if want > #ids then
-      got = redis.call('ZRANGEBYSCORE', P, '-inf', int(now), 'LIMIT', 0, want - #ids)
+      got = redis.call('ZRANGEBYSCORE', pending, '-inf', int(now), 'LIMIT', 0, want - #ids)
       for _, id in ipairs(got) do table.insert(ids, id) table.insert(from_pending, id) end
     end
-    local after = redis.call('ZRANGE', P, #got, #got, 'WITHSCORES')
+    local after = redis.call('ZRANGE', pending, #got, #got, 'WITHSCORES')
     if after[2] then later(tonumber(after[2])) end
   end
   local cursor = 0
   while true do
-    local first = redis.call('ZRANGEBYSCORE', Q, int(cursor), '+inf', 'LIMIT', 0, 1, 'WITHSCORES')
+    local first = redis.call('ZRANGEBYSCORE', ranked, int(cursor), '+inf', 'LIMIT', 0, 1, 'WITHSCORES')
     if not first[1] then break end
     local band = math.floor(tonumber(first[2]) / BAND)
     if band >= 100 and not pending_read then from_p() end  -- priority 0 sorts between
     local base = band * BAND
     local took = 0
     if want > #ids and tonumber(first[2]) - base <= now then
-      local got = redis.call('ZRANGEBYSCORE', Q, int(base), int(base + now), 'LIMIT', 0, want - #ids)
+      local got = redis.call('ZRANGEBYSCORE', ranked, int(base), int(base + now), 'LIMIT', 0, want - #ids)
       for _, id in ipairs(got) do table.insert(ids, id) table.insert(from_ranked, id) end
       took = #got
     end
     if took == 0 then
       later(tonumber(first[2]) - base)
     else
-      local after = redis.call('ZRANGEBYSCORE', Q, int(base), '(' .. int(base + BAND), 'LIMIT', took, 1, 'WITHSCORES')
+      local after = redis.call('ZRANGEBYSCORE', ranked, int(base), '(' .. int(base + BAND), 'LIMIT', took, 1, 'WITHSCORES')
       if after[2] then later(tonumber(after[2]) - base) end
     end
     cursor = base + BAND
@@ -281,29 +291,29 @@ else
 end
 local records, states = {}, {}
 if #ids > 0 then
-  records = batched('HMGET', J, ids)
-  states = batched('HMGET', S, ids)
+  records = batched('HMGET', jobs, ids)
+  states = batched('HMGET', state, ids)
 end
 if controlled and #ids > 0 then
   -- Rate limits: jobs over their task's limit stay pending, due when it allows them.
-  zsets(R, Y) hashes(T, A, Z)
+  zsets(running, parked) hashes(stats, groups, holds)
   local rates, deferred, held = {}, {}, 0
   local slots, holders = {}, {}  -- per task: the limit (false: none), live holders
   local now_us = now * 1000
   local kept_ids, kept_records, kept_states = {}, {}, {}
   for i, id in ipairs(ids) do
-    local wait, gkey, parked, untouched = nil, nil, false, false
+    local wait, gkey, to_park, untouched = nil, nil, false, false
     local task = records[i] and string.match(records[i], '^[^\n]*\n([^\n]*)')
     if task and has((select(2, header(records[i]))), 'g') then gkey = group_of(id) end
     local glimit = gkey and group_limits(task)
     if glimit and glimit.conc and #group_holders(gkey) >= glimit.conc then
-      parked = true
+      to_park = true
     elseif room and #kept_ids >= room then
       untouched = true
     elseif task then
       local rate = rates[task]
       if rate == nil then
-        local raw = redis.call('HGET', K, 'rate:' .. task)
+        local raw = redis.call('HGET', control, 'rate:' .. task)
         local count, period
         if raw then count, period = string.match(raw, '^(%d+)/(%d+)$') end
         rate = false
@@ -314,11 +324,11 @@ if controlled and #ids > 0 then
       end
       local slot = slots[task]
       if slot == nil then
-        slot = tonumber(redis.call('HGET', K, 'conc:' .. task) or '') or false
+        slot = tonumber(redis.call('HGET', control, 'conc:' .. task) or '') or false
         slots[task] = slot
         if slot then
           local live = {}
-          for h_id, h_token in string.gmatch(redis.call('HGET', K, 'hold:' .. task) or '', '([^|%s]+)|(%S+)') do
+          for h_id, h_token in string.gmatch(redis.call('HGET', control, 'hold:' .. task) or '', '([^|%s]+)|(%S+)') do
             if owned(h_id, h_token) then table.insert(live, h_id .. '|' .. h_token) end
           end
           holders[task] = live
@@ -327,21 +337,21 @@ if controlled and #ids > 0 then
       if slot and #holders[task] >= slot then
         wait = now + CONC_GAP
       elseif rate then
-        local tat = tonumber(redis.call('HGET', K, 'tat:' .. task) or '0') or 0
+        local tat = tonumber(redis.call('HGET', control, 'tat:' .. task) or '0') or 0
         -- `now` counts milliseconds: a claim may take the slots of the rest of its
         -- millisecond when they are closer than that (a rate above 1000/s), else a rate of
         -- 5000/s would give one claim a millisecond, 1000/s.
         if tat > now_us + (rate < 1000 and 999 or 0) then
           wait = math.ceil(tat / 1000)
         else
-          redis.call('HSET', K, 'tat:' .. task, int(math.max(tat, now_us) + rate))
+          redis.call('HSET', control, 'tat:' .. task, int(math.max(tat, now_us) + rate))
         end
       end
       if not wait and glimit and glimit.rate then wait = group_pace(gkey, glimit.rate, now_us) end
       if slot and not wait then table.insert(holders[task], id .. '|' .. token) end
       if glimit and glimit.conc and not wait then table.insert(group_holders(gkey), id .. '|' .. token) end
     end
-    if parked then
+    if to_park then
       park(id, gkey)
       deferred[id] = true
       held = held + 1
@@ -363,9 +373,9 @@ if controlled and #ids > 0 then
   write_groups()
   for task, live in pairs(holders) do
     if #live > 0 then
-      redis.call('HSET', K, 'hold:' .. task, table.concat(live, ' '))
+      redis.call('HSET', control, 'hold:' .. task, table.concat(live, ' '))
     else
-      redis.call('HDEL', K, 'hold:' .. task)
+      redis.call('HDEL', control, 'hold:' .. task)
     end
   end
   if next(deferred) then
@@ -380,65 +390,65 @@ if controlled and #ids > 0 then
   end
 end
 if #ids > 0 then
-  zsets(R)
+  zsets(running)
   for i = 1, #ids do
-    if not records[i] then zsets(D) hashes(E, T) break end  -- dead-lettered below
+    if not records[i] then zsets(dead) hashes(errors, stats) break end  -- dead-lettered below
   end
 end
 local wakes = limit > 0 and next_due and next_due <= now
-if wakes then lists(W) end
+if wakes then lists(wake) end
 local acked = {}
 ack_from(8, now, acked, released, keep_of(6))
-local jobs = {}
+local reply = {}
 if resend then
   -- This call, sent again: the jobs the first send leased, if the token still holds them.
   for id in string.gmatch(string.sub(last, #token + 2), '%S+') do
     local n = owned(id, token)
-    local record = n and redis.call('HGET', J, id)
+    local record = n and redis.call('HGET', jobs, id)
     if record then
-      table.insert(jobs, id) table.insert(jobs, record) table.insert(jobs, n + 1)
-      table.insert(jobs, '')
+      table.insert(reply, id) table.insert(reply, record) table.insert(reply, n + 1)
+      table.insert(reply, '')
     end
   end
 elseif #ids > 0 then
   local due_of = {}
   if #from_pending > 0 then
-    local scores = batched('ZMSCORE', P, from_pending)
+    local scores = batched('ZMSCORE', pending, from_pending)
     for i, id in ipairs(from_pending) do
       local score = tonumber(scores[i])
       if score then due_of[id] = int(score) end
     end
-    batched('ZREM', P, from_pending)
+    batched('ZREM', pending, from_pending)
   end
   if #from_ranked > 0 then
-    local scores = batched('ZMSCORE', Q, from_ranked)
+    local scores = batched('ZMSCORE', ranked, from_ranked)
     for i, id in ipairs(from_ranked) do
       local score = tonumber(scores[i])
       if score then due_of[id] = int(score % BAND) end
     end
-    batched('ZREM', Q, from_ranked)
+    batched('ZREM', ranked, from_ranked)
   end
   local leased, fields, scores = {}, {}, {}
   local reserved = int(now + lease - RESERVED)
-  local running = '|' .. token
+  local held_mark = '|' .. token
   for i, id in ipairs(ids) do
     local n = parse_state(states[i])
     if records[i] then
-      table.insert(jobs, id) table.insert(jobs, records[i]) table.insert(jobs, n + 1)
-      table.insert(jobs, due_of[id] or '')
+      table.insert(reply, id) table.insert(reply, records[i]) table.insert(reply, n + 1)
+      table.insert(reply, due_of[id] or '')
       table.insert(leased, id)
-      table.insert(fields, id) table.insert(fields, (n == 0 and '0' or int(n)) .. running)
+      table.insert(fields, id) table.insert(fields, (n == 0 and '0' or int(n)) .. held_mark)
       table.insert(scores, reserved) table.insert(scores, id)
     else
       push_error(id, error_json('CorruptJob', 'job record missing from Redis', now), 10)
-      redis.call('ZADD', D, int(now), id)
+      redis.call('ZADD', dead, int(now), id)
       tally('dead', 1)
     end
   end
   if #leased > 0 then
-    batched('HSET', S, fields)
-    batched('ZADD', R, scores)
-    redis.call('HSET', C, instance, token .. '\n' .. table.concat(leased, ' '))
+    batched('HSET', state, fields)
+    batched('ZADD', running, scores)
+    redis.call('HSET', claims, instance, token .. '\n' .. table.concat(leased, ' '))
   end
   if qslots then
     for _, id in ipairs(leased) do table.insert(queue_held, id .. '|' .. token) end
@@ -447,12 +457,12 @@ end
 if qslots then
   local holders = table.concat(queue_held, ' ')
   if holders == '' then
-    if queue_hold_was then redis.call('HDEL', K, 'qhold') end
+    if queue_hold_was then redis.call('HDEL', control, 'qhold') end
   elseif holders ~= queue_hold_was then
-    redis.call('HSET', K, 'qhold', holders)
+    redis.call('HSET', control, 'qhold', holders)
   end
 elseif queue_hold_was then
-  redis.call('HDEL', K, 'qhold')
+  redis.call('HDEL', control, 'qhold')
 end
-if wakes then wake() end
-return {now, next_due or '', acked, jobs}
+if wakes then wake_worker() end
+return {now, next_due or '', acked, reply}
