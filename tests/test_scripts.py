@@ -12,8 +12,6 @@ from django_delayq.storage.scripts import KEY_NAMES, SCRIPTS, lua_name, script_k
 
 LUA = resources.files("django_delayq.storage") / "lua"
 INCLUDE_MAX, ENTRY_MAX = 250, 200
-# Entries not yet cut to ENTRY_MAX (benchmarks/engine_design.md section 9, step 3).
-NOT_YET_SPLIT = {"claim"}
 
 
 def _key_line(source: str) -> tuple[list[str], list[str]]:
@@ -55,8 +53,4 @@ def test_includes_and_entries_are_short():
     for path in (LUA / "include").iterdir():
         assert len(path.read_text().splitlines()) <= INCLUDE_MAX, path.name
     for name in SCRIPTS:
-        lines = len((LUA / f"{name}.lua").read_text().splitlines())
-        if name in NOT_YET_SPLIT:
-            assert lines > ENTRY_MAX, f"{name}.lua fits now: drop it from NOT_YET_SPLIT"
-        else:
-            assert lines <= ENTRY_MAX, name
+        assert len((LUA / f"{name}.lua").read_text().splitlines()) <= ENTRY_MAX, name

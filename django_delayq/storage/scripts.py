@@ -174,7 +174,7 @@ def _check_names(name: str, kinds: tuple[str, ...], text: str) -> None:
     code = _code(text.split("\n", 1)[1])  # after the line binding the keys
     declared = {lua_name(k) for k in kinds}
     bound = re.findall(r"\blocal[ \t]+(?:function[ \t]+)?([\w \t,]+)", code)
-    bound += re.findall(r"\bfunction\s*\w*\s*\(([\w\s,.]*)\)", code)
+    bound += re.findall(r"\bfunction\s*[\w.:]*\s*\(([\w\s,.]*)\)", code)
     bound += re.findall(r"\bfor[ \t]+([\w \t,]+?)[ \t]*(?:\bin\b|=)", code)
     names = {n for group in bound for n in re.findall(r"\w+", group)}
     if names & set(KEY_NAMES.values()):

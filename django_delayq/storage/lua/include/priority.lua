@@ -54,3 +54,48 @@ local function unpend(id)
   end
   return false
 end
+
+-- claim.lua's read of up to `want` due jobs on its general path: highest priority first,
+-- then earliest due: the bands of `ranked` with a priority above 0, then `pending`
+-- (priority 0), then the bands below 0, each band read from its first job (at most one read
+-- per band present, and one range read per band that gives jobs). Returns the ids read,
+-- those of them from `pending`, those from `ranked`, and the due time of the first job
+-- left behind (nil: none).
+local function read_due(want, now)
+  local ids, from_pending, from_ranked, next_due = {}, {}, {}, nil
+  local function later(due) if not next_due or due < next_due then next_due = due end end
+  local pending_read = false
+  local function from_p()
+    pending_read = true
+    local got = {}
+    if want > #ids then
+      got = redis.call('ZRANGEBYSCORE', pending, '-inf', int(now), 'LIMIT', 0, want - #ids)
+      for _, id in ipairs(got) do table.insert(ids, id) table.insert(from_pending, id) end
+    end
+    local after = redis.call('ZRANGE', pending, #got, #got, 'WITHSCORES')
+    if after[2] then later(tonumber(after[2])) end
+  end
+  local cursor = 0
+  while true do
+    local first = redis.call('ZRANGEBYSCORE', ranked, int(cursor), '+inf', 'LIMIT', 0, 1, 'WITHSCORES')
+    if not first[1] then break end
+    local band = math.floor(tonumber(first[2]) / BAND)
+    if band >= 100 and not pending_read then from_p() end  -- priority 0 sorts between
+    local base = band * BAND
+    local took = 0
+    if want > #ids and tonumber(first[2]) - base <= now then
+      local got = redis.call('ZRANGEBYSCORE', ranked, int(base), int(base + now), 'LIMIT', 0, want - #ids)
+      for _, id in ipairs(got) do table.insert(ids, id) table.insert(from_ranked, id) end
+      took = #got
+    end
+    if took == 0 then
+      later(tonumber(first[2]) - base)
+    else
+      local after = redis.call('ZRANGEBYSCORE', ranked, int(base), '(' .. int(base + BAND), 'LIMIT', took, 1, 'WITHSCORES')
+      if after[2] then later(tonumber(after[2]) - base) end
+    end
+    cursor = base + BAND
+  end
+  if not pending_read then from_p() end
+  return ids, from_pending, from_ranked, next_due
+end
