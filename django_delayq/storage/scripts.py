@@ -21,7 +21,13 @@ only the functions the script names (itself or through another helper) are sent;
 include's constants and comments always are. scripts.py refuses a script that uses a key its
 ``-- KEYS:`` line does not declare, calls a helper of an include it does not declare, or
 binds a key's name to anything else (tests/test_scripts.py). To add an entry: the file, its
-name in SCRIPTS, its header and its include lines.
+name in SCRIPTS, its header and its include lines (a script written against the old
+``_lib.lua``, e.g. with ``P``/``J`` for its keys, takes the kinds' names and the includes of
+the helpers it calls: ``base``, then ``wake`` for ``wake_worker`` (once ``wake``), ``leases``
+for ``owned``, ``acks`` for ``ack_from``, ``lease_out`` for ``lease_out``...). An include's
+leading comment block, up to its first blank line, is its head (sent whole); a general
+path's helpers that a fast path must not pay for go in one function returning a table of
+closures, made only where that path runs (``group_limits`` in group_limits.lua).
 """
 
 from __future__ import annotations
