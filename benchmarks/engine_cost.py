@@ -7,6 +7,7 @@ Usage (from the repository root, with the project and its test extra installed):
     python benchmarks/engine_cost.py --rounds 5 --jobs 20000
     python benchmarks/engine_cost.py --quick         # a smoke test: 1 round of 300 jobs
     python benchmarks/engine_cost.py --prototypes    # with the lean scripts' transitions
+    python benchmarks/engine_cost.py --only transitions --baseline main   # and main's Lua
 
 It starts its own ``redis-server`` (``--redis-server``, default the one on ``PATH``) on a free
 127.0.0.1 port, persistence off, and measures in each round, the systems interleaved (the
@@ -47,6 +48,7 @@ import statistics
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +68,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--jobs", type=int, default=10_000, help="jobs per life")
     parser.add_argument("--quick", action="store_true", help="1 round of 300 jobs")
     parser.add_argument("--prototypes", action="store_true", help="the lean scripts too")
+    parser.add_argument(
+        "--baseline",
+        metavar="GIT_REF",
+        default=None,
+        help="the transitions with that ref's Lua too, interleaved (bench/baseline.py)",
+    )
     parser.add_argument("--no-peers", action="store_true", help="leave huey out")
     parser.add_argument("--only", default=",".join(PARTS), help=f"some of {','.join(PARTS)}")
     parser.add_argument("--redis-server", default=None)
@@ -273,22 +281,34 @@ def transition_rows(client: Any, parser: str, args: argparse.Namespace) -> list[
 
     url = life.url_of(client, client.connection_pool.connection_kwargs.get("db", 0))
     rows = []
-    with life.api_on(url, PREFIX, parser) as store:
+    with life.api_on(url, PREFIX, parser) as store, ExitStack() as stack:
         ctx = {"store": store, "task": noop, "client": client}
         cases = transitions.floor_cases()
-        cases += transitions.current_cases({"default": keep_setting(), "off": (0, 0)})
+        current = transitions.current_cases({"default": keep_setting(), "off": (0, 0)})
+        if args.baseline:
+            from benchmarks.bench import baseline
+            from django_delayq.storage import calls, scripts
+
+            old = stack.enter_context(baseline.baseline_cases(args.baseline, current))
+            # Each case beside its baseline; a case of today's Lua puts today's scripts back.
+            stack.callback(baseline.use, calls, store, scripts.script)
+            now = baseline.now_cases(current, calls, scripts.script)
+            cases += [c for pair in zip(now, old, strict=True) for c in pair]
+        else:
+            cases += current
         if args.prototypes:
             from benchmarks.prototypes import engine as prototypes
 
             cases += prototypes.cases()
         # Rounds interleaved (every case once, then again), so a change of load on a shared
         # machine falls on every case alike.
-        measured: dict[str, list[dict[str, Any]]] = {case.name: [] for case in cases}
+        measured: dict[tuple[str, str], list[dict[str, Any]]] = {}
         for _ in range(args.rounds):
             for case in cases:
-                measured[case.name].append(transitions.measure(client, case, ctx))
+                found = transitions.measure(client, case, ctx)
+                measured.setdefault((case.group, case.name), []).append(found)
         for case in cases:
-            found = measured[case.name]
+            found = measured[case.group, case.name]
             row = dict(found[0])
             for key in (
                 "usec_per_call",

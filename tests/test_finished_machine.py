@@ -1,7 +1,7 @@
 """A hypothesis state machine over the finished jobs of one queue: jobs scheduled, claimed
 and acknowledged (alone, in a claim's acks, the ack sent twice), failed and retried,
 cancelled, with the clock moving on, under small bounds of age and count. Checked after
-every step against a model of the documented rules (storage/finished.py, lua/_lib.lua's
+every step against a model of the documented rules (storage/finished.py, lua/include/keeping.lua's
 keep_finished), on fakeredis and the real Redis:
 
 - a job is kept exactly when it succeeded or was cancelled, with that outcome, once;

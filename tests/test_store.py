@@ -20,7 +20,7 @@ from django_delayq.jobs.job import RESERVED
 from django_delayq.jobs.record import decode_record, encode_record
 from django_delayq.jobs.state import frame_error, parse_errors, parse_state
 from django_delayq.storage.keys import KEY_KINDS
-from django_delayq.storage.scripts import SCRIPTS, _lib_parts, script_source
+from django_delayq.storage.scripts import SCRIPTS, _include_parts, script_source
 from django_delayq.storage.store import DONE_TTL, Store
 
 T0 = 1_800_000_000.0
@@ -95,9 +95,7 @@ def test_keys_share_one_hash_tag(store):
 
 def test_every_script_is_registered_and_documents_its_contract():
     lua = resources.files("django_delayq.storage") / "lua"
-    names = sorted(
-        p.name[:-4] for p in lua.iterdir() if p.name.endswith(".lua") and p.name != "_lib.lua"
-    )
+    names = sorted(p.name[:-4] for p in lua.iterdir() if p.name.endswith(".lua"))
     assert names == sorted(SCRIPTS)
     for name in names:
         text = (lua / f"{name}.lua").read_text()
@@ -110,15 +108,18 @@ def test_every_script_is_registered_and_documents_its_contract():
 
 
 def test_scripts_carry_only_the_helpers_they_use():
-    lib = (resources.files("django_delayq.storage") / "lua" / "_lib.lua").read_text()
-    preamble, parts = _lib_parts(lib)
-    assert sorted((preamble + "".join(t for _, t in parts)).splitlines()) == sorted(
-        lib.splitlines()
-    )  # nothing of _lib.lua lost or duplicated by the split
+    include = resources.files("django_delayq.storage") / "lua" / "include"
+    for path in include.iterdir():
+        rest = path.read_text().partition("\n\n")[2]
+        preamble, parts = _include_parts(rest)
+        assert sorted((preamble + "".join(t for _, t in parts)).splitlines()) == sorted(
+            rest.splitlines()
+        ), path.name  # nothing of an include lost or duplicated by the split
     helpers = lambda name: re.findall(r"^local function (\w+)", script_source(name), re.M)  # noqa: E731
     assert "ack_from" in helpers("claim") and "trim_dead" not in helpers("claim")
     assert "cjson" not in script_source("ack") and "cjson" not in script_source("schedule")
-    assert script_source("claim").startswith(preamble)
+    keys = "local pending, running, dead, jobs, state, unique_keys, wake, stats, errors,"
+    assert script_source("claim").startswith(keys)
 
 
 def test_schedule_then_claim_only_when_due(store):
@@ -724,16 +725,23 @@ def test_fetch_reads_one_job_whole(store):
 def test_a_script_using_a_key_it_does_not_declare_is_refused(tmp_path, monkeypatch):
     from django_delayq.storage import scripts
 
-    lib = (resources.files("django_delayq.storage") / "lua" / "_lib.lua").read_text()
-    (tmp_path / "_lib.lua").write_text(lib)
-    (tmp_path / "schedule.lua").write_text(
-        "-- schedule.lua: x\n-- KEYS: pending jobs\nwake()\nreturn redis.call('HGET', J, 'x')\n"
-    )
+    lua = resources.files("django_delayq.storage") / "lua"
+    (tmp_path / "include").mkdir()
+    for path in (lua / "include").iterdir():
+        (tmp_path / "include" / path.name).write_text(path.read_text())
     monkeypatch.setattr(scripts, "_lua_dir", lambda: tmp_path)
-    scripts.script_source.cache_clear()
+    head = '-- schedule.lua: x\n-- KEYS: pending jobs\n--- @include "wake"\n'
+    refused = {
+        "wake_worker()\n": r"uses keys \['wake'\]",  # wake_worker() pushes to `wake`
+        "return redis.call('HGET', jobs, 'x')\nlocal pending = 1\n": r"binds \['pending'\]",
+        "return pend('x', 1, 0)\n": r"calls \['pend'\] of an include it does not declare",
+    }
     try:
-        with pytest.raises(LookupError, match=r"uses keys \['W'\]"):  # wake() pushes to W
-            scripts.script_source("schedule")
+        for body, error in refused.items():
+            (tmp_path / "schedule.lua").write_text(head + body)
+            scripts.script_source.cache_clear()
+            with pytest.raises(LookupError, match=error):
+                scripts.script_source("schedule")
     finally:
         scripts.script_source.cache_clear()
 

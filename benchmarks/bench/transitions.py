@@ -133,6 +133,10 @@ def _claims(store: Any, rounds: int, keep: Any, acks_first: list | None = None) 
     return rounds
 
 
+def _claim_none(store: Any, i: int) -> None:
+    store.claim(QUEUE, 10, lease=30.0, token=f"w#{i}", instance="w")
+
+
 def current_cases(keeps: dict[str, Any]) -> list[Case]:
     """The transitions of today's scripts; ``keeps``: {label: (max age ms, count)}."""
     n = 2000
@@ -160,6 +164,12 @@ def current_cases(keeps: dict[str, Any]) -> list[Case]:
             "claim of 100 from a backlog, no acks (claim.lua)",
             lambda ctx: _scheduled(ctx, n),
             lambda store: (_claims(store, n // 100, (0, 0)), n),
+        ),
+        Case(
+            "claim_none_due",
+            "claim of up to 10 with none due: a claim.lua call's own cost (its fast path)",
+            lambda ctx: _scheduled(ctx, 1, delay=3600),  # due in an hour: next_due
+            lambda store: (_loop(n, lambda i: _claim_none(store, i)), 0),
         ),
     ]
     for label, keep in keeps.items():

@@ -2,7 +2,7 @@
 
 A job that succeeded or was cancelled is kept a while (``DELAYQ["FINISHED_MAX_AGE"]`` and
 ``["FINISHED_MAX_COUNT"]``, storage/finished.py) as one entry written by the script that
-ended it (lua/_lib.lua's ``keep_finished``)::
+ended it (lua/include/keeping.lua's ``keep_finished``)::
 
     succeeded 1764351234567\\n      its outcome and when it ended (epoch ms); then, each
                                    when it applies, the record's size when it was above

@@ -45,7 +45,7 @@ IN_REDIS = "redis"
 IN_DATABASE = "database"
 
 # A claimed job that no runner has started yet has the running score lease_until - RESERVED
-# (seconds here; lua/_lib.lua holds the same span in milliseconds).
+# (seconds here; lua/include/base.lua holds the same span in milliseconds).
 RESERVED = 10_000_000_000
 
 

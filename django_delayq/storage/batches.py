@@ -128,7 +128,7 @@ def due_open(store: Store, now_ms: int, limit: int, again_ms: int) -> list[str]:
 
 
 def read_batch(store: Store, batch_id: str) -> dict[str, str] | None:
-    """The batch's hash (see _lib.lua), None when it is unknown."""
+    """The batch's hash (see lua/include/batch.lua), None when it is unknown."""
     key = store.batch_keys(batch_id)[0]
     found = store.call(store.command(b"HGETALL", key, route=key))
     fields = {text(k): text(v) for k, v in pairs(found)}
@@ -221,7 +221,7 @@ def trim_batches_op(store: Store, before_ms: int):
 class Ended:
     """A linked job that ended: its id, queue, outcome, when (epoch ms) and link (JSON);
     ``field``, the entry's field: the id, or "<id>#<ms>" for a link a unique-key replace took
-    away (lua/_lib.lua, forward)."""
+    away (lua/include/links.lua, forward_end)."""
 
     id: str
     queue: str
@@ -268,8 +268,8 @@ def read_link(store: Store, queue: str, job_id: str) -> str | None:
 def write_forward_op(
     store: Store, queue: str, field: str, outcome: str, at_ms: int, link: str
 ) -> Op:
-    """Write a forward entry as the scripts do (lua/_lib.lua, forward): the end of a job
-    that never was in Redis (a row of the outbox: batches/outbox_ends.py)."""
+    """Write a forward entry as the scripts do (lua/include/links.lua, forward_end): the end of
+    a job that never was in Redis (a row of the outbox: batches/outbox_ends.py)."""
     key = store.key(queue, "forward")
     return store.command(b"HSET", key, field, f"{outcome} {int(at_ms)}\n{link}", route=key)
 

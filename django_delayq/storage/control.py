@@ -7,7 +7,7 @@ Two keys of a queue serve it (both in the queue's hash-tag slot, named by ``Stor
   ``ranked``) and otherwise claims as it always did. ``claim.lua`` checks it on every claim:
   every worker obeys within one claim round trip, and the state survives worker restarts.
 - ``ranked`` (sorted set): pending jobs of a priority other than 0, scored
-  ``(100 - priority) * BAND + due_at`` (``lua/_lib.lua``), so the set is in claim order:
+  ``(100 - priority) * BAND + due_at`` (``lua/include/priority.lua``), so the set is in claim order:
   highest priority first, then earliest due. Jobs of priority 0 stay in ``pending``.
 
 The control hash also holds the limits workers publish (``rate:<task>``, ``conc:<task>``
@@ -287,7 +287,7 @@ def publish_group_limits(
 
 def group_of(store: Store, queue: str, job_id: str) -> str | None:
     """The group ``job_id`` was scheduled with (the ``groups`` hash: ``<task>\n<group>``, or
-    its member of ``parked`` while parked, lua/_lib.lua); None for none."""
+    its member of ``parked`` while parked, lua/include/base.lua); None for none."""
     key = store.key(queue, "groups")
     value = store.call(store.command(b"HGET", key, job_id, route=key))
     parts = _text(value).split("\n") if value is not None else []

@@ -1,4 +1,5 @@
-"""Finished jobs kept a while: the queue's ``finished`` set and ``kept`` hash (lua/_lib.lua).
+"""Finished jobs kept a while: the queue's ``finished`` set and ``kept`` hash
+(lua/include/keeping.lua).
 
 Jobs that succeeded (ack.lua, claim.lua's acks) or were cancelled (cancel.lua) are kept, when
 ``DELAYQ["FINISHED_MAX_AGE"]`` and ``DELAYQ["FINISHED_MAX_COUNT"]`` are both above 0, with

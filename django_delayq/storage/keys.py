@@ -2,7 +2,8 @@
 
 A queue's keys are ``{prefix}:{<queue>}:<kind>``, one per kind of :data:`KEY_KINDS`: the braces
 are a Redis Cluster hash tag, so all keys of a queue share one slot and every script touches
-one node (docs/internals.rst has the table; lua/_lib.lua reads the same keys in this order).
+one node (docs/internals.rst has the table; lua/include/base.lua describes the same keys in
+this order).
 The registry of queues, the django.tasks results and the roster of live workers live outside
 every queue's slot.
 """

@@ -1,5 +1,5 @@
 """Seconds and milliseconds: the store speaks epoch seconds (floats); scripts and
-sorted-set scores use integer epoch milliseconds (lua/_lib.lua says why). These convert,
+sorted-set scores use integer epoch milliseconds (lua/include/base.lua says why). These convert,
 one way and back."""
 
 from __future__ import annotations

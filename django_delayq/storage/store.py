@@ -44,7 +44,7 @@ from django_delayq.storage.roster import Roster
 from django_delayq.storage.scripts import lib_constant
 
 RECOVER_LIMIT = 100
-# How long (seconds) a finished job's tombstone is kept (lua/_lib.lua, in milliseconds): a
+# How long (seconds) a finished job's tombstone is kept (lua/include/base.lua, in milliseconds): a
 # schedule() re-sent within it never stores a finished job again. It must exceed API_BUDGET.
 DONE_TTL = lib_constant("DONE_TTL") / 1000
 assert DONE_TTL > 10 * API_BUDGET

@@ -34,7 +34,7 @@ def text(name: str) -> str:
 
 def current_helpers(script: str) -> str:
     """What today's ``script``.lua carries before its body: the key locals and the helpers
-    of _lib.lua it names (scripts.py prepends them), all made again on every call."""
+    of its includes it names (scripts.py prepends them), all made again on every call."""
     from django_delayq.storage.scripts import _lua_dir, script_source
 
     body = (_lua_dir() / f"{script}.lua").read_text()
@@ -42,11 +42,14 @@ def current_helpers(script: str) -> str:
 
 
 def lib_helper(name: str) -> str:
-    """The text of one helper of today's _lib.lua (scripts.py's own reading of it)."""
-    from django_delayq.storage.scripts import _lib_parts, _lua_dir
+    """The text of one helper of today's includes (scripts.py's own reading of them)."""
+    from django_delayq.storage.scripts import _include_parts, _lua_dir
 
-    _, parts = _lib_parts((_lua_dir() / "_lib.lua").read_text())
-    return dict(parts)[name]
+    for path in (_lua_dir() / "include").iterdir():
+        _, parts = _include_parts(path.read_text().partition("\n\n")[2])
+        if name in dict(parts):
+            return dict(parts)[name]
+    raise LookupError(f"no include defines {name}")
 
 
 # Today's record parsing added to a lean script: the header read as schedule.lua reads it.

@@ -4,16 +4,18 @@
 -- ARGV[2..] pairs: member job id, its queue (each member once)
 -- Members may have ended before this call (their outcomes are in `ended` already): a batch
 -- whose members all ended decides its callbacks here.
--- Returns decide()'s reply (_lib.lua): {finished, kind, decided ms, call, ...}: the
+-- Returns decide()'s reply (include/batch.lua): {finished, kind, decided ms, call, ...}: the
 -- callbacks decided and not placed yet.
 -- Idempotent: sent again (or after the batch was sealed) it records nothing and answers what
 -- decide() answers then.
+--- @include "base"
+--- @include "batch"
 local now = clock(ARGV[1])
-hashes(B, N, H)
-if not redis.call('HGET', B, 'total') then
+hashes(batch, ended, members)
+if not redis.call('HGET', batch, 'total') then
   local pairs_ = {}
   for i = 2, #ARGV do table.insert(pairs_, ARGV[i]) end
-  if #pairs_ > 0 then batched('HSET', H, pairs_) end
-  redis.call('HSET', B, 'total', int(#pairs_ / 2), 'sealed', int(now))
+  if #pairs_ > 0 then batched('HSET', members, pairs_) end
+  redis.call('HSET', batch, 'total', int(#pairs_ / 2), 'sealed', int(now))
 end
 return decide(now)

@@ -9,24 +9,31 @@
 -- Returns {id, record} when a pending job was deleted, {} otherwise (unknown, running or dead).
 -- Reads only the record's header (its unique key and flags), whatever the record's size; a
 -- job with flag 'i' leaves a tombstone in `done` (see schedule.lua); one with flag 'l' its link
--- in `forward`, outcome 'cancelled' (see _lib.lua). While finished jobs are kept, the job goes
--- to `kept` and `finished`, outcome 'cancelled', with the due time it had (see _lib.lua).
-zsets(P, Q, F) hashes(J, S, E, U, L, G, O)
+-- in `forward`, outcome 'cancelled' (see include/base.lua). While finished jobs are kept, the job goes
+-- to `kept` and `finished`, outcome 'cancelled', with the due time it had (see include/base.lua).
+--- @include "base"
+--- @include "record"
+--- @include "unique_keys"
+--- @include "priority"
+--- @include "ends"
+--- @include "keeping"
+--- @include "links"
+zsets(pending, ranked, done) hashes(jobs, state, errors, unique_keys, links, forward, trace)
 local keep = keep_of(4)
-if keep then zsets(V) hashes(I) end
+if keep then zsets(finished) hashes(kept) end
 local id = ARGV[1]
 if id == '' then
-  id = redis.call('HGET', U, ARGV[2])
+  id = redis.call('HGET', unique_keys, ARGV[2])
   if not id then return {} end
 end
 local due = pending_due(id)
 if not due or not unpend(id) then return {} end
-local record = redis.call('HGET', J, id) or ''
+local record = redis.call('HGET', jobs, id) or ''
 local _, flags, ukey = header(record)
 local now = clock(ARGV[3])
 release_key(ukey, id)
-keep_finished(keep, now, {{id, 'cancelled', record, '', redis.call('HGET', E, id) or '', due}})
-if has(flags, 'l') then forward(id, 'cancelled', now) end
+keep_finished(keep, now, {{id, 'cancelled', record, '', redis.call('HGET', errors, id) or '', due}})
+if has(flags, 'l') then forward_end(id, 'cancelled', now) end
 forget(id)
 if has(flags, 'i') then tombstone({id}, now) end
 return {id, record}

@@ -18,26 +18,37 @@
 -- A retry goes back to `pending`, or to `ranked` for a job with a priority (its header's).
 -- A retry takes the unique key back; if another pending job holds it (scheduled with that
 -- key while this one ran), this job is dead-lettered with a 'Superseded' error instead. A dead
--- job with flag 'l' leaves its link in `forward`, outcome 'dead' (see _lib.lua).
+-- job with flag 'l' leaves its link in `forward`, outcome 'dead' (see include/base.lua).
+--- @include "base"
+--- @include "record"
+--- @include "leases"
+--- @include "unique_keys"
+--- @include "priority"
+--- @include "wake"
+--- @include "stats"
+--- @include "errors"
+--- @include "ends"
+--- @include "links"
+--- @include "groups"
 local id, token, err, delay = ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
 local now = clock(ARGV[1])
-zsets(P, Q, R, D) hashes(J, S, U, T, E, L, G, O) lists(W)
+zsets(pending, ranked, running, dead) hashes(jobs, state, unique_keys, stats, errors, links, forward, trace) lists(wake)
 local n = owned(id, token)
 if not n then
-  local _, t, running = state_of(id)
-  if t == token and not running then
+  local _, t, held = state_of(id)
+  if t == token and not held then
     local due = pending_due(id)
     if due then return {'retry', due} end
-    local died = redis.call('ZSCORE', D, id)
+    local died = redis.call('ZSCORE', dead, id)
     if died then return {'dead', tonumber(died)} end
   end
   return {'lost', ''}
 end
-local max_retries, flags, ukey, priority = header(redis.call('HGET', J, id))
+local max_retries, flags, ukey, priority = header(redis.call('HGET', jobs, id))
 max_retries = max_retries or tonumber(ARGV[6])
 n = n + 1
 push_error(id, err, tonumber(ARGV[9]))
-redis.call('ZREM', R, id)
+redis.call('ZREM', running, id)
 group_left(id, flags)
 set_state(id, n, token)
 bump('f', 1, now)
@@ -49,15 +60,15 @@ if retry and not take_key(ukey, id) then
 end
 if retry then
   local due = now + delay
-  local earliest = #redis.call('ZRANGEBYSCORE', P, '-inf', '(' .. int(due), 'LIMIT', 0, 1) == 0
+  local earliest = #redis.call('ZRANGEBYSCORE', pending, '-inf', '(' .. int(due), 'LIMIT', 0, 1) == 0
   pend(id, due, priority)
-  if earliest then wake() end
+  if earliest then wake_worker() end
   tally('retried', 1)
   return {'retry', due}
 end
 release_key(ukey, id)
-if has(flags, 'l') then forward(id, 'dead', now) end
-redis.call('ZADD', D, int(now), id)
+if has(flags, 'l') then forward_end(id, 'dead', now) end
+redis.call('ZADD', dead, int(now), id)
 tally('dead', 1)
 trim_dead(now, tonumber(ARGV[7]), tonumber(ARGV[8]))
 return {'dead', now}

@@ -3,8 +3,10 @@
 -- ARGV[1] job id
 -- Returns {record, state, errors, pending score, running score, dead score}, each false when
 -- absent (scores in epoch milliseconds; the pending score is the due time, for a job in
--- `pending` or in `ranked`), then what is kept of it once it finished (see `kept` in _lib.lua),
+-- `pending` or in `ranked`), then what is kept of it once it finished (see `kept` in include/base.lua),
 -- false when nothing is.
+--- @include "base"
+--- @include "priority"
 local id = ARGV[1]
-return {redis.call('HGET', J, id), redis.call('HGET', S, id), redis.call('HGET', E, id),
-  pending_due(id) or false, redis.call('ZSCORE', R, id), redis.call('ZSCORE', D, id), redis.call('HGET', I, id)}
+return {redis.call('HGET', jobs, id), redis.call('HGET', state, id), redis.call('HGET', errors, id),
+  pending_due(id) or false, redis.call('ZSCORE', running, id), redis.call('ZSCORE', dead, id), redis.call('HGET', kept, id)}

@@ -16,6 +16,10 @@
 -- running or dead); 'done' (a tombstone: it finished or was cancelled within DONE_TTL);
 -- 'stale' (refused: the decision is older than STALE).
 -- Idempotent: sent again it finds its own jobs and answers 'exists'.
+--- @include "base"
+--- @include "record"
+--- @include "priority"
+--- @include "wake"
 local STALE = 60000
 local now = clock(ARGV[1])
 local decided = tonumber(ARGV[2])
@@ -25,23 +29,23 @@ if decided and now > decided + STALE then
   for i = 4, #ARGV, 3 do out[#out + 1] = 'stale' end
   return out
 end
-zsets(P, F, Q) hashes(J) lists(W)
+zsets(pending, done, ranked) hashes(jobs) lists(wake)
 local woke = false
 for i = 4, #ARGV, 3 do
   local id, record, due = ARGV[i], ARGV[i + 1], math.max(tonumber(ARGV[i + 2]), now)
-  if redis.call('HEXISTS', J, id) == 1 then
+  if redis.call('HEXISTS', jobs, id) == 1 then
     out[#out + 1] = 'exists'
-  elseif redis.call('ZSCORE', F, id) then
+  elseif redis.call('ZSCORE', done, id) then
     out[#out + 1] = 'done'
   else
     local _, _, _, priority = header(record)
     local soon = due <= now + wake_within
-    -- (a prioritised one may be claimed before earlier jobs of P: it always wakes, if soon)
+    -- (a prioritised one may be claimed before earlier jobs of `pending`: it always wakes, if soon)
     local earliest = soon and (priority ~= 0
-      or #redis.call('ZRANGEBYSCORE', P, '-inf', '(' .. int(due), 'LIMIT', 0, 1) == 0)
-    redis.call('HSET', J, id, record)
+      or #redis.call('ZRANGEBYSCORE', pending, '-inf', '(' .. int(due), 'LIMIT', 0, 1) == 0)
+    redis.call('HSET', jobs, id, record)
     pend(id, due, priority)
-    if earliest and not woke then wake() woke = true end
+    if earliest and not woke then wake_worker() woke = true end
     out[#out + 1] = 'created'
   end
 end

@@ -5,17 +5,20 @@
 -- A job with a priority (in `ranked`) keeps it.
 -- Returns one integer per id: 1 pending (now due), 0 not pending (gone, running or dead).
 -- Idempotent.
+--- @include "base"
+--- @include "priority"
+--- @include "wake"
 local now = clock(ARGV[1])
-zsets(Q) lists(W)
+zsets(ranked) lists(wake)
 local out, found = {}, 0
 for i = 2, #ARGV do
   local due, priority = pending_due(ARGV[i])
   if due then
     if due > now then
       if priority == 0 then
-        redis.call('ZADD', P, 'XX', int(now), ARGV[i])
+        redis.call('ZADD', pending, 'XX', int(now), ARGV[i])
       else
-        redis.call('ZADD', Q, 'XX', int(ranked_score(priority, now)), ARGV[i])
+        redis.call('ZADD', ranked, 'XX', int(ranked_score(priority, now)), ARGV[i])
       end
     end
     found = found + 1
@@ -24,5 +27,5 @@ for i = 2, #ARGV do
     table.insert(out, 0)
   end
 end
-if found > 0 then wake() end
+if found > 0 then wake_worker() end
 return out

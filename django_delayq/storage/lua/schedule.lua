@@ -20,22 +20,22 @@
 --         under the id the row had; with on_conflict 'keep' the holder is kept as without
 --         ARGV[9]. Idempotent: sent again it finds its mark and changes nothing.
 -- ARGV[10] the queue's name, with KEYS[15] (both optional, one Redis only; the key after the
---         declared ones: KEYS[14] until `trace` was declared, 0.6): KEYS[15] is the registry
+--         declared ones): KEYS[15] is the registry
 --         of queues, {prefix}:queues, in no queue's slot (so never sent on a cluster, where
 --         the caller sends its SADD beside the script); the queue is added to it (SADD)
 --         before anything else, whatever the outcome, so a lost registry heals with the
 --         queue's next job. Idempotent. ARGV[10] is '' when a later one is given without KEYS[15].
--- ARGV[11] the job's link (JSON: its batch, its place in a chain; see `links` in _lib.lua), or
+-- ARGV[11] the job's link (JSON: its batch, its place in a chain; see `links` in include/base.lua), or
 --         '' or absent for none; its record then has flag 'l'. Written under the id that holds
 --         the record: a new job's, or a replaced key holder's (whose own link, if any, is
 --         forwarded as 'cancelled': its batch or chain loses it; not when it is this very
 --         link, a member of the same batch replaced in its block). Not written for 'kept'.
--- ARGV[12] the job's group (string, '' or absent for none; see `groups` in _lib.lua): the new
+-- ARGV[12] the job's group (string, '' or absent for none; see `groups` in include/base.lua): the new
 --         job, or the job a replace rewrites, joins it (its record has flag 'g').
--- ARGV[13] the context of the span that scheduled the job (JSON, see `trace` in _lib.lua), or
+-- ARGV[13] the context of the span that scheduled the job (JSON, see `trace` in include/base.lua), or
 --         '' or absent for none; its record then has flag 't'. Written under the id that
 --         holds the record, as ARGV[11] (a replace drops the holder's). Not written for 'kept'.
--- A job whose record's header has a priority ('^<n>', see _lib.lua) waits in `ranked`, others
+-- A job whose record's header has a priority ('^<n>', see include/base.lua) waits in `ranked`, others
 -- in `pending`; a replace moves the key's job to where its new record's priority puts it.
 -- Returns {outcome, id, due_at, record}: outcome 'created' | 'replaced' | 'kept' | 'done';
 -- due_at in epoch milliseconds; for 'kept' the id, due_at and record are the existing job's,
@@ -48,21 +48,29 @@
 -- once it finished (the replace leaves a tombstone of this call's id for flag 'i').
 -- Errors: 'DELAYQ_DUPLICATE_ID' if the id is taken by another record (never happens with
 -- ULIDs); 'DELAYQ_BAD_DUE' if the due time is not an epoch before year 2286.
+--- @include "base"
+--- @include "record"
+--- @include "leases"
+--- @include "priority"
+--- @include "wake"
+--- @include "ends"
+--- @include "links"
+--- @include "groups"
 local id, record, mode, value, ukey, on_conflict = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5], ARGV[6]
 local now = clock(ARGV[7])
 local adopt = ARGV[9] == '1'
 local link = ARGV[11] or ''
-local trace = ARGV[13] or ''
+local trace_ctx = ARGV[13] or ''
 if KEYS[15] then redis.call('SADD', KEYS[15], ARGV[10]) end
 -- The reply, with the id marked as relayed in relay mode.
 local function finish(reply)
-  if adopt then redis.call('ZADD', X, int(now), id) end
+  if adopt then redis.call('ZADD', relayed, int(now), id) end
   return reply
 end
 if adopt then
-  zsets(X)
-  if redis.call('ZSCORE', X, id) then
-    if redis.call('HGET', J, id) then
+  zsets(relayed)
+  if redis.call('ZSCORE', relayed, id) then
+    if redis.call('HGET', jobs, id) then
       return {'created', id, pending_due(id) or '', ''}
     end
     return {'done', id, '', ''}
@@ -73,39 +81,39 @@ if mode == 'delay' then due = now + math.max(value, 0) else due = math.max(value
 if not (due < RESERVED) then return redis.error_reply('DELAYQ_BAD_DUE ' .. tostring(due)) end
 local at = int(due)
 local _, _, _, priority = header(record)
-if priority ~= 0 then zsets(Q) end
+if priority ~= 0 then zsets(ranked) end
 
 if ARGV[8] == '1' then
-  local stored = redis.call('HGET', J, id)
+  local stored = redis.call('HGET', jobs, id)
   if stored == record then  -- this very call, sent again
     return finish({'created', id, pending_due(id) or due, ''})
   end
   if not stored then
     -- This very call replaced the key's job, which still holds its record (pending, or
     -- claimed since: then it must not be stored again beside it).
-    local holder = ukey ~= '' and redis.call('HGET', U, ukey)
-    if holder and not adopt and redis.call('HGET', J, holder) == record then
+    local holder = ukey ~= '' and redis.call('HGET', unique_keys, ukey)
+    if holder and not adopt and redis.call('HGET', jobs, holder) == record then
       return finish({'replaced', holder, pending_due(holder) or due, ''})
     end
-    if redis.call('ZSCORE', F, id) then return finish({'done', id, '', ''}) end
+    if redis.call('ZSCORE', done, id) then return finish({'done', id, '', ''}) end
   end
 end
 -- Reads before writes: is a pending job due before this one (if not, wake a worker: its
 -- sleep may be too long; the read also checks the pending key's type), the key's holder.
-local earliest = #redis.call('ZRANGEBYSCORE', P, '-inf', '(' .. at, 'LIMIT', 0, 1) == 0
-local existing = ukey ~= '' and redis.call('HGET', U, ukey)
+local earliest = #redis.call('ZRANGEBYSCORE', pending, '-inf', '(' .. at, 'LIMIT', 0, 1) == 0
+local existing = ukey ~= '' and redis.call('HGET', unique_keys, ukey)
 local score = existing and pending_due(existing)
 if score then
   if existing == id then return finish({'created', id, tonumber(score), ''}) end
   if on_conflict == 'keep' then
-    return finish({'kept', existing, tonumber(score), redis.call('HGET', J, existing) or ''})
+    return finish({'kept', existing, tonumber(score), redis.call('HGET', jobs, existing) or ''})
   end
   if adopt then
     -- The holder goes (as cancel.lua removes it); the new job below takes the key.
-    zsets(F) hashes(S, E, L, G, O)
-    local _, held_flags = header(redis.call('HGET', J, existing) or '')
+    zsets(done) hashes(state, errors, links, forward, trace)
+    local _, held_flags = header(redis.call('HGET', jobs, existing) or '')
     unpend(existing)
-    forward(existing, 'cancelled', now)
+    forward_end(existing, 'cancelled', now)
     forget(existing)
     if held_flags and has(held_flags, 'i') then tombstone({existing}, now) end
     score = nil
@@ -116,39 +124,39 @@ if score then
   -- attempts count from 0 again; errors of earlier attempts stay on record).
   local n, token = state_of(existing)
   local _, flags = header(record)
-  if earliest then lists(W) end
-  if has(flags, 'i') then zsets(F) end
-  hashes(L, G, O)
+  if earliest then lists(wake) end
+  if has(flags, 'i') then zsets(done) end
+  hashes(links, forward, trace)
   unpend(existing)
   -- The holder's link ends here, unless this call carries the same one: a member replaced
   -- in its own batch's block stays that member, pending (nothing of it ended).
-  if redis.call('HGET', L, existing) ~= link then forward(existing, 'cancelled', now) end
-  if link ~= '' then redis.call('HSET', L, existing, link) else redis.call('HDEL', L, existing) end
-  if trace ~= '' then redis.call('HSET', O, existing, trace) else redis.call('HDEL', O, existing) end
-  redis.call('HSET', J, existing, record)
+  if redis.call('HGET', links, existing) ~= link then forward_end(existing, 'cancelled', now) end
+  if link ~= '' then redis.call('HSET', links, existing, link) else redis.call('HDEL', links, existing) end
+  if trace_ctx ~= '' then redis.call('HSET', trace, existing, trace_ctx) else redis.call('HDEL', trace, existing) end
+  redis.call('HSET', jobs, existing, record)
   pend(existing, due, priority)
   group_join(existing, record, ARGV[12] or '')
   if n > 0 then set_state(existing, 0, token) end
   -- The replaced job may finish before this call, sent again after a lost reply, arrives:
   -- this call's id then answers 'done' (a tombstone, like a finished job's).
   if has(flags, 'i') then tombstone({id}, now) end
-  if earliest then wake() end
+  if earliest then wake_worker() end
   return finish({'replaced', existing, due, ''})
 end
 -- A new job (the key's job, if any, is running, dead or gone: the new job takes the key).
-if earliest then lists(W) end
-if link ~= '' then hashes(L) end
-if trace ~= '' then hashes(O) end
-if redis.call('HSETNX', J, id, record) == 0 then
-  if redis.call('HGET', J, id) == record then  -- this very call, sent again
+if earliest then lists(wake) end
+if link ~= '' then hashes(links) end
+if trace_ctx ~= '' then hashes(trace) end
+if redis.call('HSETNX', jobs, id, record) == 0 then
+  if redis.call('HGET', jobs, id) == record then  -- this very call, sent again
     return finish({'created', id, pending_due(id) or due, ''})
   end
   return redis.error_reply('DELAYQ_DUPLICATE_ID ' .. id)
 end
-if ukey ~= '' then redis.call('HSET', U, ukey, id) end
-if link ~= '' then redis.call('HSET', L, id, link) end
-if trace ~= '' then redis.call('HSET', O, id, trace) end
+if ukey ~= '' then redis.call('HSET', unique_keys, ukey, id) end
+if link ~= '' then redis.call('HSET', links, id, link) end
+if trace_ctx ~= '' then redis.call('HSET', trace, id, trace_ctx) end
 pend(id, due, priority)
 if ARGV[12] and ARGV[12] ~= '' then group_join(id, record, ARGV[12]) end
-if earliest then wake() end
+if earliest then wake_worker() end
 return finish({'created', id, due, ''})

@@ -8,7 +8,7 @@
 --         an earlier send created), and every job of the batch is marked (ZADD relayed now)
 -- ARGV[3..] quintuples: job id (string, ULID), job record (bytes), 'delay' or 'at', integer
 --           (milliseconds from now for 'delay', an epoch in milliseconds for 'at'), the job's
---           link (JSON, see `links` in _lib.lua; its record has flag 'l') or ''
+--           link (JSON, see `links` in include/base.lua; its record has flag 'l') or ''
 -- A job whose record's header has a priority waits in `ranked` (see schedule.lua).
 -- Returns {now, i1, due_at1, i2, due_at2, ...} (epoch milliseconds): every job not listed was
 -- created with due_at = now + max(delay, 0) or max(at, now) (the caller computes it, saving
@@ -19,22 +19,26 @@
 -- Errors (before anything is written): 'DELAYQ_DUPLICATE_ID' if an id is taken by another
 -- record (never happens with ULIDs); 'DELAYQ_BAD_DUE' for a due time that is not an epoch
 -- before year 2286.
+--- @include "base"
+--- @include "record"
+--- @include "priority"
+--- @include "wake"
 local now = clock(ARGV[1])
 local relay = ARGV[2] == 'relay'
 local resend = relay or ARGV[2] == '1'
 local out, plan, earliest = {now}, {}, nil
-zsets(P) lists(W)
-if relay then zsets(X) end
+zsets(pending) lists(wake)
+if relay then zsets(relayed) end
 local marks = {}
 for i = 3, #ARGV, 5 do
   local id, record, value = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 3])
   local due
   if ARGV[i + 2] == 'delay' then due = now + math.max(value, 0) else due = math.max(value, now) end
   if not (due < RESERVED) then return redis.error_reply('DELAYQ_BAD_DUE ' .. tostring(due)) end
-  local stored = redis.call('HGET', J, id)
+  local stored = redis.call('HGET', jobs, id)
   local index = (i + 2) / 5
   if relay then table.insert(marks, int(now)) table.insert(marks, id) end
-  if relay and redis.call('ZSCORE', X, id) then  -- relayed before: never stored again
+  if relay and redis.call('ZSCORE', relayed, id) then  -- relayed before: never stored again
     table.insert(out, index)
     table.insert(out, stored and (pending_due(id) or due) or '')
   elseif stored == record then  -- this very job, sent again
@@ -42,7 +46,7 @@ for i = 3, #ARGV, 5 do
     table.insert(out, pending_due(id) or due)
   elseif stored then
     return redis.error_reply('DELAYQ_DUPLICATE_ID ' .. id)
-  elseif resend and redis.call('ZSCORE', F, id) then
+  elseif resend and redis.call('ZSCORE', done, id) then
     table.insert(out, index)
     table.insert(out, '')
   else
@@ -51,25 +55,25 @@ for i = 3, #ARGV, 5 do
   end
 end
 if #plan > 0 then
-  local wakes = #redis.call('ZRANGEBYSCORE', P, '-inf', '(' .. int(earliest), 'LIMIT', 0, 1) == 0
-  local fields, scores, ranked, links = {}, {}, {}, {}
+  local wakes = #redis.call('ZRANGEBYSCORE', pending, '-inf', '(' .. int(earliest), 'LIMIT', 0, 1) == 0
+  local fields, scores, ranked_args, link_args = {}, {}, {}, {}
   for _, job in ipairs(plan) do
     table.insert(fields, job[1]) table.insert(fields, job[2])
-    if job[4] ~= '' then table.insert(links, job[1]) table.insert(links, job[4]) end
+    if job[4] ~= '' then table.insert(link_args, job[1]) table.insert(link_args, job[4]) end
     local _, _, _, priority = header(job[2])
     if priority == 0 then
       table.insert(scores, int(job[3])) table.insert(scores, job[1])
     else
-      table.insert(ranked, int(ranked_score(priority, job[3]))) table.insert(ranked, job[1])
+      table.insert(ranked_args, int(ranked_score(priority, job[3]))) table.insert(ranked_args, job[1])
     end
   end
-  if #ranked > 0 then zsets(Q) end
-  if #links > 0 then hashes(L) end
-  batched('HSET', J, fields)
-  if #links > 0 then batched('HSET', L, links) end
-  if #scores > 0 then batched('ZADD', P, scores) end
-  if #ranked > 0 then batched('ZADD', Q, ranked) end
-  if wakes then wake() end
+  if #ranked_args > 0 then zsets(ranked) end
+  if #link_args > 0 then hashes(links) end
+  batched('HSET', jobs, fields)
+  if #link_args > 0 then batched('HSET', links, link_args) end
+  if #scores > 0 then batched('ZADD', pending, scores) end
+  if #ranked_args > 0 then batched('ZADD', ranked, ranked_args) end
+  if wakes then wake_worker() end
 end
-if #marks > 0 then batched('ZADD', X, marks) end
+if #marks > 0 then batched('ZADD', relayed, marks) end
 return out

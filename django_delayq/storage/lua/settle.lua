@@ -12,16 +12,19 @@
 -- Returns 1 settled (or decided already) and marked started; 0 not running under that token
 -- (the lease was lost: nothing changed, the job must not run). Idempotent: sent again, the
 -- header is decided already and the mark only moves a score up (ZADD XX GT).
+--- @include "base"
+--- @include "record"
+--- @include "leases"
 local id, token = ARGV[1], ARGV[2]
 if not owned(id, token) then return 0 end
-local record = redis.call('HGET', J, id)
-zsets(R)
+local record = redis.call('HGET', jobs, id)
+zsets(running)
 if record then
   local r, flags, p = string.match(record, '^(%d+)(%l*)()')
   if r and has(flags, 'u') then
     local decided = (string.gsub(flags, 'u', ''))
-    redis.call('HSET', J, id, ARGV[3] .. decided .. string.sub(record, p))
+    redis.call('HSET', jobs, id, ARGV[3] .. decided .. string.sub(record, p))
   end
 end
-redis.call('ZADD', R, 'XX', 'GT', ARGV[4], id)
+redis.call('ZADD', running, 'XX', 'GT', ARGV[4], id)
 return 1

@@ -37,19 +37,20 @@
 -- order, pending, then running, then dead; an interrupted run leaves each job either old or
 -- new, never half converted. Unique keys (`keys`), the list that wakes workers and the
 -- per-minute stats have the same form in both layouts and are kept as they are.
+--- @include "base"
 local OLD_SCORES = 100000000000
 local MAX_HANDED = 8388608
 local limit = tonumber(ARGV[1])
-zsets(P, R, D) hashes(J, S, E, M)
+zsets(pending, running, dead) hashes(jobs, state, errors, meta)
 
 local replaced, keep = 0, {}
 for i = 2, #ARGV, 3 do
   local id, old, new = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-  if redis.call('HGET', J, id) == old then
+  if redis.call('HGET', jobs, id) == old then
     if new == '' then
       keep[id] = true
     else
-      redis.call('HSET', J, id, new)
+      redis.call('HSET', jobs, id, new)
       replaced = replaced + 1
     end
   end
@@ -64,32 +65,32 @@ local function ms(seconds) return int(math.floor(tonumber(seconds) * 1000 + 0.5)
 
 -- meta's {n, w, e} of a job (n 0 when absent or garbage), and deletes the field.
 local function take_meta(id)
-  local raw = redis.call('HGET', M, id)
+  local raw = redis.call('HGET', meta, id)
   if not raw then return nil, nil, {} end
-  redis.call('HDEL', M, id)
+  redis.call('HDEL', meta, id)
   local ok, m = pcall(cjson.decode, raw)
   if not ok or type(m) ~= 'table' then return 0, nil, {} end
   local n = math.max(math.floor(tonumber(m.n) or 0), 0)
-  local errors = type(m.e) == 'table' and m.e or {}
-  return n, type(m.w) == 'string' and m.w or nil, errors
+  local errs = type(m.e) == 'table' and m.e or {}
+  return n, type(m.w) == 'string' and m.w or nil, errs
 end
 
-local function move_errors(id, errors)
+local function move_errors(id, errs)
   local frames = {}
-  for _, e in ipairs(errors) do
+  for _, e in ipairs(errs) do
     if type(e) ~= 'table' then e = {type = 'unknown', message = tostring(e)} end
     local text = cjson.encode(e)
     table.insert(frames, #text .. '\n' .. text)
   end
   if #frames > 0 then
-    redis.call('HSET', E, id, table.concat(frames) .. (redis.call('HGET', E, id) or ''))
+    redis.call('HSET', errors, id, table.concat(frames) .. (redis.call('HGET', errors, id) or ''))
   end
 end
 
 local counts = {pending = 0, running = 0, dead = 0}
 local wanted, handed = {}, 0
 local budget = limit
-for _, set in ipairs({{P, 'pending'}, {R, 'running'}, {D, 'dead'}}) do
+for _, set in ipairs({{pending, 'pending'}, {running, 'running'}, {dead, 'dead'}}) do
   if budget <= 0 then break end
   local key, kind = set[1], set[2]
   local entries = redis.call('ZRANGEBYSCORE', key, 0, '(' .. int(OLD_SCORES),
@@ -97,20 +98,20 @@ for _, set in ipairs({{P, 'pending'}, {R, 'running'}, {D, 'dead'}}) do
   budget = budget - #entries / 2
   for i = 1, #entries, 2 do
     local id, score = entries[i], entries[i + 1]
-    local record = redis.call('HGET', J, id)
+    local record = redis.call('HGET', jobs, id)
     if legacy(record) and not keep[id] then
       if #wanted == 0 or handed + #record <= MAX_HANDED then
         table.insert(wanted, id) table.insert(wanted, record)
         handed = handed + #record
       end
     else
-      local n, worker, errors = take_meta(id)
-      move_errors(id, errors)
+      local n, worker, errs = take_meta(id)
+      move_errors(id, errs)
       if kind == 'running' then
         worker = string.gsub(worker or '?', '^~', '?~')  -- '~' first would read as settled
-        redis.call('HSET', S, id, int(math.max((n or 1) - 1, 0)) .. '|' .. worker .. '#0.1')
+        redis.call('HSET', state, id, int(math.max((n or 1) - 1, 0)) .. '|' .. worker .. '#0.1')
       elseif n then
-        redis.call('HSET', S, id, int(n) .. '|')
+        redis.call('HSET', state, id, int(n) .. '|')
       end
       redis.call('ZADD', key, ms(score), id)
       counts[kind] = counts[kind] + 1
@@ -119,13 +120,13 @@ for _, set in ipairs({{P, 'pending'}, {R, 'running'}, {D, 'dead'}}) do
 end
 
 local left = 0
-for _, key in ipairs({P, R, D}) do
+for _, key in ipairs({pending, running, dead}) do
   left = left + redis.call('ZCOUNT', key, 0, '(' .. int(OLD_SCORES))
 end
 local orphans = 0
-if left == 0 and redis.call('EXISTS', M) == 1 then
-  orphans = redis.call('HLEN', M)
-  redis.call('UNLINK', M)
+if left == 0 and redis.call('EXISTS', meta) == 1 then
+  orphans = redis.call('HLEN', meta)
+  redis.call('UNLINK', meta)
 end
-if redis.call('EXISTS', M) == 1 then left = left + 1 end
+if redis.call('EXISTS', meta) == 1 then left = left + 1 end
 return {left, counts.pending, counts.running, counts.dead, replaced, orphans, wanted}

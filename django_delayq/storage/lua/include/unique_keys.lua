@@ -1,0 +1,18 @@
+-- unique_keys.lua: a unique key names at most one pending job (`unique_keys`).
+--- @include "priority"
+
+local function release_key(ukey, id)
+  if ukey ~= '' and redis.call('HGET', unique_keys, ukey) == id then redis.call('HDEL', unique_keys, ukey) end
+end
+
+-- A job going back to pending (retry, recovery, release, requeue) takes its unique key back,
+-- so the key names at most one pending job. False when another pending job holds the key
+-- (it was scheduled with that key while this one ran or lay dead): the caller dead-letters
+-- or keeps this one dead instead of making two pending jobs answer to one key.
+local function take_key(ukey, id)
+  if ukey == '' then return true end
+  local holder = redis.call('HGET', unique_keys, ukey)
+  if holder and holder ~= id and pending_due(holder) then return false end
+  redis.call('HSET', unique_keys, ukey, id)
+  return true
+end
