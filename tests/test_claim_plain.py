@@ -49,12 +49,13 @@ def same(store, replies) -> None:
     assert dump(store, "plain") == dump(store, "general")
 
 
-def acks_of(claim, token: str, summary: str = "") -> list[tuple[str, ...]]:
-    return [(c.id, token, "", summary) for c in claim.jobs]
+def acks_of(claim, token: str, summary: str = "", info: str = "") -> list[tuple[str, ...]]:
+    return [(c.id, token, info, summary) for c in claim.jobs]
 
 
+@pytest.mark.parametrize("info", ["", "i", "iku"])  # a tombstone (schedule()'s due soon)
 @pytest.mark.parametrize("keep", [(0, 0), (3_600_000, 1000), (3_600_000, 2)])
-def test_plain_jobs_claimed_and_acked_through_either_script_leave_the_same_keys(store, keep):
+def test_plain_jobs_claimed_and_acked_through_either_script_leave_the_same_keys(store, keep, info):
     ids = put_both(store, 7)
     put_both(store, 1, delay=600)  # not due: next_due
     first = both(store, 3, "w#1", T0 + 1, keep=keep)  # due jobs left: a wake token
@@ -64,18 +65,18 @@ def test_plain_jobs_claimed_and_acked_through_either_script_leave_the_same_keys(
         for q in QUEUES:
             store.call(store.mark_op(q, c.id, T0 + 31))  # started
     summary = "1 1800000001000 5 1800000000000 w"
-    second = both(store, 3, "w#2", T0 + 2, acks_of(first[0], "w#1", summary), keep)
+    second = both(store, 3, "w#2", T0 + 2, acks_of(first[0], "w#1", summary, info), keep)
     same(store, second)
     assert second[1].acked == [1, 1, 1]
     # sent again (its reply lost): acks answer gone, the same jobs come back
-    again = both(store, 3, "w#2", T0 + 3, acks_of(first[0], "w#1", summary), keep)
+    again = both(store, 3, "w#2", T0 + 3, acks_of(first[0], "w#1", summary, info), keep)
     same(store, again)
     assert again[1].acked == [0, 0, 0]
     assert [c.id for c in again[1].jobs] == [c.id for c in second[1].jobs]
     # not ours: a token that does not hold the lease
     same(store, both(store, 0, "w#3", T0 + 4, [(ids[3], "w#9", "", "")], keep))
     # only acks (limit 0), then the rest
-    same(store, both(store, 0, "w#4", T0 + 5, acks_of(second[0], "w#2", summary), keep))
+    same(store, both(store, 0, "w#4", T0 + 5, acks_of(second[0], "w#2", summary, info), keep))
     same(store, both(store, 10, "w#5", T0 + 700, keep=keep))
 
 
@@ -132,8 +133,9 @@ def test_a_claim_plain_sent_again_returns_its_jobs_on_a_queue_turned_general(sto
     assert again.next_due == T0 + 2  # claim.lua, sent next, tells where the next job is
 
 
-def test_claim_plain_refuses_an_ack_with_flags_before_any_write(store):
-    ids = put_both(store, 1)
+@pytest.mark.parametrize("info", ["=k", "i=k", "l", "g", "t", "ie"])
+def test_claim_plain_refuses_an_ack_it_cannot_do_before_any_write(store, info):
+    put_both(store, 1)
     first = both(store, 1, "w#1", T0 + 1)
     before = dump(store, "plain")
     with pytest.raises(DelayQError, match="NOT_PLAIN"):
@@ -145,7 +147,7 @@ def test_claim_plain_refuses_an_ack_with_flags_before_any_write(store):
             instance="w",
             now=T0 + 2,
             plain=True,
-            acks=[(first[1].jobs[0].id, "w#1", "i", "")],
+            acks=acks_of(first[1], "w#1", info=info),
             keep=(0, 0),
         )
-    assert dump(store, "plain") == before and ids
+    assert dump(store, "plain") == before

@@ -1,7 +1,7 @@
 -- claim_plain.lua: acknowledge a worker's finished plain jobs, then lease up to `limit` due
 -- jobs of a plain queue to it: what claim.lua does on a queue where none of `ranked`,
 -- `control`, `parked` exists, with only the keys and the Lua that path needs.
--- KEYS: pending running dead jobs state claims wake stats errors finished kept ranked control parked
+-- KEYS: pending running dead jobs state claims wake stats errors done finished kept ranked control parked
 -- ARGV[1] now (epoch milliseconds) or '' for Redis TIME
 -- ARGV[2] limit (integer >= 0; 0 only acknowledges and reports the next due time)
 -- ARGV[3] lease (integer milliseconds)
@@ -10,8 +10,9 @@
 -- ARGV[6] finished jobs' max age (integer milliseconds; 0: keep none), as claim.lua's
 -- ARGV[7] finished jobs' max count per queue, as claim.lua's
 -- ARGV[8..] optional quadruples: job id, lease token, info, attempt summary of finished jobs,
---           as claim.lua's, every info '' (a job without flags or unique key: the worker
---           sends claim.lua for a round trip carrying any other).
+--           as claim.lua's, each info made of the flags i, k, u only (no unique key, no
+--           link, group, trace or day-long tombstone: the worker sends claim.lua for a round
+--           trip carrying any other); 'i' leaves a tombstone in `done`, as claim.lua's ack.
 -- Returns, when none of ranked, control, parked exists (the queue is plain):
 --   {now, next_due, {ack flags}, {id1, record1, attempt1, due1, id2, ...}, 'plain'},
 --   exactly claim.lua's reply on such a queue (next_due the due_at of the earliest pending
@@ -20,7 +21,7 @@
 -- Otherwise {now, 'features', {ack flags}, {}}: the acks are done (a plain ack touches no
 -- feature key, so it is right on any queue) and nothing is leased; the worker sends
 -- claim.lua, which handles every feature.
--- Errors: DELAYQ_NOT_PLAIN (before any write) when an ack's info is not ''.
+-- Errors: DELAYQ_NOT_PLAIN (before any write) when an ack's info holds anything else.
 -- Jobs are leased as claim.lua leases them (not started: score lease_until - RESERVED,
 -- state "<n>|<token>", the claim remembered in `claims`), so ack, fail, extend, release and
 -- recover treat them alike; a record missing is dead-lettered with an error, as there; one
@@ -31,10 +32,12 @@
 -- next_due = now, so the worker asks claim.lua where the next job is).
 local limit, lease, token, instance = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], ARGV[5]
 local now = clock(ARGV[1])
+local tombstones = false
 for i = 10, #ARGV, 4 do
-  if ARGV[i] ~= '' then
-    return redis.error_reply('DELAYQ_NOT_PLAIN claim_plain.lua takes acks with empty info only, got ' .. ARGV[i] .. ' for ' .. ARGV[i - 2] .. ': send claim.lua')
+  if string.find(ARGV[i], '[^iku]') then
+    return redis.error_reply('DELAYQ_NOT_PLAIN claim_plain.lua takes acks of the flags i, k, u only, got ' .. ARGV[i] .. ' for ' .. ARGV[i - 2] .. ': send claim.lua')
   end
+  tombstones = tombstones or has(ARGV[i], 'i')
 end
 -- Reads first (they check their keys' types too); then the keys this call will write
 -- without having read them are checked; then the writes.
@@ -63,14 +66,15 @@ if #ids > 0 then
 end
 local wakes = plain and limit > 0 and next_due and next_due <= now
 if wakes then lists(W) end
--- The acks: what claim.lua does for entries without flags or unique key.
-local acked, done, summaries = {}, {}, {}
+-- The acks: what claim.lua does for entries of the flags i, k, u.
+local acked, done, summaries, finished = {}, {}, {}, {}
 local keep = keep_of(6)
 if #ARGV >= 8 then
   local acking = {}
   for i = 8, #ARGV, 4 do acking[#acking + 1] = ARGV[i] end
   local held = batched('HMGET', S, acking)
   zsets(R) hashes(J, E, T)
+  if tombstones then zsets(F) end
   if keep then zsets(V) hashes(I) end
   for j, id in ipairs(acking) do
     local i = 8 + (j - 1) * 4
@@ -78,6 +82,7 @@ if #ARGV >= 8 then
     if running and t == ARGV[i + 1] then
       done[#done + 1] = id
       summaries[#done] = ARGV[i + 3] or ''
+      if has(ARGV[i + 2], 'i') then finished[#finished + 1] = id end
       acked[j] = 1
     elseif held[j] or redis.call('HEXISTS', J, id) == 1 then
       acked[j] = -1
@@ -98,6 +103,7 @@ if #done > 0 then
   batched('HDEL', J, done)
   batched('HDEL', S, done)
   batched('HDEL', E, done)
+  tombstone(finished, now, nil)
   bump('d', #done, now)
   tally('done', #done)
 end
