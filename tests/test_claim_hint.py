@@ -6,6 +6,7 @@ again. In process (burst workers), on fakeredis and on the real server."""
 from __future__ import annotations
 
 from django_delayq import signals
+from django_delayq.exceptions import DelayQError
 from django_delayq.storage import control
 from django_delayq.storage.store import Store
 from django_delayq.worker import claiming
@@ -136,3 +137,31 @@ def test_an_ack_with_a_unique_key_goes_through_claim_lua(store, monkeypatch):
 def test_plain_ack_takes_the_flags_that_leave_feature_keys_alone():
     assert all(map(plain_ack, ["", "i", "k", "u", "iku"]))
     assert not any(map(plain_ack, ["=k", "i=k", "ie", "l", "g", "t", "ilt"]))
+
+
+def test_a_lost_reply_to_the_claim_after_features_is_sent_again_through_claim_lua(
+    store, monkeypatch
+):
+    """claim_plain.lua said 'features'; claim.lua, sent at once, leased jobs but its reply
+    was lost: the next round trip sends it again with its token (the hint is general now),
+    and the jobs it leased run, once each."""
+    claims = Claims(monkeypatch)
+    control.publish_rates(store, ["default"], {"tests.testapp.tasks.add": (5, 1000)})
+    for i in range(3):
+        t.remember.schedule(i)
+    real_run, lost = Store.run, []
+
+    def run(self, ops, *args, **kwargs):
+        replies = real_run(self, ops, *args, **kwargs)
+        if not lost and ops and ops[-1].name == "claim" and replies[-1].jobs:
+            lost.append([c.id for c in replies[-1].jobs])
+            replies[-1] = DelayQError("the reply was lost")
+        return replies
+
+    monkeypatch.setattr(Store, "run", run)
+    assert Worker(["default"], burst=True, concurrency=1).run() == 0
+    assert sorted(c[0][0] for c in t.CALLS) == [0, 1, 2]  # each once
+    scripts = claims.scripts()
+    assert scripts[:3] == ["claim_plain/features", "claim", "claim"], scripts
+    assert [c.id for c in claims.sent[2][1].jobs] == lost[0]  # the re-send: the same jobs
+    assert not any(s.startswith("claim_plain") for s in scripts[1:]), scripts
