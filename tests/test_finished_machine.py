@@ -1,6 +1,7 @@
 """A hypothesis state machine over the finished jobs of one queue: jobs scheduled, claimed
-and acknowledged (alone, in a claim's acks, the ack sent twice), failed and retried,
-cancelled, with the clock moving on, under small bounds of age and count. Checked after
+and acknowledged (alone, in a claim's acks through claim.lua or claim_plain.lua, the ack
+sent twice), failed and retried, cancelled, the queue turning general and plain again, with
+the clock moving on, under small bounds of age and count. Checked after
 every step against a model of the documented rules (storage/finished.py, lua/include/keeping.lua's
 keep_finished), on fakeredis and the real Redis:
 
@@ -15,6 +16,8 @@ keep_finished), on fakeredis and the real Redis:
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
+from typing import Any
 
 import fakeredis
 from hypothesis import strategies as st
@@ -23,7 +26,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from django_delayq.jobs.finished import parse_kept
 from django_delayq.jobs.ids import new_job_id
 from django_delayq.jobs.record import encode_record
-from django_delayq.storage.store import Store
+from django_delayq.storage import control
+from django_delayq.storage.store import Claim, Store
 from tests.conftest import delete_keys, real_redis, run_machine
 
 Q = "default"
@@ -31,6 +35,7 @@ T0 = 1_800_000_000_000  # epoch ms: the model counts in integer milliseconds, as
 AGE, COUNT = 10_000, 4  # ms, jobs
 KEEP = (AGE, COUNT)
 DEAD = {"dead_max_age": 3600.0, "dead_max_count": 100, "max_errors": 10}
+OTHER = "tests.testapp.tasks.remember"  # a task whose rate limit makes the queue general
 
 
 class FinishedMachine(RuleBasedStateMachine):
@@ -46,6 +51,7 @@ class FinishedMachine(RuleBasedStateMachine):
         self.failures: dict[str, int] = {}  # id -> failed attempts so far
         self.ended: list[tuple[str, str, int, int]] = []  # (id, outcome, at ms, failures)
         self.acked: list[tuple[str, str]] = []  # (id, token) of acks to send again
+        self.general = False  # a limit of another task published: claim_plain says 'features'
 
     def teardown(self) -> None:
         delete_keys(self.store.client, self.store.prefix)
@@ -68,11 +74,29 @@ class FinishedMachine(RuleBasedStateMachine):
             self.store.schedule(Q, job_id, rec, delay=0, now=self.now)
             self.pending.add(job_id)
 
+    def _claim(self, limit: int, token: str, plain: bool, **options: Any) -> Claim:
+        """A claim through claim_plain.lua (``plain``) or claim.lua, as the worker sends it:
+        claim.lua at once when claim_plain.lua answers 'features'."""
+        reply = self.store.claim(
+            Q, limit, lease=60, token=token, instance="w", now=self.now, plain=plain, **options
+        )
+        if reply.features:
+            assert self.general and not reply.jobs
+            again = self.store.claim(Q, limit, lease=60, token=token, instance="w", now=self.now)
+            return replace(again, acked=reply.acked)
+        assert reply.plain != self.general
+        return reply
+
+    @rule(general=st.booleans())
+    def turn_general_or_plain(self, general: bool) -> None:
+        control.publish_rates(self.store, [Q], {OTHER: (5, 1000) if general else None})
+        self.general = general
+
     @precondition(lambda self: self.pending)
-    @rule(data=st.data(), with_claim=st.booleans())
-    def claim_and_ack(self, data: st.DataObject, with_claim: bool) -> None:
+    @rule(data=st.data(), with_claim=st.booleans(), plain=st.booleans())
+    def claim_and_ack(self, data: st.DataObject, with_claim: bool, plain: bool) -> None:
         token = next(self.tokens)
-        claim = self.store.claim(Q, 1, lease=60, token=token, instance="w", now=self.now)
+        claim = self._claim(1, token, plain)
         if not claim.jobs:
             return
         job_id = claim.jobs[0].id
@@ -89,9 +113,7 @@ class FinishedMachine(RuleBasedStateMachine):
         entry = (job_id, token, "", f"1 {self.ms} 1.000 - w")
         if with_claim:  # in a claim's acks, as the worker sends it
             token2 = next(self.tokens)
-            reply = self.store.claim(
-                Q, 0, lease=60, token=token2, instance="w", acks=[entry], keep=KEEP, now=self.now
-            )
+            reply = self._claim(0, token2, plain, acks=[entry], keep=KEEP)
             assert reply.acked == [1]
         else:
             assert self.store.ack(Q, [entry], now=self.now, keep=KEEP) == [1]

@@ -52,6 +52,10 @@ class Claim:
     jobs: list[Claimed]
     acked: list[int]  # per ack sent with the claim: 1 acked, 0 gone, -1 not ours
     resent: bool = False  # the reply of a re-send (the first send's reply was lost)
+    # None of ranked, control, parked existed at the claim: claim_plain.lua may claim next
+    plain: bool = False
+    # claim_plain.lua found the queue using features: acks done, nothing leased or read
+    features: bool = False
 
 
 @dataclass(frozen=True)
@@ -84,12 +88,18 @@ def parse_many(reply: list, plan: list[tuple[str, str, int]]) -> list[Scheduled]
 
 
 def parse_claim(reply: list, resent: bool = False) -> Claim:
-    now, next_due, acked, flat = reply
+    """claim.lua's reply and claim_plain.lua's (the same shape; 'plain' after the jobs when
+    the queue was plain, next_due 'features' from claim_plain.lua on a queue that is not)."""
+    now, next_due, acked, flat = reply[:4]
+    flags = [int(f) for f in acked]
+    if next_due in (b"features", "features"):
+        return Claim(int(now) / 1000, None, [], flags, resent, features=True)
     jobs = [
         Claimed(text(flat[i]), flat[i + 1], int(flat[i + 2]), seconds_of(flat[i + 3]))
         for i in range(0, len(flat), 4)
     ]
-    return Claim(int(now) / 1000, seconds_of(next_due), jobs, [int(f) for f in acked], resent)
+    plain = len(reply) > 4 and reply[4] in (b"plain", "plain")
+    return Claim(int(now) / 1000, seconds_of(next_due), jobs, flags, resent, plain)
 
 
 def parse_resent_claim(reply: list) -> Claim:

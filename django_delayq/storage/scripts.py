@@ -44,6 +44,7 @@ SCRIPTS = (
     "schedule",
     "schedule_many",
     "claim",
+    "claim_plain",  # claim.lua's path for a queue without features (worker/claiming.py)
     "ack",
     "fail",
     "extend",

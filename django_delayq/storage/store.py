@@ -206,14 +206,18 @@ class Store(Reads, FinishedReads, History, ManualOps, Roster, OldLayout):
         acks: Iterable[tuple[str, ...]] = (),
         keep: Keep | None = None,
         now: float | None = None,
+        plain: bool = False,
     ) -> Op:
         """``acks``: (id, token, info[, attempt]) of finished jobs, acknowledged in the same
         call before claiming; their flags come back in ``Claim.acked``. ``keep``: (max age
-        ms, max count) of finished jobs kept (None: the settings')."""
+        ms, max count) of finished jobs kept (None: the settings'). ``plain``: sent as
+        claim_plain.lua (every ack's info ''), which answers ``Claim.features`` and leases
+        nothing on a queue using features."""
         argv: list[Any] = [now_arg(now), int(limit), ms(lease), token, instance]
         argv += keep or keep_setting(queue)
         argv += _quadruples(acks)
-        return self.op("claim", queue, argv, parse_claim, parse_resent=parse_resent_claim)
+        name = "claim_plain" if plain else "claim"
+        return self.op(name, queue, argv, parse_claim, parse_resent=parse_resent_claim)
 
     def claim(self, queue: str, limit: int, **options: Any) -> Claim:
         return self.call(self.claim_op(queue, limit, **options), WORKER_BUDGET)

@@ -46,6 +46,12 @@ class Found:
     error: DelayQError | None = None  # the first error of a round trip
 
 
+def plain_ack(info: str) -> bool:
+    """Whether claim_plain.lua takes the ack of a job of this info (its flags and unique
+    key): flags i, k, u only (lua/claim_plain.lua)."""
+    return not info.strip("iku")
+
+
 class Exchange:
     """The round trips of one worker's dispatcher (one thread: not thread-safe)."""
 
@@ -81,6 +87,10 @@ class Exchange:
         self.limits_published = False  # @task(rate=, concurrency=) written for claim.lua
         # finished jobs kept, per queue: (max age ms, max count) or (0, 0)
         self.keep = {queue: keep_setting(queue) for queue in self.queues}
+        # Per queue, whether it was plain at its last claim (none of ranked, control, parked:
+        # claim_plain.lua then claims it); a wrong guess costs one round trip, never a wrong
+        # claim (both scripts read the queue's state atomically).
+        self.plain = dict.fromkeys(self.queues, True)
 
     def run(self, claim: bool = True) -> None:
         """Deliver finished jobs' results and, with ``claim``, claim due ones. Results that
@@ -110,6 +120,11 @@ class Exchange:
             started = time.time_ns() if tracer is not None else 0
             result = self._send(queue, token, limit, fails if first else [], queue_acks)
             first = False
+            if isinstance(result, Claim) and result.features:
+                # claim_plain.lua acknowledged and leased nothing: claim.lua, at once
+                self.results.settle_acks(queue_acks, result.acked, result.resent)
+                queue_acks, self.plain[queue] = [], False
+                result = self._send(queue, token, limit, [], [])
             if isinstance(result, Exception):
                 if limit > 0:
                     self._claim_tokens[queue] = (token, limit)  # re-sent as it was next time
@@ -117,6 +132,7 @@ class Exchange:
                 found.error = found.error or (result if isinstance(result, DelayQError) else None)
                 continue
             self._claim_tokens.pop(queue, None)
+            self.plain[queue] = result.plain
             self.results.settle_acks(queue_acks, result.acked, result.resent)
             self._take(queue, token, result, tracer, started)
             self._note(result, limit, wanted, found)
@@ -167,9 +183,11 @@ class Exchange:
         fails: list[Outcome],
         acks: list[Outcome],
     ) -> Claim | Exception:
-        """One round trip: ``fails``, then the claim carrying ``acks``. Settles the failures
+        """One round trip: ``fails``, then the claim carrying ``acks`` (claim_plain.lua for a
+        queue plain at its last claim when every ack's job is plain). Settles the failures
         and returns the claim's reply (an exception when it did not get through)."""
         ops: list[Any] = [self.results.fail_op(o) for o in fails]
+        plain = self.plain[queue] and all(plain_ack(o.attempt.info) for o in acks)
         ops.append(
             self.store.claim_op(
                 queue,
@@ -180,6 +198,7 @@ class Exchange:
                 acks=self._ack_entries(acks, self.keep[queue]),
                 keep=self.keep[queue],
                 now=self.now(),
+                plain=plain,
             )
         )
         replies = self.store.run(ops)

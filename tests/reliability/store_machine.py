@@ -30,12 +30,14 @@ from django_delayq.jobs.ids import new_job_id
 from django_delayq.jobs.job import RESERVED
 from django_delayq.jobs.record import decode_record, encode_record
 from django_delayq.jobs.state import parse_state
+from django_delayq.storage import control
 from django_delayq.storage.ops import Op
 from django_delayq.storage.store import DONE_TTL, Store
 
 Q = "default"
 T0 = 1_800_000_000.0
 TASK = "tests.testapp.tasks.add"
+OTHER = "tests.testapp.tasks.remember"  # a task whose rate limit makes the queue general
 KEYS = ("k1", "k2")
 DEFAULT_MAX = 1
 DEAD = {"dead_max_age": 6.0, "dead_max_count": 3, "max_errors": 3}
@@ -74,6 +76,9 @@ class StoreMachine(RuleBasedStateMachine):
         self.tombstones: dict[str, float] = {}
         self.sent: list[tuple[str, bytes, float]] = []  # keyless schedules, to re-send
         self.last_claim: tuple[str, int, list[str]] | None = None  # token, limit, ids
+        # A limit of another task published (control exists): claim_plain.lua then answers
+        # 'features', claim.lua claims as on a plain queue but does not say 'plain'.
+        self.general = False
         self.tokens = itertools.count()
         self.serial = itertools.count()
 
@@ -194,6 +199,47 @@ class StoreMachine(RuleBasedStateMachine):
     def claim(self, limit: int, lease: float) -> None:
         token = f"w#{next(self.tokens)}"
         got = self.store.claim(Q, limit, lease=lease, token=token, instance="w", now=self.now)
+        assert got.plain != self.general
+        self._claimed(got, token, limit, lease)
+
+    @rule(limit=st.integers(0, 3), lease=st.sampled_from([1.0, 5.0]), data=st.data())
+    def claim_plain(self, limit: int, lease: float, data: st.DataObject) -> None:
+        """claim_plain.lua, carrying the acks of some running jobs without a unique key (as
+        the worker sends it): on a general queue it acknowledges them and leases nothing."""
+        plain = [j for j in self._of("running") if j.key is None]
+        acks = (
+            data.draw(st.lists(st.sampled_from(plain), max_size=2, unique_by=lambda j: j.id))
+            if plain
+            else []
+        )
+        token = f"w#{next(self.tokens)}"
+        entries = [(j.id, j.token or "", self._info(j)) for j in acks]
+        got = self.store.claim(
+            Q,
+            limit,
+            lease=lease,
+            token=token,
+            instance="w",
+            acks=entries,
+            now=self.now,
+            plain=True,
+        )
+        assert got.acked == [1] * len(acks)
+        self._finished(acks)
+        if self.general:
+            assert got.features and not got.jobs and not got.plain
+            return
+        assert got.plain and not got.features
+        self._claimed(got, token, limit, lease)
+
+    @rule(general=st.booleans())
+    def turn_general_or_plain(self, general: bool) -> None:
+        """A limit of another task published or removed: the queue's claim path changes, the
+        claims of TASK's jobs do not."""
+        control.publish_rates(self.store, [Q], {OTHER: (5, 1000) if general else None})
+        self.general = general
+
+    def _claimed(self, got: Any, token: str, limit: int, lease: float) -> None:
         due = [j for j in self._of("pending") if j.score <= self.now][:limit]
         assert [c.id for c in got.jobs] == [j.id for j in due]
         for job, claimed in zip(due, got.jobs, strict=True):
@@ -206,10 +252,13 @@ class StoreMachine(RuleBasedStateMachine):
         assert got.next_due == (pending[0].score if pending else None)
 
     @precondition(lambda self: self.last_claim)
-    @rule()
-    def claim_sent_again(self) -> None:
+    @rule(plain=st.booleans())
+    def claim_sent_again(self, plain: bool) -> None:
+        """Through either script: both answer a re-sent claim from `claims`."""
         token, limit, ids = self.last_claim
-        got = self.store.claim(Q, limit, lease=5.0, token=token, instance="w", now=self.now)
+        got = self.store.claim(
+            Q, limit, lease=5.0, token=token, instance="w", now=self.now, plain=plain
+        )
         held = [i for i in ids if i in self.jobs and self._owned(self.jobs[i], token)]
         assert [c.id for c in got.jobs] == held
 

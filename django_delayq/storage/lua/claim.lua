@@ -15,6 +15,8 @@
 -- per entry; attempt is the number the attempt will have once started; due the job's due_at
 -- (epoch ms; '' for a job the call re-sends or unparks: its due time is not at hand), so
 -- the worker knows each job's lateness.
+-- A fifth element 'plain' follows when none of ranked, control, parked existed at the call's
+-- start: the worker may send claim_plain.lua next.
 -- Claimed jobs are leased as not started (score lease_until - RESERVED); the worker's runner
 -- marks each one started (ZADD XX GT lease_until) just before running it, so a job whose
 -- worker died before starting it is handed back by recover.lua without counting an attempt.
@@ -114,4 +116,5 @@ elseif #ids > 0 then
 end
 write_queue_holders(qslots, queue_held, queue_hold_was)
 if wakes then wake_worker() end
+if not controlled then return {now, next_due or '', acked, reply, 'plain'} end
 return {now, next_due or '', acked, reply}

@@ -9,6 +9,33 @@
 --- @include "ends"
 --- @include "stats"
 
+-- What an entry not acknowledged answers: -1 when its job is still here under another lease
+-- or no longer running (`raw_state` as read), 0 when it is gone.
+local function not_acked(id, raw_state)
+  if raw_state or redis.call('HEXISTS', jobs, id) == 1 then return -1 end
+  return 0
+end
+
+-- The acknowledged jobs leave: kept as finished first when `keep` (with their attempt
+-- `summaries` and errors), their fields deleted, tombstones for the `marked` ones (`long`:
+-- those kept a day), counted.
+local function finish_acked(acked_ids, summaries, marked, long, now, keep)
+  if keep then
+    local records, errs, ends = batched('HMGET', jobs, acked_ids), batched('HMGET', errors, acked_ids), {}
+    for j, id in ipairs(acked_ids) do
+      ends[j] = {id, 'succeeded', records[j] or '', summaries[id], errs[j] or ''}
+    end
+    keep_finished(keep, now, ends)
+  end
+  batched('ZREM', running, acked_ids)
+  batched('HDEL', jobs, acked_ids)
+  batched('HDEL', state, acked_ids)
+  batched('HDEL', errors, acked_ids)
+  tombstone(marked, now, long)
+  bump('d', #acked_ids, now)
+  tally('done', #acked_ids)
+end
+
 -- Acknowledge finished jobs given as ARGV quadruples (job id, lease token, info, attempt) from
 -- ARGV[first] on; info is the record's flags, then '=' and the unique key if it has one;
 -- attempt the summary kept with a finished job (see `kept`; '' when none is kept).
@@ -55,28 +82,41 @@ local function ack_from(first, now, out, released, keep)
       if has(flags, 't') then table.insert(traces, id) end
       group_left(id, flags, true, released and released[id])
       table.insert(out, 1)
-    elseif states[j] or redis.call('HEXISTS', jobs, id) == 1 then
-      table.insert(out, -1)
     else
-      table.insert(out, 0)
+      table.insert(out, not_acked(id, states[j]))
     end
   end
   if #acked_ids > 0 then
-    if keep then
-      local records, errs, ends = batched('HMGET', jobs, acked_ids), batched('HMGET', errors, acked_ids), {}
-      for j, id in ipairs(acked_ids) do
-        ends[j] = {id, 'succeeded', records[j] or '', summaries[id], errs[j] or ''}
-      end
-      keep_finished(keep, now, ends)
-    end
-    batched('ZREM', running, acked_ids)
-    batched('HDEL', jobs, acked_ids)
-    batched('HDEL', state, acked_ids)
-    batched('HDEL', errors, acked_ids)
+    finish_acked(acked_ids, summaries, marked, long, now, keep)
     if #linked_ids > 0 then batched('HDEL', links, linked_ids) end
     if #traces > 0 then batched('HDEL', trace, traces) end
-    tombstone(marked, now, long)
-    bump('d', #acked_ids, now)
-    tally('done', #acked_ids)
   end
+end
+
+-- ack_from for entries whose info holds only the flags i, k, u (claim_plain.lua checks it):
+-- no unique key, link, group, trace or day-long tombstone, so none of their keys is read.
+local function ack_plain(first, now, out, keep)
+  local ids = {}
+  for i = first, #ARGV, 4 do table.insert(ids, ARGV[i]) end
+  if #ids == 0 then return end
+  local states = batched('HMGET', state, ids)
+  zsets(running) hashes(jobs, errors, stats)
+  for i = first + 2, #ARGV, 4 do
+    if has(ARGV[i], 'i') then zsets(done) break end
+  end
+  if keep then zsets(finished) hashes(kept) end
+  local acked_ids, marked, summaries = {}, {}, {}
+  for j, id in ipairs(ids) do
+    local i = first + (j - 1) * 4
+    local _, t, held = parse_state(states[j])
+    if held and t == ARGV[i + 1] then
+      table.insert(acked_ids, id)
+      if keep then summaries[id] = ARGV[i + 3] or '' end
+      if has(ARGV[i + 2], 'i') then table.insert(marked, id) end
+      table.insert(out, 1)
+    else
+      table.insert(out, not_acked(id, states[j]))
+    end
+  end
+  if #acked_ids > 0 then finish_acked(acked_ids, summaries, marked, nil, now, keep) end
 end
