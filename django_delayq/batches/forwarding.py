@@ -46,8 +46,9 @@ LOOK_AGAIN_MS = 60_000  # an open batch is looked at again this much later
 KEEP_LISTED_MS = 30 * 86_400_000  # the list of batches forgets batches older than this
 
 
-def forward_ids(store: Store, ended: Iterable[tuple[str, str]]) -> None:
-    """Forward the entries of (queue, job id) pairs: jobs this process just ended."""
+def forward_ids(store: Store, ended: Iterable[tuple[str, str]]) -> int:
+    """Forward the entries of (queue, job id) pairs: jobs this process just ended. Returns
+    how many jobs the forwarding stored (chain steps, callbacks, on_death jobs)."""
     by_queue: dict[str, list[str]] = {}
     for queue, job_id in ended:
         by_queue.setdefault(queue, []).append(job_id)
@@ -57,18 +58,22 @@ def forward_ids(store: Store, ended: Iterable[tuple[str, str]]) -> None:
             entries += stored.read_forward(store, queue, ids)
     except Exception as exc:
         logger.warning("batches and chains: outcomes left for the sweep (%s)", exc)
-        return
-    forward(store, entries)
+        return 0
+    return forward(store, entries)
 
 
-def forward(store: Store, entries: Sequence[Ended]) -> None:
-    """Take each entry to its chain and batch, then delete it (see the module docstring)."""
+def forward(store: Store, entries: Sequence[Ended]) -> int:
+    """Take each entry to its chain and batch, then delete it (see the module docstring).
+    Returns how many jobs it stored (a chain's next step or on_death, a batch's callbacks),
+    sent again or not: the worker wakes its dispatcher only then (worker/forwarder.py)."""
+    stored_jobs = 0
     for_batches: dict[str, list[tuple[str, str]]] = {}
     taken: list[tuple[Ended, Any]] = []  # (entry, its batch id) of each entry taken
     for entry in sorted(entries, key=lambda e: e.at_ms):  # a member's ends in their order
         link = links.loads(entry.link)
         try:
-            outcome = _chain_end(store, entry, link)
+            outcome, jobs = _chain_end(store, entry, link)
+            stored_jobs += jobs
         except Exception as exc:
             logger.warning("job %s: its chain's next step not stored yet (%s)", entry.id, exc)
             continue
@@ -80,11 +85,12 @@ def forward(store: Store, entries: Sequence[Ended]) -> None:
     for batch_id, outcomes in for_batches.items():
         try:
             decided = store.call(stored.ended_op(store, batch_id, outcomes))
-            place_decided(store, batch_id, decided)
+            stored_jobs += place_decided(store, batch_id, decided)
         except Exception as exc:
             logger.warning("batch %s: outcomes not recorded yet (%s)", batch_id, exc)
             refused.add(batch_id)
     _drop(store, [e for e, batch_id in taken if batch_id not in refused])
+    return stored_jobs
 
 
 def _drop(store: Store, entries: Sequence[Ended]) -> None:
@@ -98,13 +104,14 @@ def _drop(store: Store, entries: Sequence[Ended]) -> None:
                 logger.info("batches and chains: forward entries left (%s)", result)
 
 
-def _chain_end(store: Store, entry: Ended, link: dict[str, Any]) -> str | None:
+def _chain_end(store: Store, entry: Ended, link: dict[str, Any]) -> tuple[str | None, int]:
     """A chain step ended: store what follows. Returns the outcome the job's batch counts
     (the entry's, for a job that is no chain step or whose chain ended with it; 'cancelled'
-    for a member chain cut by cancel_batch()), or None while the chain goes on."""
+    for a member chain cut by cancel_batch()), or None while the chain goes on; and how many
+    jobs it stored (the next step, the chain's on_death: 0 or 1)."""
     chain_id = link.get("c")
     if not isinstance(chain_id, str):
-        return entry.outcome
+        return entry.outcome, 0
     index = int(link.get("i") or 0)
     outcome = entry.outcome
     if outcome == "succeeded":
@@ -113,7 +120,7 @@ def _chain_end(store: Store, entry: Ended, link: dict[str, Any]) -> str | None:
         if following is None and index + 1 < int(link.get("n") or 0):
             # A step before the last, and its chain is gone: the chain ended since (a later
             # step died, was cancelled) and this is an entry a crash left. Nothing to count.
-            return None
+            return None, 0
         batch_id = link.get("b")
         if (
             following is not None
@@ -129,16 +136,17 @@ def _chain_end(store: Store, entry: Ended, link: dict[str, Any]) -> str | None:
                 # A step that died was requeued and succeeded: the chain goes on from it (an
                 # older success, an entry a crash left, finds the death after it: no revival).
                 stored.run_all(store, stored.revived_chain_ops(store, chain_id))
-            return None
-    elif outcome == "dead":
-        _chain_died(store, entry, link, chain_id, index)
+            return None, 1
+    jobs = 0
+    if outcome == "dead":
+        jobs = _chain_died(store, entry, link, chain_id, index)
         if index + 1 < int(link.get("n") or 0):
-            return outcome  # its chain waits for a requeue of the step
+            return outcome, jobs  # its chain waits for a requeue of the step
     store.call(stored.drop_chain_op(store, chain_id))
-    return outcome
+    return outcome, jobs
 
 
-def _chain_died(store: Store, entry: Ended, link: dict[str, Any], chain_id: str, index: int):
+def _chain_died(store: Store, entry: Ended, link: dict[str, Any], chain_id: str, index: int) -> int:
     """A step died: the chain's on_death is stored (once: the hash keeps it no longer); a
     step before the last leaves the chain's hash for as long as dead jobs are kept, so the
     step requeued from the admin that then succeeds continues the chain (Sidekiq's and
@@ -152,10 +160,12 @@ def _chain_died(store: Store, entry: Ended, link: dict[str, Any], chain_id: str,
     if index + 1 < int(link.get("n") or 0):
         keep_ms = max(int(float(delayq_settings.DEAD_MAX_AGE) * 1000), 1)
         stored.run_all(store, stored.dead_chain_ops(store, chain_id, entry.at_ms, keep_ms))
+    return 0 if death is None else 1  # its on_death stored
 
 
-def place_decided(store: Store, batch_id: str, decided: Decided) -> None:
-    """Store the callbacks a batch script decided, then mark them placed."""
+def place_decided(store: Store, batch_id: str, decided: Decided) -> int:
+    """Store the callbacks a batch script decided, then mark them placed; returns how many
+    it stored."""
     now_ms = int(time.time() * 1000)
     for callback in decided.callbacks:
         spec = json.loads(callback.call)
@@ -166,13 +176,15 @@ def place_decided(store: Store, batch_id: str, decided: Decided) -> None:
             store.call(stored.write_chain_op(store, job_id, fields))
             link.update({"c": job_id, "i": 0, "n": len(spec["steps"])})
         store_step(spec["steps"][0], job_id, links.dumps(link), callback.decided_ms, store)
-    if decided.callbacks:
+    placed = len(decided.callbacks)
+    if placed:
         kinds = [c.kind for c in decided.callbacks]
         store.call(stored.placed_op(store, batch_id, kinds, now_ms))
         # Placed: the batch may have finished with them (it expires, leaves the open ones).
         decided = store.call(stored.ended_op(store, batch_id, []))
     if decided.finished:
         store.call(stored.close_op(store, [batch_id]))
+    return placed
 
 
 def sweep(

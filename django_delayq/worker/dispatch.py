@@ -302,15 +302,13 @@ class Worker:
         """--burst: nothing held, nothing due now, no due job left behind by the last claim."""
         deadline = self.parts.exchange.deadline
         due_soon = deadline is not None and deadline <= time.monotonic()
-        # A forwarding since the last claim may have stored a chain step or a callback.
+        idle = self.parts.holdings.idle()
+        # A forwarding since the last claim may have stored a chain step or a callback; one
+        # under way wakes the dispatcher when it ends, nothing else being left (set first).
         forwarder = self.parts.forwarder
+        forwarder.wake_when_idle = idle
         settled = forwarder.idle() and forwarder.generation == self._forwardings
-        return (
-            self.parts.holdings.idle()
-            and not self.parts.exchange.more_due
-            and not due_soon
-            and settled
-        )
+        return idle and not self.parts.exchange.more_due and not due_soon and settled
 
     def _burst_end(self, outage: Backoff) -> int | None:
         """--burst, nothing left to run: recover expired leases; 0 once none was left, 1 when

@@ -1,14 +1,18 @@
 """How many due jobs a worker claims beyond its runners.
 
 When jobs are short, a round trip per job would cost more than the jobs, so the dispatcher
-claims up to ``PREFETCH_MAX`` more due jobs than it has runners and refills when half of them
-are gone. How many depends on how long jobs take (a moving average): enough that a prefetched
-job waits about ``PREFETCH_WAIT`` for a runner, none for jobs that take longer. Claimed jobs
+claims up to ``PREFETCH_MAX`` more due jobs than it has runners and refills when three
+quarters of them are gone. How many depends on how long jobs take (a moving average): enough
+that a prefetched job waits about ``PREFETCH_WAIT`` for a runner, none for jobs that take
+longer. A claim's fixed cost (the script's, a round trip) is shared by the jobs it brings: at
+concurrency 1, a 20 ms wait and a refill at half made claims of about 11 no-op jobs; the
+prefetched jobs are leased and heartbeated like running ones, so a longer wait risks no
+lease. Claimed jobs
 count no attempt until a runner starts them, so a worker that dies with jobs waiting in it
 costs them nothing. When every runner has been busy for ``PREFETCH_STALL`` (a slow job in a
 fast queue), and when the worker stops, waiting jobs are handed back (dispatch.py). The event
 loop (aio.py) has a prefetch of its own, by the same rule: as many jobs as its slots get
-through in about PREFETCH_WAIT, at most a quarter of its slots, so a freed slot starts the
+through in about LOOP_PREFETCH_WAIT, at most a quarter of its slots, so a freed slot starts the
 next attempt without waiting for a round trip.
 
 A worker with an event loop for ``async def`` tasks (``async_concurrency``, aio.py) has two
@@ -35,7 +39,9 @@ from collections.abc import Callable
 from django_delayq.worker.holdings import Holdings, Load
 
 PREFETCH_MAX = 64  # claimed jobs waiting for a runner, at most
-PREFETCH_WAIT = 0.02  # seconds a prefetched job should wait for a runner, on average
+PREFETCH_WAIT = 0.1  # seconds a prefetched job should wait for a runner, at most about
+REFILL_AT = 4  # without a loop, claim again when 1/REFILL_AT of the prefetch is left
+LOOP_PREFETCH_WAIT = 0.02  # the same for the event loop's prefetch
 PREFETCH_STALL = 0.25  # seconds every runner may be busy before waiting jobs are handed back
 SHARE_BOUND = 1 / 256  # the share of loop jobs a claim expects stays within [this, 1 - this]
 LOOP_REFILL = 8  # with no loop prefetch, the loop is refilled when 1/8 of its slots are free
@@ -82,12 +88,12 @@ class Prefetch:
 
     def loop_wanted(self) -> int:
         """How many jobs to claim beyond the loop's slots: as many as it gets through in
-        about PREFETCH_WAIT, at most a quarter of its slots (none before the first)."""
+        about LOOP_PREFETCH_WAIT, at most a quarter of its slots (none before the first)."""
         if self.loop_time is None:
             return 0
         slots = self.holdings.async_concurrency
         most = slots // LOOP_PREFETCH_MAX
-        return min(most, int(PREFETCH_WAIT * slots / max(self.loop_time, 1e-6)))
+        return min(most, int(LOOP_PREFETCH_WAIT * slots / max(self.loop_time, 1e-6)))
 
     # -- the claim's limit and when to claim ---------------------------------------------
 
@@ -122,14 +128,14 @@ class Prefetch:
         return limit
 
     def refill_due(self, load: Load | None = None) -> bool:
-        """Worth a round trip to claim more: half the prefetched jobs are gone (with no
-        prefetch: a runner is idle); with a loop, the claim would bring, by the share, about
-        as many jobs as half of each pool's prefetch (an eighth of the loop's slots when it
-        has none)."""
+        """Worth a round trip to claim more: three quarters of the prefetched jobs are gone
+        (with no prefetch: a runner is idle); with a loop, the claim would bring, by the
+        share, about as many jobs as half of each pool's prefetch (an eighth of the loop's
+        slots when it has none)."""
         load = load or self.holdings.load()
         share = self._share()
         if not share:
-            return load.busy < self.holdings.concurrency + (self.size + 1) // 2
+            return load.busy < self._refill_below()
         loop_extra = self.loop_wanted()
         loop_part = (loop_extra + 1) // 2 or max(1, self.holdings.async_concurrency // LOOP_REFILL)
         wanted = max(1, round((1 - share) * (self.size // 2 + 1) + share * loop_part))
@@ -139,8 +145,13 @@ class Prefetch:
         """:meth:`refill_due` after a runner thread's job, ``busy`` the attempts of the
         threads' pool left (without a loop, nothing more is read)."""
         if not self._share():
-            return busy < self.holdings.concurrency + (self.size + 1) // 2
+            return busy < self._refill_below()
         return self.refill_due()
+
+    def _refill_below(self) -> int:
+        """Without a loop: refill once fewer attempts than this are busy (a quarter of the
+        prefetch left, rounded up: with a prefetch of one or none, once a runner is idle)."""
+        return self.holdings.concurrency + (self.size + REFILL_AT - 1) // REFILL_AT
 
     def claim_now(self, load: Load) -> bool:
         """After a claim that left due jobs behind: claim again at once (a runner, or enough

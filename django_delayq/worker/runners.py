@@ -3,8 +3,8 @@
 Each runner takes a claimed attempt from the worker's holdings, marks it started in Redis
 (starts.py), runs it (execution.py) and leaves the outcome in the holdings for the dispatcher
 to deliver, waking the dispatcher when that is worth a round trip: a failure, a stop under
-way, or half the prefetched jobs gone. The waker (maintenance.py) waits in BLPOP only while a
-runner is idle, and wakes the dispatcher when a job became due sooner.
+way, or three quarters of the prefetched jobs gone. The waker (maintenance.py) waits in
+BLPOP only while a runner is idle, and wakes the dispatcher when a job became due sooner.
 
 Timeouts (``@task(timeout=...)``): Python cannot stop a thread, so a watchdog thread waits
 for the earliest deadline of the attempts running; an attempt past its deadline is taken from
