@@ -476,3 +476,21 @@ def test_the_module_maps_name_modules_that_exist():
         if name not in files
     ]
     assert not missing, f"the maps name files that do not exist: {missing}"
+
+
+def test_the_transitions_table_names_each_script_s_keys():
+    """architecture.rst's table of transitions: each row naming a script lists the keys of
+    its ``-- KEYS:`` line, in order, and every script of SCRIPTS has a row."""
+    from django_delayq.storage.scripts import SCRIPTS, script_keys
+
+    text = (DOCS / "architecture.rst").read_text()
+    section = text.split("The transitions\n===============\n", 1)[1].split("\nThe folders\n", 1)[0]
+    rows = re.findall(r"   \* - (.+)\n     - ((?:.+\n)(?:       .+\n)*)", section)
+    named = set()
+    for names, keys in rows:
+        scripts = re.findall(r"``(\w+)``", names)
+        named.update(scripts)
+        listed = " ".join(keys.split())
+        if len(scripts) == 1 and scripts[0] in SCRIPTS:
+            assert listed == " ".join(script_keys(scripts[0])), scripts[0]
+    assert set(SCRIPTS) <= named, sorted(set(SCRIPTS) - named)

@@ -1,5 +1,5 @@
 """The link of a job: the JSON stored beside a linked job's record (record flag 'l', the
-`links` hash of its queue, lua/_lib.lua), read only by Python.
+`links` hash of its queue, lua/include/links.lua), read only by Python.
 
 Fields, each optional: ``b`` the batch the job counts for, ``m`` the member it counts as
 (a chain's later step counts as the chain's first step, the member the batch knows), ``c``

@@ -3,7 +3,7 @@
 prepared (prepared.Prepared) and told of each job stored (api.py).
 
 A leaf of scheduling/: it knows a link only as the JSON text stored beside the job
-(``links`` in lua/_lib.lua), so scheduling never imports the batches package.
+(``links``, lua/include/links.lua), so scheduling never imports the batches package.
 """
 
 from __future__ import annotations
