@@ -20,6 +20,7 @@ from importlib import resources
 
 SCRIPTS = (
     "schedule",
+    "schedule_plain",  # a plain job (storage/plain.py)
     "schedule_many",
     "claim",
     "ack",
