@@ -57,7 +57,7 @@ def test_a_resend_after_the_job_finished_answers_done_as_schedule_lua(store):
     resent = {}
     for queue, plain in (("today", False), ("lean", True)):
         store.schedule(queue, IDS[0], record, plain=plain, now=T0 / 1000, **when)
-        (claimed,) = store.claim(queue, 1, lease=30, token="w#1", instance="w", now=T0 / 1000).jobs
+        (_claimed,) = store.claim(queue, 1, lease=30, token="w#1", instance="w", now=T0 / 1000).jobs
         assert store.ack(queue, [(IDS[0], "w#1", "i")], now=T0 / 1000) == [1]
         op = store.job_op(queue, IDS[0], record, plain, True, now=T0 / 1000, **when)
         resent[queue] = store.transport.run([op], 1.0, resent=True)[0]
