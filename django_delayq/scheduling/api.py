@@ -53,6 +53,7 @@ def _store(prepared: Prepared) -> Job:
             plan.queue,
             prepared.id,
             prepared.record,
+            prepared.plain,
             link=prepared.link,
             trace=prepared.trace,
             **plan.options,

@@ -27,11 +27,6 @@ from django.db import DEFAULT_DB_ALIAS, transaction
 from django.utils import timezone
 
 from django_delayq.conf import delayq_settings
-from django_delayq.jobs.record import (
-    FLAG_GROUPED,
-    FLAG_TOMBSTONE,
-    FLAG_UNDECIDED,
-)
 from django_delayq.outbox import rows as outbox
 from django_delayq.outbox.database_time import When
 from django_delayq.scheduling.options import check_priority, plan_group
@@ -181,12 +176,11 @@ def check_key(key: Any, on_conflict: Any) -> None:
         raise ValueError(f"on_conflict= must be 'replace' or 'keep', got {on_conflict!r}")
 
 
-def record_flags(due: dict[str, float], outbox: bool, policy: str = "") -> str:
-    """The flags of a job's record. Flag 'i' (a finished job leaves a tombstone) for a job
-    due soon (a re-sent schedule may reach Redis after it ran) and for a job bound for the
-    outbox (a row may be relayed twice: the second relay must never store it again)."""
-    soon = due["at"] - time.time() < _SOON + _SKEW if "at" in due else due["delay"] < _SOON
-    return (FLAG_TOMBSTONE if outbox or soon else "") + policy
+def due_soon(due: dict[str, float]) -> bool:
+    """Whether a job due ``due`` (``{"delay": s}`` or ``{"at": epoch}``) may finish before a
+    schedule() re-sent after a lost reply reaches Redis: its record then asks for a
+    tombstone (JobSpec.tombstone, flag 'i'), which a re-send reads."""
+    return due["at"] - time.time() < _SOON + _SKEW if "at" in due else due["delay"] < _SOON
 
 
 def beyond_horizon(due_in: float) -> bool:
@@ -252,16 +246,16 @@ class Plan:
     queue, retries, unique key and due time. schedule_many() works it out once."""
 
     __slots__ = (
-        "flags",
         "group",
         "key",
         "max_retries",
         "name",
         "options",
-        "policy",
         "priority",
         "queue",
+        "soon",
         "task",
+        "undecided",
         "when",
     )
 
@@ -287,7 +281,7 @@ class Plan:
         max_retries = options.get("max_retries")
         # A task this process does not import: its max_retries is unknown here; the setting
         # goes in the header with flag 'u', and the worker writes the task's (job.py).
-        self.policy = FLAG_UNDECIDED if max_retries is None and found is None else ""
+        self.undecided = max_retries is None and found is None
         if max_retries is None and found is not None:
             max_retries = found.max_retries
         if max_retries is None:
@@ -301,8 +295,8 @@ class Plan:
             priority = found.priority if found is not None else 0
         self.priority = check_priority(priority)
         self.when = when(options.get("delay"), options.get("at"))
-        self.group = group = plan_group(options.get("group"), found, self.name)
-        self.flags = record_flags(self.when, False, self.policy) + (FLAG_GROUPED if group else "")
+        self.group = plan_group(options.get("group"), found, self.name)
+        self.soon = due_soon(self.when)
         self.options = {**self.when, "key": key, "on_conflict": on_conflict, "group": self.group}
 
     def due(self, now: float) -> float:

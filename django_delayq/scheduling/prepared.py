@@ -9,10 +9,10 @@ import copy
 from django_delayq.conf import delayq_settings
 from django_delayq.jobs.ids import new_job_id
 from django_delayq.jobs.job import DEFERRED, PENDING, Job, decode_fields, make_job
-from django_delayq.jobs.record import FLAG_LINKED, FLAG_TRACED, Fields, encode_record
+from django_delayq.jobs.record import Fields, JobSpec, encode_job
 from django_delayq.scheduling import membership
 from django_delayq.scheduling.options import group_in_outbox
-from django_delayq.scheduling.plan import Plan, record_flags
+from django_delayq.scheduling.plan import Plan
 from django_delayq.scheduling.registry import Task
 from django_delayq.storage.bulk import Entry
 from django_delayq.storage.store import Scheduled
@@ -22,7 +22,7 @@ class Prepared:
     """A validated schedule() call, encoded for where it goes: Redis now, or the outbox
     (``outbox``: its record has flag 'i', see :meth:`for_outbox`)."""
 
-    __slots__ = ("args", "id", "kwargs", "link", "outbox", "plan", "record", "trace")
+    __slots__ = ("args", "encoded", "id", "kwargs", "link", "outbox", "plan", "record", "trace")
 
     def __init__(
         self,
@@ -51,18 +51,32 @@ class Prepared:
 
     def _encode(self) -> bytes:
         plan = self.plan
-        # A record bound for the outbox may be relayed twice: flag 'i' makes a finished job
-        # leave a tombstone, so the second relay never stores it again.
-        flags = record_flags(plan.when, True, plan.policy) if self.outbox else plan.flags
-        if self.link:
-            flags += FLAG_LINKED
-        if self.trace and not self.outbox:
-            flags += FLAG_TRACED
         if self.outbox and plan.group is not None:
             raise ValueError(group_in_outbox(plan.name, plan.group))
-        return encode_record(
-            plan.name, self.args, self.kwargs, plan.key, plan.max_retries, flags, plan.priority
+        # A record bound for the outbox may be relayed twice: flag 'i' makes a finished job
+        # leave a tombstone, so the second relay never stores it again.
+        self.encoded = encode_job(
+            JobSpec(
+                plan.name,
+                self.args,
+                self.kwargs,
+                plan.key,
+                plan.max_retries,
+                plan.priority,
+                undecided=plan.undecided,
+                tombstone=plan.soon,
+                outbox=self.outbox,
+                linked=bool(self.link),
+                grouped=plan.group is not None and not self.outbox,
+                traced=bool(self.trace),
+            )
         )
+        return self.encoded.data
+
+    @property
+    def plain(self) -> bool:
+        """Whether schedule_plain.lua may store it (storage/plain.py)."""
+        return self.encoded.plain_schedule
 
     def for_outbox(self) -> Prepared:
         """This call encoded for the outbox, under the same id: itself when it was (as
