@@ -30,6 +30,7 @@ from django_delayq.scheduling.plan import (
     REDIS,
     Place,
     Plan,
+    cached_plan,
     mixed_plan,
     resolve_task,
     transaction_alias,
@@ -147,7 +148,7 @@ def schedule_many(
     with one through schedule.lua, all in the chunk's one round trip. A chunk whose
     reply was lost is sent again (it is idempotent), so no job is stored twice.
     """
-    base = Plan(task, options)
+    base = cached_plan(task, options)
     tracer = tracing.tracer()
     if tracer is None:
         return _schedule_many(task, base, calls, options)
@@ -172,7 +173,7 @@ def _schedule_many(
             plan, args, kwargs = base, call, {}
         else:
             args, kwargs, merged = _split_call(call, options)
-            plan = base if merged is options else Plan(task, merged)
+            plan = base if merged is options else cached_plan(task, merged)
         prepared.append(Prepared(plan, args, kwargs, outbox=plan.far(now), trace=trace))
     keys = [p.plan.key for p in prepared if p.plan.key is not None]
     if delayq_settings.HORIZON is None and not (keys and outbox.holds_any_key(keys)):

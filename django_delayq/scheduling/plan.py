@@ -23,7 +23,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.core.signals import setting_changed
 from django.db import DEFAULT_DB_ALIAS, transaction
+from django.dispatch import receiver
 from django.utils import timezone
 
 from django_delayq.conf import delayq_settings
@@ -67,7 +69,7 @@ def mixed_plan(task: Any, kwargs: dict[str, Any]) -> tuple[Plan, bool | str]:
     options = {name: kwargs.pop(name) for name in SCHEDULE_OPTIONS.intersection(kwargs)}
     commit_given = "on_commit" in options
     on_commit = options.pop("on_commit") if commit_given else False
-    plan = Plan(task, options)
+    plan = cached_plan(task, options)
     shadowed = plan.task.shadowed if plan.task is not None else None
     if shadowed and (options or commit_given):
         clash = shadowed.intersection([*options, "on_commit"] if commit_given else options)
@@ -322,3 +324,34 @@ class Plan:
         if held is not None and not outbox.leftover(self.queue, held[1].id):
             return Place(True, held=held)
         return REDIS
+
+
+# Plans by (id of the Task, its options): a Plan never changes once made, and what it
+# decides depends only on the task, the options, the settings (cleared when they change)
+# and, for ``at=``, the clock (not kept).
+_plans: dict[tuple, tuple[Task, Plan]] = {}
+
+
+def cached_plan(task: Any, options: dict[str, Any]) -> Plan:
+    """``Plan(task, options)``, made once per Task and options (schedule() of a task with
+    the same options, call after call); a task given by name, ``at=`` or options that
+    cannot be a dict key make a new one each time."""
+    if not isinstance(task, Task) or "at" in options:
+        return Plan(task, options)
+    try:
+        key = (id(task), *sorted(options.items()))
+        found = _plans.get(key)
+    except TypeError:  # an unhashable option: Plan refuses it, or it is used once
+        return Plan(task, options)
+    if found is not None and found[0] is task:
+        return found[1]
+    plan = Plan(task, options)
+    if len(_plans) >= 1000:
+        _plans.clear()
+    _plans[key] = (task, plan)
+    return plan
+
+
+@receiver(setting_changed)
+def _forget_plans(**kwargs: Any) -> None:
+    _plans.clear()
