@@ -168,13 +168,19 @@ def _schedule_many(
 ) -> list[Job]:
     now = time.time()
     prepared: list[Prepared] = []
+    first: Prepared | None = None  # of the calls of `base` by position: the others are alike
     for call in calls:  # validate every call first
         if isinstance(call, (tuple, list)):
+            if first is not None:
+                prepared.append(first.alike(call))
+                continue
             plan, args, kwargs = base, call, {}
         else:
             args, kwargs, merged = _split_call(call, options)
             plan = base if merged is options else cached_plan(task, merged)
         prepared.append(Prepared(plan, args, kwargs, outbox=plan.far(now), trace=trace))
+        if plan is base and not kwargs and isinstance(call, (tuple, list)):
+            first = prepared[-1]
     keys = [p.plan.key for p in prepared if p.plan.key is not None]
     if delayq_settings.HORIZON is None and not (keys and outbox.holds_any_key(keys)):
         jobs = _bulk_redis(prepared)

@@ -9,7 +9,7 @@ import copy
 from django_delayq.conf import delayq_settings
 from django_delayq.jobs.ids import new_job_id
 from django_delayq.jobs.job import DEFERRED, PENDING, Job, decode_fields, make_job
-from django_delayq.jobs.record import Fields, JobSpec, encode_job
+from django_delayq.jobs.record import Fields, JobSpec, encode_job, encode_record
 from django_delayq.scheduling import membership
 from django_delayq.scheduling.options import group_in_outbox
 from django_delayq.scheduling.plan import Plan
@@ -72,6 +72,22 @@ class Prepared:
             )
         )
         return self.encoded.data
+
+    def alike(self, args: tuple | list) -> Prepared:
+        """Another call of this one's plan, place, link and trace with other positional
+        arguments (and none by keyword): schedule_many()'s calls, checked and encoded with
+        the flags encode_job decided for this one (they depend on none of the arguments)."""
+        plan = self.plan
+        if plan.task is not None:
+            plan.task.check_call(args, {})
+        other = Prepared.__new__(Prepared)
+        other.plan, other.outbox, other.link, other.trace = plan, self.outbox, self.link, self.trace
+        other.args, other.kwargs, other.encoded = list(args), {}, self.encoded
+        other.record = encode_record(
+            plan.name, other.args, {}, plan.key, plan.max_retries, self.encoded.flags, plan.priority
+        )
+        other.id = new_job_id()
+        return other
 
     @property
     def plain(self) -> bool:
