@@ -35,7 +35,7 @@ from django_delayq.scheduling.plan import (
     resolve_task,
     transaction_alias,
 )
-from django_delayq.scheduling.prepared import Prepared
+from django_delayq.scheduling.prepared import Prepared, jobs_of
 from django_delayq.scheduling.registry import Task, sender
 from django_delayq.storage.bulk import Batch
 from django_delayq.storage.connection import get_store
@@ -226,10 +226,10 @@ def _bulk_redis(prepared: list[Prepared]) -> list[Job]:
         results, error = batches[done].results(replies)
         if error is not None:
             raise error
-        for p in chunks[done]:
-            job = p.job(results[p.id])
+        made = jobs_of(chunks[done], results)
+        for p, job in zip(chunks[done], made, strict=True):
             signals.send(signals.job_scheduled, p.sender, job=job)
-            jobs.append(job)
+        jobs += made
     return jobs
 
 

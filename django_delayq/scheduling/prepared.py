@@ -8,7 +8,7 @@ import copy
 
 from django_delayq.conf import delayq_settings
 from django_delayq.jobs.ids import new_job_id
-from django_delayq.jobs.job import DEFERRED, PENDING, Job, decode_fields, make_job
+from django_delayq.jobs.job import DEFERRED, PENDING, Job, decode_fields, job_alike, make_job
 from django_delayq.jobs.record import Fields, JobSpec, encode_job, encode_record
 from django_delayq.scheduling import membership
 from django_delayq.scheduling.options import group_in_outbox
@@ -147,3 +147,20 @@ class Prepared:
             if status == "done"
             else result.outcome,
         )
+
+
+def jobs_of(chunk: list[Prepared], results: dict[str, Scheduled]) -> list[Job]:
+    """The Job of each call of ``chunk`` (:meth:`Prepared.job` of its result); a call of the
+    plan of the chunk's first created job, created too, is copied from that job's fields."""
+    jobs: list[Job] = []
+    plan, template = None, None
+    for p in chunk:
+        result = results[p.id]
+        if p.plan is plan and result.outcome == "created" and not result.record:
+            jobs.append(job_alike(template, result.id, p.args, p.kwargs, result.due_at))
+            continue
+        job = p.job(result)
+        if plan is None and result.outcome == "created" and not result.record:
+            plan, template = p.plan, dict(job.__dict__)
+        jobs.append(job)
+    return jobs
