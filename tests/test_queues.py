@@ -90,15 +90,19 @@ def test_a_queue_whose_registry_entry_was_lost_is_listed_and_drained(store):
 
 
 def test_one_schedule_is_one_command_with_one_reply_off_a_cluster(store, monkeypatch):
-    """On one Redis the script adds the queue itself (KEYS[15]): schedule() sends a single
-    EVALSHA, no SADD beside it."""
+    """On one Redis the script adds the queue itself (schedule.lua's KEYS[15],
+    schedule_plain.lua's KEYS[5] for a plain job): schedule() sends a single EVALSHA, no
+    SADD beside it."""
     sent = []
     run = store.transport.run
     monkeypatch.setattr(
         store.transport, "run", lambda ops, *a, **k: sent.append(ops) or run(ops, *a, **k)
     )
     schedule(t.add, 1, 2, queue="elsewhere")
-    assert [[op.name for op in ops] for ops in sent] == [["schedule"]]
+    schedule(t.add, 1, 2, queue="keyed", key="k")
+    assert [[op.name for op in ops] for ops in sent] == [["schedule_plain"], ["schedule"]]
     head = sent[0][0].args
+    assert head[2] == b"5" and head[7] == store.queues_key.encode()  # 4 keys + the registry
+    head = sent[1][0].args
     assert head[2] == b"15" and head[17] == store.queues_key.encode()  # 14 keys + the registry
-    assert "elsewhere" in store.queues()
+    assert {"elsewhere", "keyed"} <= set(store.queues())

@@ -143,7 +143,7 @@ def current_cases(keeps: dict[str, Any]) -> list[Case]:
     cases = [
         Case(
             "schedule",
-            "schedule() of a plain job due now (schedule.lua)",
+            "schedule() of a plain job due now (schedule_plain.lua)",
             lambda ctx: ctx,
             lambda ctx: (_loop(n, lambda i: ctx["task"].schedule(i, queue=QUEUE)), n),
         ),

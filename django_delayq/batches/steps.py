@@ -16,12 +16,7 @@ from datetime import timedelta
 from typing import Any
 
 from django_delayq import signals
-from django_delayq.jobs.record import (
-    FLAG_LINKED,
-    FLAG_LONG_TOMBSTONE,
-    FLAG_TOMBSTONE,
-    encode_record,
-)
+from django_delayq.jobs.record import JobSpec, encode_job
 from django_delayq.scheduling.calls import Call, Chain
 from django_delayq.scheduling.plan import Plan
 from django_delayq.scheduling.prepared import Prepared
@@ -88,10 +83,20 @@ def store_step(
     delay = float(options.pop("delay", 0) or 0)
     plan = Plan(step["t"], options)
     prepared = Prepared(plan, step.get("a") or [], step.get("k") or {}, link=link, job_id=job_id)
-    flags = FLAG_TOMBSTONE + FLAG_LONG_TOMBSTONE + plan.policy + (FLAG_LINKED if link else "")
-    record = encode_record(
-        plan.name, prepared.args, prepared.kwargs, None, plan.max_retries, flags, plan.priority
+    spec = JobSpec(
+        plan.name,
+        prepared.args,
+        prepared.kwargs,
+        None,
+        plan.max_retries,
+        plan.priority,
+        undecided=plan.undecided,
+        tombstone=True,
+        relayed=True,
+        long_tombstone=True,
+        linked=bool(link),
     )
+    record = encode_job(spec).data
     store = store or get_store()
     result = store.schedule(
         plan.queue, job_id, record, at=start_ms / 1000 + delay, relay=True, link=link

@@ -46,6 +46,7 @@ import inspect
 import math
 import re
 import time
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -82,12 +83,12 @@ from django_delayq.django_tasks.runner import DJANGO_TASK_RUNNER
 from django_delayq.exceptions import ConfigurationError, LeaseLost
 from django_delayq.jobs.ids import id_timestamp, new_job_id
 from django_delayq.jobs.job import IN_DATABASE, PENDING, Job, make_job
-from django_delayq.jobs.record import Fields, encode_record
+from django_delayq.jobs.record import Fields, JobSpec, encode_job
 from django_delayq.scheduling.plan import (
     LATEST_DUE,
     REDIS,
+    due_soon,
     place_unkeyed,
-    record_flags,
     relay_beyond_horizon,
 )
 from django_delayq.scheduling.registry import task as delayq_task
@@ -204,7 +205,7 @@ class DelayQBackend(BaseTaskBackend):
         self.validate_task(task)
         job_id = new_job_id()
         # TaskResult applies Django's normalize_json (tuples become lists, and so on);
-        # encode_record then refuses what would not come back equal from JSON.
+        # encode_job then refuses what would not come back equal from JSON.
         result = TaskResult(
             task=task,
             id=job_id,
@@ -219,7 +220,7 @@ class DelayQBackend(BaseTaskBackend):
             errors=[],
             worker_ids=[],
         )
-        encode_record(task.module_path, result.args, result.kwargs)
+        encode_job(JobSpec(task.module_path, result.args, result.kwargs))  # the check
         spec = task_spec(task, self.alias)
         max_retries = self.option("MAX_RETRIES")
         job_args = [task.module_path, result.args, result.kwargs, spec]
@@ -229,13 +230,16 @@ class DelayQBackend(BaseTaskBackend):
             when = {"at": epoch(task.run_after)}
             due_in = when["at"] - time.time()
         where = place_unkeyed(None, due_in)  # the plan's: Redis now, or beyond the horizon
-        flags = record_flags(when, outbox=where.in_outbox)
-        record = encode_record(INTERNAL_TASK, job_args, {}, None, max_retries, flags, task.priority)
+        soon, outbox = due_soon(when), where.in_outbox  # flag 'i' (jobs/record.py)
+        spec_ = JobSpec(INTERNAL_TASK, job_args, {}, None, max_retries, task.priority)
+        encoded = encode_job(replace(spec_, tombstone=soon, outbox=outbox))
+        record = encoded.data
         state = new_state(job_id, task.module_path, result.args, result.kwargs, spec)
         if where is not REDIS:  # the job waits in the database outbox; its READY result is in Redis
             return self._enqueue_row(task, result, job_id, record, state, due_in, job_args)
+        ttl, plain = self.result_ttl(due_in), encoded.plain_schedule
         scheduled = get_store().schedule_with_result(
-            task.queue_name, job_id, record, encode_state(state), self.result_ttl(due_in), **when
+            task.queue_name, job_id, record, encode_state(state), ttl, plain, **when
         )
         job = make_job(
             job_id,

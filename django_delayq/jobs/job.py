@@ -212,6 +212,19 @@ def make_job(
     )
 
 
+def job_alike(
+    fields_of: dict[str, Any], job_id: str, args: list, kwargs: dict, score: float | None
+) -> Job:
+    """A pending Job like the one whose fields ``fields_of`` copies (``dict(job.__dict__)``
+    taken as make_job returned it), with its own id, arguments and due time: schedule_many()'s
+    jobs of one plan, made without make_job's work for each (the same Job it would make)."""
+    values = fields_of.copy()
+    values["id"], values["args"], values["kwargs"], values["errors"] = job_id, args, kwargs, []
+    values["due_at"] = to_datetime(score)
+    values["created_at"] = to_datetime(id_timestamp(job_id))
+    return _assemble(values)
+
+
 def _assemble(values: dict[str, Any]) -> Job:
     """``Job(**values)``, ``values`` giving every field, without the frozen dataclass's
     ``__init__``: it sets each of the 19 fields through ``object.__setattr__``, a third of

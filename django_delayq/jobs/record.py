@@ -90,6 +90,83 @@ def encode_record(
     return head + b"\n" + data
 
 
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """What a producer decided of a job, the reasons for its flags included: the one input
+    of :func:`encode_job` (schedule() and schedule_many(), batch steps, the django.tasks
+    backend and recurring occurrences build one).
+
+    ``undecided``: this process does not know the task's max_retries (flag 'u': the worker
+    writes the task's); ``tombstone``: a finished job leaves a tombstone (flag 'i': due soon,
+    so a re-sent schedule may come after it ran; an occurrence; a step); ``outbox``: bound for
+    the database outbox (flag 'i': a row may be relayed twice); ``relayed``: stored as a
+    re-send (a step: schedule.lua's relay), never on the plain path; ``long_tombstone``:
+    the tombstone kept a day (flag 'e'); ``linked``, ``grouped``, ``traced``: a link, group
+    or trace context stored beside the record (flags 'l', 'g', 't')."""
+
+    task: str
+    args: list
+    kwargs: dict
+    key: str | None = None
+    max_retries: int = 0
+    priority: int = 0
+    undecided: bool = False
+    tombstone: bool = False
+    outbox: bool = False
+    relayed: bool = False
+    long_tombstone: bool = False
+    linked: bool = False
+    grouped: bool = False
+    traced: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Encoded:
+    """A job's record (``data``), its flags as stored (without 'k', as :class:`Fields`
+    reads them), ``info`` (the flags and key as ack.lua takes them), ``plain`` (engine
+    design 4.1: no unique key, priority 0, none of the flags i, e, l, g, t) and
+    ``plain_schedule`` (lua/schedule_plain.lua may store it: plain but for flag 'i', whose
+    tombstone that script checks on a re-send, and neither bound for the outbox nor
+    relayed)."""
+
+    data: bytes
+    flags: str
+    info: str
+    plain: bool
+    plain_schedule: bool
+
+
+_NOT_PLAIN = frozenset(FLAG_LONG_TOMBSTONE + FLAG_LINKED + FLAG_GROUPED + FLAG_TRACED)
+
+
+def encode_job(spec: JobSpec) -> Encoded:
+    """The record of ``spec`` (format 3; see :func:`encode_record` for the arguments'
+    check), its flags decided here from the spec's reasons, always in the order i, e, u,
+    g, l, t (then k, for keyword arguments)."""
+    flags = FLAG_TOMBSTONE if spec.tombstone or spec.outbox else ""
+    if spec.long_tombstone:
+        flags += FLAG_LONG_TOMBSTONE
+    if spec.undecided:
+        flags += FLAG_UNDECIDED
+    if spec.grouped:
+        flags += FLAG_GROUPED
+    if spec.linked:
+        flags += FLAG_LINKED
+    if spec.traced:
+        flags += FLAG_TRACED
+    data = encode_record(
+        spec.task, spec.args, spec.kwargs, spec.key, spec.max_retries, flags, spec.priority
+    )
+    lean = spec.key is None and not spec.priority and _NOT_PLAIN.isdisjoint(flags)
+    return Encoded(
+        data,
+        flags,
+        flags if spec.key is None else f"{flags}={spec.key}",
+        lean and FLAG_TOMBSTONE not in flags,
+        lean and not spec.outbox and not spec.relayed,
+    )
+
+
 @dataclass(frozen=True)
 class Fields:
     """What a record says: the call, and the policy decided when the job was scheduled."""

@@ -9,7 +9,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 from django_delayq.conf import delayq_settings
-from django_delayq.jobs.record import FLAG_TOMBSTONE, FLAG_UNDECIDED, encode_record
+from django_delayq.jobs.record import JobSpec, encode_job
 from django_delayq.recurring.definitions import Definition, ScheduleError, parse
 from django_delayq.recurring.ids import occurrence_id
 from django_delayq.scheduling.registry import find_task
@@ -45,22 +45,20 @@ def record_of(definition: Definition) -> bytes:
     leaves a tombstone, which occur.lua reads), the task's priority (0 for a task this
     process does not import), so occur.lua ranks it as schedule() would."""
     task = find_task(definition.task)
-    flags = FLAG_TOMBSTONE
     max_retries = task.max_retries if task is not None else None
-    if task is None:
-        flags += FLAG_UNDECIDED
     if max_retries is None:
         max_retries = delayq_settings.MAX_RETRIES
-    priority = task.priority if task is not None else 0
-    return encode_record(
+    spec = JobSpec(
         definition.task,
         list(definition.args),
         definition.kwargs,
         None,
         max_retries,
-        flags,
-        priority,
+        task.priority if task is not None else 0,
+        undecided=task is None,
+        tombstone=True,
     )
+    return encode_job(spec).data
 
 
 def recorded_definition(name: str, recorded: dict) -> Definition | None:

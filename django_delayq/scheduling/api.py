@@ -30,11 +30,12 @@ from django_delayq.scheduling.plan import (
     REDIS,
     Place,
     Plan,
+    cached_plan,
     mixed_plan,
     resolve_task,
     transaction_alias,
 )
-from django_delayq.scheduling.prepared import Prepared
+from django_delayq.scheduling.prepared import Prepared, jobs_of
 from django_delayq.scheduling.registry import Task, sender
 from django_delayq.storage.bulk import Batch
 from django_delayq.storage.connection import get_store
@@ -53,6 +54,7 @@ def _store(prepared: Prepared) -> Job:
             plan.queue,
             prepared.id,
             prepared.record,
+            prepared.plain,
             link=prepared.link,
             trace=prepared.trace,
             **plan.options,
@@ -146,7 +148,7 @@ def schedule_many(
     with one through schedule.lua, all in the chunk's one round trip. A chunk whose
     reply was lost is sent again (it is idempotent), so no job is stored twice.
     """
-    base = Plan(task, options)
+    base = cached_plan(task, options)
     tracer = tracing.tracer()
     if tracer is None:
         return _schedule_many(task, base, calls, options)
@@ -166,13 +168,19 @@ def _schedule_many(
 ) -> list[Job]:
     now = time.time()
     prepared: list[Prepared] = []
+    first: Prepared | None = None  # of the calls of `base` by position: the others are alike
     for call in calls:  # validate every call first
         if isinstance(call, (tuple, list)):
+            if first is not None:
+                prepared.append(first.alike(call))
+                continue
             plan, args, kwargs = base, call, {}
         else:
             args, kwargs, merged = _split_call(call, options)
-            plan = base if merged is options else Plan(task, merged)
+            plan = base if merged is options else cached_plan(task, merged)
         prepared.append(Prepared(plan, args, kwargs, outbox=plan.far(now), trace=trace))
+        if plan is base and not kwargs and isinstance(call, (tuple, list)):
+            first = prepared[-1]
     keys = [p.plan.key for p in prepared if p.plan.key is not None]
     if delayq_settings.HORIZON is None and not (keys and outbox.holds_any_key(keys)):
         jobs = _bulk_redis(prepared)
@@ -218,10 +226,10 @@ def _bulk_redis(prepared: list[Prepared]) -> list[Job]:
         results, error = batches[done].results(replies)
         if error is not None:
             raise error
-        for p in chunks[done]:
-            job = p.job(results[p.id])
+        made = jobs_of(chunks[done], results)
+        for p, job in zip(chunks[done], made, strict=True):
             signals.send(signals.job_scheduled, p.sender, job=job)
-            jobs.append(job)
+        jobs += made
     return jobs
 
 

@@ -97,6 +97,7 @@ async def _store(plan: Plan, prepared: Prepared) -> Job:
             plan.queue,
             prepared.id,
             prepared.record,
+            prepared.plain,
             link=prepared.link,
             trace=prepared.trace,
             **plan.options,

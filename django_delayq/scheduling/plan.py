@@ -23,15 +23,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.core.signals import setting_changed
 from django.db import DEFAULT_DB_ALIAS, transaction
+from django.dispatch import receiver
 from django.utils import timezone
 
 from django_delayq.conf import delayq_settings
-from django_delayq.jobs.record import (
-    FLAG_GROUPED,
-    FLAG_TOMBSTONE,
-    FLAG_UNDECIDED,
-)
 from django_delayq.outbox import rows as outbox
 from django_delayq.outbox.database_time import When
 from django_delayq.scheduling.options import check_priority, plan_group
@@ -72,7 +69,7 @@ def mixed_plan(task: Any, kwargs: dict[str, Any]) -> tuple[Plan, bool | str]:
     options = {name: kwargs.pop(name) for name in SCHEDULE_OPTIONS.intersection(kwargs)}
     commit_given = "on_commit" in options
     on_commit = options.pop("on_commit") if commit_given else False
-    plan = Plan(task, options)
+    plan = cached_plan(task, options)
     shadowed = plan.task.shadowed if plan.task is not None else None
     if shadowed and (options or commit_given):
         clash = shadowed.intersection([*options, "on_commit"] if commit_given else options)
@@ -181,12 +178,11 @@ def check_key(key: Any, on_conflict: Any) -> None:
         raise ValueError(f"on_conflict= must be 'replace' or 'keep', got {on_conflict!r}")
 
 
-def record_flags(due: dict[str, float], outbox: bool, policy: str = "") -> str:
-    """The flags of a job's record. Flag 'i' (a finished job leaves a tombstone) for a job
-    due soon (a re-sent schedule may reach Redis after it ran) and for a job bound for the
-    outbox (a row may be relayed twice: the second relay must never store it again)."""
-    soon = due["at"] - time.time() < _SOON + _SKEW if "at" in due else due["delay"] < _SOON
-    return (FLAG_TOMBSTONE if outbox or soon else "") + policy
+def due_soon(due: dict[str, float]) -> bool:
+    """Whether a job due ``due`` (``{"delay": s}`` or ``{"at": epoch}``) may finish before a
+    schedule() re-sent after a lost reply reaches Redis: its record then asks for a
+    tombstone (JobSpec.tombstone, flag 'i'), which a re-send reads."""
+    return due["at"] - time.time() < _SOON + _SKEW if "at" in due else due["delay"] < _SOON
 
 
 def beyond_horizon(due_in: float) -> bool:
@@ -252,16 +248,16 @@ class Plan:
     queue, retries, unique key and due time. schedule_many() works it out once."""
 
     __slots__ = (
-        "flags",
         "group",
         "key",
         "max_retries",
         "name",
         "options",
-        "policy",
         "priority",
         "queue",
+        "soon",
         "task",
+        "undecided",
         "when",
     )
 
@@ -287,7 +283,7 @@ class Plan:
         max_retries = options.get("max_retries")
         # A task this process does not import: its max_retries is unknown here; the setting
         # goes in the header with flag 'u', and the worker writes the task's (job.py).
-        self.policy = FLAG_UNDECIDED if max_retries is None and found is None else ""
+        self.undecided = max_retries is None and found is None
         if max_retries is None and found is not None:
             max_retries = found.max_retries
         if max_retries is None:
@@ -301,8 +297,8 @@ class Plan:
             priority = found.priority if found is not None else 0
         self.priority = check_priority(priority)
         self.when = when(options.get("delay"), options.get("at"))
-        self.group = group = plan_group(options.get("group"), found, self.name)
-        self.flags = record_flags(self.when, False, self.policy) + (FLAG_GROUPED if group else "")
+        self.group = plan_group(options.get("group"), found, self.name)
+        self.soon = due_soon(self.when)
         self.options = {**self.when, "key": key, "on_conflict": on_conflict, "group": self.group}
 
     def due(self, now: float) -> float:
@@ -328,3 +324,34 @@ class Plan:
         if held is not None and not outbox.leftover(self.queue, held[1].id):
             return Place(True, held=held)
         return REDIS
+
+
+# Plans by (id of the Task, its options): a Plan never changes once made, and what it
+# decides depends only on the task, the options, the settings (cleared when they change)
+# and, for ``at=``, the clock (not kept).
+_plans: dict[tuple, tuple[Task, Plan]] = {}
+
+
+def cached_plan(task: Any, options: dict[str, Any]) -> Plan:
+    """``Plan(task, options)``, made once per Task and options (schedule() of a task with
+    the same options, call after call); a task given by name, ``at=`` or options that
+    cannot be a dict key make a new one each time."""
+    if not isinstance(task, Task) or "at" in options:
+        return Plan(task, options)
+    try:
+        key = (id(task), *sorted(options.items()))
+        found = _plans.get(key)
+    except TypeError:  # an unhashable option: Plan refuses it, or it is used once
+        return Plan(task, options)
+    if found is not None and found[0] is task:
+        return found[1]
+    plan = Plan(task, options)
+    if len(_plans) >= 1000:
+        _plans.clear()
+    _plans[key] = (task, plan)
+    return plan
+
+
+@receiver(setting_changed)
+def _forget_plans(**kwargs: Any) -> None:
+    _plans.clear()

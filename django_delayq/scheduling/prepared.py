@@ -8,11 +8,11 @@ import copy
 
 from django_delayq.conf import delayq_settings
 from django_delayq.jobs.ids import new_job_id
-from django_delayq.jobs.job import DEFERRED, PENDING, Job, decode_fields, make_job
-from django_delayq.jobs.record import FLAG_LINKED, FLAG_TRACED, Fields, encode_record
+from django_delayq.jobs.job import DEFERRED, PENDING, Job, decode_fields, job_alike, make_job
+from django_delayq.jobs.record import Fields, JobSpec, encode_job, encode_record
 from django_delayq.scheduling import membership
 from django_delayq.scheduling.options import group_in_outbox
-from django_delayq.scheduling.plan import Plan, record_flags
+from django_delayq.scheduling.plan import Plan
 from django_delayq.scheduling.registry import Task
 from django_delayq.storage.bulk import Entry
 from django_delayq.storage.store import Scheduled
@@ -22,7 +22,7 @@ class Prepared:
     """A validated schedule() call, encoded for where it goes: Redis now, or the outbox
     (``outbox``: its record has flag 'i', see :meth:`for_outbox`)."""
 
-    __slots__ = ("args", "id", "kwargs", "link", "outbox", "plan", "record", "trace")
+    __slots__ = ("args", "encoded", "id", "kwargs", "link", "outbox", "plan", "record", "trace")
 
     def __init__(
         self,
@@ -51,18 +51,48 @@ class Prepared:
 
     def _encode(self) -> bytes:
         plan = self.plan
-        # A record bound for the outbox may be relayed twice: flag 'i' makes a finished job
-        # leave a tombstone, so the second relay never stores it again.
-        flags = record_flags(plan.when, True, plan.policy) if self.outbox else plan.flags
-        if self.link:
-            flags += FLAG_LINKED
-        if self.trace and not self.outbox:
-            flags += FLAG_TRACED
         if self.outbox and plan.group is not None:
             raise ValueError(group_in_outbox(plan.name, plan.group))
-        return encode_record(
-            plan.name, self.args, self.kwargs, plan.key, plan.max_retries, flags, plan.priority
+        # A record bound for the outbox may be relayed twice: flag 'i' makes a finished job
+        # leave a tombstone, so the second relay never stores it again.
+        self.encoded = encode_job(
+            JobSpec(
+                plan.name,
+                self.args,
+                self.kwargs,
+                plan.key,
+                plan.max_retries,
+                plan.priority,
+                undecided=plan.undecided,
+                tombstone=plan.soon,
+                outbox=self.outbox,
+                linked=bool(self.link),
+                grouped=plan.group is not None and not self.outbox,
+                traced=bool(self.trace),
+            )
         )
+        return self.encoded.data
+
+    def alike(self, args: tuple | list) -> Prepared:
+        """Another call of this one's plan, place, link and trace with other positional
+        arguments (and none by keyword): schedule_many()'s calls, checked and encoded with
+        the flags encode_job decided for this one (they depend on none of the arguments)."""
+        plan = self.plan
+        if plan.task is not None:
+            plan.task.check_call(args, {})
+        other = Prepared.__new__(Prepared)
+        other.plan, other.outbox, other.link, other.trace = plan, self.outbox, self.link, self.trace
+        other.args, other.kwargs, other.encoded = list(args), {}, self.encoded
+        other.record = encode_record(
+            plan.name, other.args, {}, plan.key, plan.max_retries, self.encoded.flags, plan.priority
+        )
+        other.id = new_job_id()
+        return other
+
+    @property
+    def plain(self) -> bool:
+        """Whether schedule_plain.lua may store it (storage/plain.py)."""
+        return self.encoded.plain_schedule
 
     def for_outbox(self) -> Prepared:
         """This call encoded for the outbox, under the same id: itself when it was (as
@@ -117,3 +147,20 @@ class Prepared:
             if status == "done"
             else result.outcome,
         )
+
+
+def jobs_of(chunk: list[Prepared], results: dict[str, Scheduled]) -> list[Job]:
+    """The Job of each call of ``chunk`` (:meth:`Prepared.job` of its result); a call of the
+    plan of the chunk's first created job, created too, is copied from that job's fields."""
+    jobs: list[Job] = []
+    plan, template = None, None
+    for p in chunk:
+        result = results[p.id]
+        if p.plan is plan and result.outcome == "created" and not result.record:
+            jobs.append(job_alike(template, result.id, p.args, p.kwargs, result.due_at))
+            continue
+        job = p.job(result)
+        if plan is None and result.outcome == "created" and not result.record:
+            plan, template = p.plan, dict(job.__dict__)
+        jobs.append(job)
+    return jobs

@@ -166,10 +166,12 @@ class AsyncStore:
         with contextlib.suppress(StopIteration):
             self._lifetime.asend(None).send(None)
 
-    async def schedule(self, queue: str, job_id: str, record: bytes, **options: Any) -> Scheduled:
+    async def schedule(
+        self, queue: str, job_id: str, record: bytes, plain: bool = False, **options: Any
+    ) -> Scheduled:
         """As :meth:`.store.Store.schedule` on one Redis: the queue remembered (by the script)
         and the job stored, one command with one reply; it may be re-sent."""
-        op = self.store.schedule_op(queue, job_id, record, remember=True, **options)
+        op = self.store.job_op(queue, job_id, record, plain, True, **options)
         return await self.transport.call(op, API_BUDGET)
 
     async def cancel(

@@ -16,9 +16,11 @@ from django_delayq.storage.store import Op, Scheduled, Store
 from django_delayq.storage.traces import write_traces_op
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Entry:
-    """One job of a batch. ``when``: ``{"delay": seconds}`` or ``{"at": epoch}``."""
+    """One job of a batch. ``when``: ``{"delay": seconds}`` or ``{"at": epoch}``. Not
+    changed once made (not frozen: a frozen dataclass sets each field through
+    ``object.__setattr__``, and schedule_many() makes one a job)."""
 
     id: str
     queue: str

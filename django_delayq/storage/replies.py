@@ -73,6 +73,13 @@ def parse_schedule(reply: list) -> Scheduled:
     return Scheduled(text(outcome), text(job_id), seconds_of(due), record or None)
 
 
+def parse_schedule_plain(reply: list) -> Scheduled:
+    """schedule_plain.lua's {outcome, id, due_at}: created, or done (a re-send after the job
+    finished)."""
+    outcome, job_id, due = reply
+    return Scheduled(text(outcome), text(job_id), seconds_of(due), None)
+
+
 def parse_many(reply: list, plan: list[tuple[str, str, int]]) -> list[Scheduled]:
     now = int(reply[0])
     stored = {int(reply[i]) - 1: seconds_of(reply[i + 1]) for i in range(1, len(reply), 2)}

@@ -42,6 +42,7 @@ from django_delayq.storage.keys import BATCH_KINDS, KEY_KINDS
 
 SCRIPTS = (
     "schedule",
+    "schedule_plain",  # a plain job (storage/plain.py)
     "schedule_many",
     "claim",
     "claim_plain",  # claim.lua's path for a queue without features (worker/claiming.py)

@@ -46,6 +46,7 @@ from django_delayq.storage.marks import StartMarks
 from django_delayq.storage.milliseconds import ms, now_arg
 from django_delayq.storage.old_layout import OldLayout
 from django_delayq.storage.ops import Op, Policy
+from django_delayq.storage.plain import PlainSchedule
 from django_delayq.storage.reads import Reads
 from django_delayq.storage.replies import (  # the reply types are part of the store's interface
     Claim,
@@ -81,7 +82,7 @@ def _is_one(reply: Any) -> bool:
     return int(reply) == 1
 
 
-class Store(Reads, FinishedReads, History, ManualOps, Roster, OldLayout):
+class Store(PlainSchedule, Reads, FinishedReads, History, ManualOps, Roster, OldLayout):
     """Byte-level access to one Redis (or Redis Cluster) for one key prefix."""
 
     def marker(self) -> StartMarks:
@@ -133,13 +134,16 @@ class Store(Reads, FinishedReads, History, ManualOps, Roster, OldLayout):
             extra_key=self.queues_key if remember else "",
         )
 
-    def schedule(self, queue: str, job_id: str, record: bytes, **options: Any) -> Scheduled:
+    def schedule(
+        self, queue: str, job_id: str, record: bytes, plain: bool = False, **options: Any
+    ) -> Scheduled:
         """Store a job and add its queue to ``{prefix}:queues`` (every call: nothing caches
         what Redis holds): on one Redis the script adds it, one reply; on a cluster (another
-        slot) a SADD goes beside it. Both may be re-sent."""
+        slot) a SADD goes beside it. Both may be re-sent. ``plain``: by schedule_plain.lua
+        (plain.py)."""
         if not self.cluster:
-            return self.call(self.schedule_op(queue, job_id, record, remember=True, **options))
-        op = self.schedule_op(queue, job_id, record, **options)
+            return self.call(self.job_op(queue, job_id, record, plain, True, **options))
+        op = self.job_op(queue, job_id, record, plain, False, **options)
         registered, result = self.run([self.remember_queue_op(queue), op], API_BUDGET)
         if isinstance(result, Exception):
             raise result
@@ -154,6 +158,7 @@ class Store(Reads, FinishedReads, History, ManualOps, Roster, OldLayout):
         record: bytes,
         result: bytes,
         ttl: float | None,
+        plain: bool = False,
         **options: Any,
     ) -> Scheduled:
         """SET the job's django.tasks result (expiring after ``ttl`` seconds, None: never),
@@ -163,11 +168,11 @@ class Store(Reads, FinishedReads, History, ManualOps, Roster, OldLayout):
         result_op = self.result_op(job_id, result, ttl)
         if self.cluster:
             self.call(result_op)
-            op = self.schedule_op(queue, job_id, record, **options)
+            op = self.job_op(queue, job_id, record, plain, False, **options)
             registered, scheduled = self.run([self.remember_queue_op(queue), op], API_BUDGET)
         else:
             registered = None  # the script remembers the queue (as in schedule())
-            op = self.schedule_op(queue, job_id, record, remember=True, **options)
+            op = self.job_op(queue, job_id, record, plain, True, **options)
             _, scheduled = self.run([result_op, op], API_BUDGET)
         if isinstance(scheduled, Exception):
             if not isinstance(scheduled, DelayQConnectionError):

@@ -9,13 +9,22 @@ asyncio transport; this module does the routing and the I/O.
 
 Ops are sent on connections of the client's own pool, so a django-redis, Sentinel or plain
 client works as configured; on a cluster each op goes to the node serving its queue's slot.
+Off a cluster each thread holds one connection for its round trips of ops that may be
+re-sent (:class:`_Held`: taking
+one from the pool and giving it back, with redis-py's checks and hooks on both, cost as much
+as the rest of a schedule()'s Python); it goes back to the pool when the thread ends, the
+process forks, :meth:`Transport.close` is called or a round trip leaves it unusable (a
+broken connection, a failover: Sentinel's pool resolves the master again for the next).
 Scripts are loaded (``SCRIPT LOAD``) once per node and process, and again after a
 ``NOSCRIPT`` (a restart or ``SCRIPT FLUSH``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import threading
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
@@ -24,11 +33,49 @@ from typing import Any
 import redis
 
 from django_delayq.storage.errors import BROKEN
-from django_delayq.storage.ops import Op
+from django_delayq.storage.ops import Op, Policy
 from django_delayq.storage.resends import Failure, Resends
 from django_delayq.storage.round_trip import LoadedScripts, Round
 
 logger = logging.getLogger("django_delayq.transport")
+
+IDLE = 2.0  # seconds a thread's held connection may sit unused and still be used unchecked
+
+
+class _Held:
+    """A thread's connection, taken from ``pool`` in process ``pid``; given back when the
+    thread ends (its ``threading.local`` is cleared) or :meth:`give_back` is called."""
+
+    __slots__ = ("conn", "pid", "pool", "used")
+
+    def __init__(self, pool: Any) -> None:
+        self.pool, self.pid = pool, os.getpid()
+        self.conn: Any = pool.get_connection()
+        self.used = time.monotonic()
+
+    def usable(self, pool: Any) -> bool:
+        """Whether it may carry this thread's next round trip to ``pool``: not given back,
+        of this process and pool, and used within IDLE seconds (else it goes back, so the
+        pool checks it as it hands it out again: closed by the server while idle?)."""
+        if self.conn is None or self.pid != os.getpid() or self.pool is not pool:
+            return False
+        now = time.monotonic()
+        if now - self.used > IDLE:
+            return False
+        self.used = now
+        return True
+
+    def give_back(self, broken: bool = False) -> None:
+        conn, self.conn = self.conn, None
+        if conn is None or self.pid != os.getpid():  # a fork: the pool resets itself
+            return
+        if broken:
+            conn.disconnect()
+        self.pool.release(conn)
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):  # at interpreter shutdown: nowhere to give it
+            self.give_back()
 
 
 class Transport:
@@ -38,6 +85,27 @@ class Transport:
         self.client = client
         self.cluster = isinstance(client, redis.RedisCluster)
         self.scripts = LoadedScripts()  # per pool: one a node
+        self._local = threading.local()  # .held: this thread's _Held (off a cluster)
+
+    def _connection(self, pool: Any, resendable: bool) -> tuple[Any, bool]:
+        """A connection of ``pool`` for one round trip, and whether it is this thread's held
+        one: off a cluster, for ops that may all be re-sent (a held connection the server
+        closed shows only as the round trip fails; ops sent once take one the pool checks)."""
+        if self.cluster or not resendable:
+            return pool.get_connection(), False
+        held = getattr(self._local, "held", None)
+        if held is None or not held.usable(pool):
+            if held is not None:
+                held.give_back()
+            held = self._local.held = _Held(pool)
+        return held.conn, True
+
+    def close(self) -> None:
+        """Give this thread's held connection back to the pool."""
+        held = getattr(self._local, "held", None)
+        if held is not None:
+            held.give_back()
+            self._local.held = None
 
     # -- routing ------------------------------------------------------------------
 
@@ -143,9 +211,11 @@ class Transport:
         """Send ``indexes`` once, in one write on one connection of ``pool``."""
         sent = Round(ops, indexes, resent, results)
         try:
-            conn = pool.get_connection()
+            resendable = all(ops[i].policy is Policy.RESEND for i in indexes)
+            conn, held = self._connection(pool, resendable)
         except redis.exceptions.RedisError as exc:
             return sent.not_sent(exc)
+        finished = False  # every reply read (else the connection may hold unread ones)
         try:
             try:
                 self._ensure_scripts(pool, conn, [ops[i] for i in indexes])
@@ -156,13 +226,24 @@ class Transport:
             except BROKEN as exc:
                 return sent.write_broke(exc)
             sent.read_all(conn.read_response)
+            finished = True
             if sent.noscript:
                 self.scripts.forget(pool)
         finally:
-            if not sent.reusable:
-                conn.disconnect()
-            pool.release(conn)
+            broken = not (finished and sent.reusable)
+            if held and broken:
+                self.close_broken()
+            elif not held:
+                if broken:
+                    conn.disconnect()
+                pool.release(conn)
         return sent.failures
+
+    def close_broken(self) -> None:
+        """This thread's held connection is unusable: disconnected and given back."""
+        held = self._local.held
+        held.give_back(broken=True)
+        self._local.held = None
 
     def stream(self, chunks: Iterable[Sequence[Op]], budget: float) -> Iterator[list[Any]]:
         """:meth:`run` for each chunk of re-sendable ops, in order, one round trip each, with

@@ -87,8 +87,9 @@ def claims_jobs(cmd: list[bytes]) -> bool:
 
 
 def schedules(cmd: list[bytes]) -> bool:
-    """schedule() of one job (schedule.lua; schedule_many() uses schedule_many.lua)."""
-    return script("schedule")(cmd)
+    """schedule() of one job (schedule.lua, or schedule_plain.lua for a plain job;
+    schedule_many() uses schedule_many.lua)."""
+    return script("schedule")(cmd) or script("schedule_plain")(cmd)
 
 
 # -- matchers -------------------------------------------------------------------------------

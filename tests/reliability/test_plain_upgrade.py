@@ -1,0 +1,61 @@
+"""A rolling deploy of the plain schedule path: jobs that this release stores through
+lua/schedule_plain.lua (schedule(), its plain jobs) are run by a 0.7.0 worker, which knows
+only schedule.lua's jobs, once each: the stored bytes are the ones 0.7.0 wrote."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from django_delayq import schedule
+from django_delayq.storage.scripts import script
+from django_delayq.storage.store import Store
+from tests.reliability.harness import installed, runs, sizes, wait_until, worker_env
+from tests.reliability.tasks import mark
+from tests.reliability.test_batch_outbox_edges import RELEASE_0_7
+from tests.reliability.test_batch_upgrade import old_tree, start_old_worker
+
+pytestmark = [pytest.mark.reliability, pytest.mark.redis_server]
+
+JOBS = 40
+
+
+def test_jobs_schedule_plain_stored_run_once_on_a_0_7_worker(
+    servers, runs_server, runs_client, prefix, tag, tmp_path, report
+):
+    data = servers.redis("data")
+    store = Store(data.client(), prefix)
+    env = worker_env(data.url, runs_server.url, prefix)
+    old = start_old_worker(old_tree(tmp_path, RELEASE_0_7, "0.7.0"), env, tmp_path / "o", "default")
+    try:
+        with installed(store):
+            jobs = [schedule(mark, tag, str(i), delay=i % 3) for i in range(JOBS)]
+            jobs.append(schedule(mark, tag=tag, value="keywords"))  # flag 'k'
+        # They went through schedule_plain.lua: this process never loaded schedule.lua
+        # (the old worker loads only its own scripts, which schedule nothing).
+        loaded = data.client().script_exists(script("schedule_plain").sha, script("schedule").sha)
+        assert loaded == [True, False]
+        assert {job.outcome for job in jobs} == {"created"}
+
+        def ran_all() -> bool:
+            state = sizes(store)
+            return (
+                len(runs(runs_client, tag)) >= len(jobs)
+                and state["pending"] == 0 == state["running"]
+            )
+
+        wait_until(ran_all, 60, "the 0.7.0 worker to run every job")
+    finally:
+        old.send_signal(signal.SIGTERM)
+        code = old.wait(30)
+    done, values = runs(runs_client, tag), [*map(str, range(JOBS)), "keywords"]
+    report(
+        scenario="upgrade: schedule_plain's jobs on a 0.7.0 worker",
+        jobs=len(jobs),
+        lost=len(set(values) - set(done)),
+        duplicates=len(done) - len(set(done)),
+    )
+    assert sorted(done) == sorted(values), "a job ran twice, or never"
+    assert sizes(store) == {"pending": 0, "running": 0, "dead": 0, "records": 0}
+    assert code == 0, (tmp_path / "o").read_text()
