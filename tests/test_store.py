@@ -771,9 +771,9 @@ def test_totals_count_every_outcome_since_the_queue_began(store):
 
 
 def test_the_store_s_public_surface_is_listed_in_one_place():
-    """storage/store.py's docstring lists every public name of the Store, each once, and
+    """storage/__init__.py's docstring lists every public name of the Store, each once, and
     nothing it does not have: the table of contents a reader starts from."""
-    import django_delayq.storage.store as module
+    import django_delayq.storage as module
 
     listing = module.__doc__.split("The Store's public surface", 1)[1].split("\n- ", 1)[1]
     listed = re.findall(r"[a-z_]+", re.sub(r"(?m)^- [^:]+: ", "", "- " + listing))

@@ -5,30 +5,9 @@ models or signals. Every multi-step state change is one Lua script in ``lua/`` (
 header documents its KEYS, ARGV, reply and how it answers when sent twice; the script's
 contract is beside each method here). Transitions are built as :class:`~.ops.Op` objects
 (:mod:`.calls`), so the worker can send several (failures, acks and the next claim) in one
-round trip. The Store's other parts are its bases: :mod:`.reads` (what the admin,
-``get_job()`` and the django.tasks backend read), :mod:`.roster` (live workers),
-:mod:`.old_layout` (0.1's keys) and :mod:`.calls` (key names, building and sending ops).
+round trip.
 
-The Store's public surface, by the module that defines it (tests/test_store.py compares
-this list with the class; control, batches, recurring, traces and bulk are modules of free
-functions taking a store):
-
-- transitions (here): schedule, schedule_op, schedule_with_result, schedule_many_op,
-  unmark_relayed_op, claim, claim_op, ack, ack_op, fail, fail_op, mark_op, marker, settle,
-  extend, recover, release, forget_worker, cancel, cancel_op, wait_for_wake,
-  give_back_wake
-- sending (calls.py): call, run, stream, op, command, slot_op, address
-- key names (keys.py): key, keys, batch_keys, batches_key, chain_key, history_key,
-  open_batches_key, queues_key, result_key, schedule_sets_key, worker_key, workers_key
-- reads (reads.py): fetch, fetch_op, fetch_many, find, require, page, page_ids, ranks,
-  records, size, counts, throughput, totals, id_for_key, server_time, queues, queues_op,
-  remember_queue_op, relayed, relayed_op, old_relayed, save_result, load_result,
-  result_op, read_timeout
-- admin actions (manual.py): requeue, run_now, delete_dead, purge_dead
-- finished jobs (finished.py): finished_count, finished_page, kept_entries, keep_cancelled
-- history (history.py): history, history_ops, flush_history
-- workers (roster.py): live_workers, worker_beat_ops, worker_gone_ops
-- the 0.1 layout (old_layout.py): old_data, confirmed_old, upgrade_step
+Its public surface is listed in ``storage/__init__.py``.
 """
 
 from __future__ import annotations

@@ -22,9 +22,11 @@
 -- with flag 'i'; checked only when ARGV[6] is '1'), as schedule.lua answers.
 -- Errors: 'DELAYQ_DUPLICATE_ID' if the id is taken by another record (never happens with
 -- ULIDs); 'DELAYQ_BAD_DUE' if the due time is not an epoch before year 2286.
--- Self-contained but for wake() (scripts.py prepends it to every script given the wake key)
--- and _lib.lua's constant RESERVED: each helper a script names is a closure Lua makes on
--- every call. (Mind the words of the comments too: scripts.py looks for helpers' names.)
+-- It names one helper, wake_worker (each helper a script names is a closure Lua makes on
+-- every call), and base's constant RESERVED; the rest is written out.
+--- @include "base"
+--- @include "wake"
+
 local id, record, value = ARGV[1], ARGV[2], tonumber(ARGV[4])
 local now = tonumber(ARGV[5])
 if not now then
@@ -37,22 +39,22 @@ if ARGV[3] == 'delay' then due = now + math.max(value, 0) else due = math.max(va
 if not (due < RESERVED) then return redis.error_reply('DELAYQ_BAD_DUE ' .. tostring(due)) end
 local at = string.format('%d', due)
 if ARGV[6] == '1' then
-  local stored = redis.call('HGET', J, id)
+  local stored = redis.call('HGET', jobs, id)
   if stored == record then  -- this very call, sent again
-    return {'created', id, tonumber(redis.call('ZSCORE', P, id)) or due}
+    return {'created', id, tonumber(redis.call('ZSCORE', pending, id)) or due}
   end
-  if not stored and redis.call('ZSCORE', F, id) then return {'done', id, ''} end
+  if not stored and redis.call('ZSCORE', done, id) then return {'done', id, ''} end
 end
 -- Reads before writes: is a pending job due before this one (if not, wake a worker: its
 -- sleep may be too long; the read also checks the pending key's type, LLEN the wake's).
-local earliest = #redis.call('ZRANGEBYSCORE', P, '-inf', '(' .. at, 'LIMIT', 0, 1) == 0
-if earliest then redis.call('LLEN', W) end
-if redis.call('HSETNX', J, id, record) == 0 then
-  if redis.call('HGET', J, id) == record then  -- this very call, sent again
-    return {'created', id, tonumber(redis.call('ZSCORE', P, id)) or due}
+local earliest = #redis.call('ZRANGEBYSCORE', pending, '-inf', '(' .. at, 'LIMIT', 0, 1) == 0
+if earliest then redis.call('LLEN', wake) end
+if redis.call('HSETNX', jobs, id, record) == 0 then
+  if redis.call('HGET', jobs, id) == record then  -- this very call, sent again
+    return {'created', id, tonumber(redis.call('ZSCORE', pending, id)) or due}
   end
   return redis.error_reply('DELAYQ_DUPLICATE_ID ' .. id)
 end
-redis.call('ZADD', P, at, id)
-if earliest then wake() end
+redis.call('ZADD', pending, at, id)
+if earliest then wake_worker() end
 return {'created', id, due}
