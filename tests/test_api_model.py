@@ -53,6 +53,8 @@ from django.test import override_settings
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule, run_state_machine_as_test
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from django_delayq import cancel, get_job, signals
 from django_delayq.exceptions import DelayQError
@@ -341,7 +343,11 @@ class APIMachine(RuleBasedStateMachine):
         outermost = not self.blocks
         down = outermost and self.w.down_at_commit
         if down:  # Redis down at commit: the fast path fails, rows wait for a worker
-            dead = redis.Redis(port=free_port(), socket_connect_timeout=0.2)
+            # Refused at once: redis-py's own connect retries (three, with backoff) would
+            # spend half of this machine's time sleeping and prove nothing of the fast path.
+            dead = redis.Redis(
+                port=free_port(), socket_connect_timeout=0.2, retry=Retry(NoBackoff(), 0)
+            )
             self.w.install(Store(dead, prefix=self.w.store.prefix))
             self.w.down_at_commit = False
         try:

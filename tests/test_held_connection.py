@@ -83,3 +83,18 @@ def test_after_a_fork_or_idle_a_new_one_is_taken(client, monkeypatch):
     transport.call(ping(), 1.0)
     assert transport._local.held is not again
     assert again.conn is None  # given back to the pool, which checks it as it hands it out
+
+
+def test_a_request_s_end_gives_its_thread_s_connection_back(real_store):
+    """Django's request_finished: the calls of one request share the thread's connection,
+    and the request's end gives it back, as Django closes a request's database connections."""
+    from django.core.signals import request_finished
+
+    assert real_store.call(ping(), 1.0) == b"PONG"
+    assert real_store.call(ping(), 1.0) == b"PONG"
+    assert in_use(real_store.client) == 1
+    request_finished.send(sender=None)
+    assert in_use(real_store.client) == 0
+    assert real_store.call(ping(), 1.0) == b"PONG"  # the next request takes one again
+    assert in_use(real_store.client) == 1
+    real_store.transport.close()

@@ -11,7 +11,7 @@ import threading
 from typing import Any
 
 import redis
-from django.core.signals import setting_changed
+from django.core.signals import request_finished, setting_changed
 from django.dispatch import receiver
 
 from django_delayq.conf import delayq_settings
@@ -83,3 +83,12 @@ def reset() -> None:
 def _on_setting_changed(setting: str, **kwargs: Any) -> None:
     if setting in ("DELAYQ", "CACHES"):
         reset()
+
+
+@receiver(request_finished)
+def _on_request_finished(**kwargs: Any) -> None:
+    """A request's thread gives back the connection its schedule() calls held (the
+    transport keeps one per thread between calls): an idle web thread holds none, as after
+    0.7's calls, so a pool sized to the server's threads is enough."""
+    for store in list(_stores.values()):
+        store.transport.close()
