@@ -28,6 +28,7 @@ from django_delayq import (
     signals,
     task,
 )
+from django_delayq.jobs import ids
 from django_delayq.jobs.ids import new_job_id
 from django_delayq.jobs.job import Job
 from django_delayq.scheduling import registry
@@ -423,9 +424,14 @@ def _in_a_child(ms: int) -> str:
     return made
 
 
-def test_a_forked_child_never_makes_the_job_id_its_parent_makes():
+def test_a_forked_child_never_makes_the_job_id_its_parent_makes(monkeypatch):
     """Ids are monotonic per process and their random bits are read ahead: a forked child
     starts both afresh, else both processes would make the same next id."""
+    # The ids made here are 50 ms ahead; without this the process's next ids would be too,
+    # and a later test's job would seem created after what happened to it (CI: an admin's
+    # cancel shown before the job's 'Scheduled').
+    monkeypatch.setattr(ids, "_last_ms", ids._last_ms)
+    monkeypatch.setattr(ids, "_last_rand", ids._last_rand)
     ahead = int(time.time() * 1000) + 50  # milliseconds no id used yet
     new_job_id(ahead)  # the parent's last id is in that millisecond: the next one counts on
     assert _in_a_child(ahead) != new_job_id(ahead)

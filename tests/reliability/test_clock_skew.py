@@ -13,6 +13,7 @@ import pytest
 from django.utils import timezone
 
 from django_delayq import get_job
+from django_delayq.jobs import ids
 from django_delayq.jobs.job import job_from_raw
 from django_delayq.storage.store import Store
 from tests.reliability.harness import installed, runs, wait_until, worker_env
@@ -25,13 +26,22 @@ SKEW = 30.0
 
 @contextlib.contextmanager
 def skewed_clock(offset: float):
-    """This process's wall clock (time.time, timezone.now) off by ``offset`` seconds."""
+    """This process's wall clock (time.time, timezone.now) off by ``offset`` seconds.
+
+    Job ids are monotonic per process: ids made at +30 s would make every later id of this
+    test process 30 s ahead too (CI: a later test's admin cancel shown before the job's
+    'Scheduled'), so the id generator's state is put back afterwards."""
     real_time, real_now = time.time, timezone.now
-    with (
-        mock.patch.object(time, "time", lambda: real_time() + offset),
-        mock.patch.object(timezone, "now", lambda: real_now() + timedelta(seconds=offset)),
-    ):
-        yield
+    last = ids._last_ms, ids._last_rand
+    try:
+        with (
+            mock.patch.object(time, "time", lambda: real_time() + offset),
+            mock.patch.object(timezone, "now", lambda: real_now() + timedelta(seconds=offset)),
+        ):
+            yield
+    finally:
+        with ids._id_lock:
+            ids._last_ms, ids._last_rand = last
 
 
 def test_skewed_producers_and_workers_run_jobs_on_redis_clock(
