@@ -33,6 +33,10 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
 ]
 ROOT_URLCONF = "tests.urls"
+# Every admin test makes a user (pytest-django's admin_user, staff() of test_admin.py): with
+# Django's default PBKDF2 each password hash costs 0.3-2.5 s of CPU (1.2 million iterations),
+# 75 s of the suite's setups on this machine. No test is about password hashing.
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
