@@ -11,14 +11,19 @@
   lost reply; ``replies`` parses the scripts' answers; ``milliseconds`` converts seconds to
   the scripts' milliseconds and back; ``marks`` the runners' start marks.
 - ``control``: queue control (pause state, prioritised pending jobs, rate and concurrency
-  limits).
+  limits); ``batches``: ``store.batches``, batches, their members' forward entries and
+  chains' steps.
 - ``scripts``, ``lua/`` and ``lua/include/``: the Lua scripts, one state transition per
   file, and their helpers by concern; ``plain``: the plain path of schedule.
 - ``connection``: the Redis client and the Store for the configured alias.
 
 The Store's public surface (``store.Store``), by the module that defines it (its bases);
-tests/test_store.py compares this list with the class. ``control``, ``batches``,
-``recurring``, ``traces`` and ``bulk`` are modules of free functions taking a store:
+tests/test_store.py compares this list with the class. A subject store is an attribute
+holding one subject's operations (``store.batches.ended_op(...)``), built on first use;
+``control``, ``recurring``, ``traces`` and ``bulk`` are modules of free functions taking a
+store:
+
+- subject stores (batches.py, its BatchStore): batches
 
 - transitions (store.py): schedule, schedule_op, schedule_with_result, schedule_many_op,
   unmark_relayed_op, claim, claim_op, ack, ack_op, fail, fail_op, mark_op, marker, settle,

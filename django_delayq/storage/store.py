@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
+from functools import cached_property
 from typing import Any
 
 from django_delayq.exceptions import ConnectionError as DelayQConnectionError
+from django_delayq.storage.batches import BatchStore
 from django_delayq.storage.calls import API_BUDGET, WORKER_BUDGET
 from django_delayq.storage.finished import FinishedReads, Keep, keep_setting
 from django_delayq.storage.history import History
@@ -63,6 +65,13 @@ def _is_one(reply: Any) -> bool:
 
 class Store(PlainSchedule, Reads, FinishedReads, History, ManualOps, Roster, OldLayout):
     """Byte-level access to one Redis (or Redis Cluster) for one key prefix."""
+
+    # -- subject stores (built on first use; each sends through this Store) ---------------
+
+    @cached_property
+    def batches(self) -> BatchStore:
+        """Batches, their members' forward entries and chains' steps (batches.py)."""
+        return BatchStore(self)
 
     def marker(self) -> StartMarks:
         """Start marks for one worker (a connection of their own; see mark_op)."""
