@@ -220,7 +220,10 @@ def test_the_documented_paths_import_without_a_warning():
 
 @pytest.mark.parametrize(
     ("module", "subject", "cls"),
-    [("django_delayq.storage.batches", "batches", "BatchStore")],
+    [
+        ("django_delayq.storage.batches", "batches", "BatchStore"),
+        ("django_delayq.storage.control", "control", "ControlStore"),
+    ],
 )
 def test_a_0_7_free_function_of_storage_still_imports_and_calls_its_subject_store(
     module, subject, cls

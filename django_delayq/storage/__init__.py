@@ -10,9 +10,9 @@
   ``errors`` reads Redis's errors, ``resends`` says what is sent again after an error or a
   lost reply; ``replies`` parses the scripts' answers; ``milliseconds`` converts seconds to
   the scripts' milliseconds and back; ``marks`` the runners' start marks.
-- ``control``: queue control (pause state, prioritised pending jobs, rate and concurrency
-  limits); ``batches``: ``store.batches``, batches, their members' forward entries and
-  chains' steps.
+- ``control``: ``store.control``, queue control (pause state, prioritised pending jobs,
+  rate and concurrency limits); ``batches``: ``store.batches``, batches, their members'
+  forward entries and chains' steps.
 - ``scripts``, ``lua/`` and ``lua/include/``: the Lua scripts, one state transition per
   file, and their helpers by concern; ``plain``: the plain path of schedule.
 - ``connection``: the Redis client and the Store for the configured alias.
@@ -20,11 +20,9 @@
 The Store's public surface (``store.Store``), by the module that defines it (its bases);
 tests/test_store.py compares this list with the class. A subject store is an attribute
 holding one subject's operations (``store.batches.ended_op(...)``), built on first use;
-``control``, ``recurring``, ``traces`` and ``bulk`` are modules of free functions taking a
-store:
+``recurring``, ``traces`` and ``bulk`` are modules of free functions taking a store:
 
-- subject stores (batches.py, its BatchStore): batches
-
+- subject stores (batches.py's BatchStore, control.py's ControlStore): batches, control
 - transitions (store.py): schedule, schedule_op, schedule_with_result, schedule_many_op,
   unmark_relayed_op, claim, claim_op, ack, ack_op, fail, fail_op, mark_op, marker, settle,
   extend, recover, release, forget_worker, cancel, cancel_op, wait_for_wake,

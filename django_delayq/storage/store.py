@@ -20,6 +20,7 @@ from typing import Any
 from django_delayq.exceptions import ConnectionError as DelayQConnectionError
 from django_delayq.storage.batches import BatchStore
 from django_delayq.storage.calls import API_BUDGET, WORKER_BUDGET
+from django_delayq.storage.control import ControlStore
 from django_delayq.storage.finished import FinishedReads, Keep, keep_setting
 from django_delayq.storage.history import History
 from django_delayq.storage.manual import PURGE_CHUNK, ManualOps  # noqa: F401 (PURGE_CHUNK: its 0.6 path)
@@ -72,6 +73,11 @@ class Store(PlainSchedule, Reads, FinishedReads, History, ManualOps, Roster, Old
     def batches(self) -> BatchStore:
         """Batches, their members' forward entries and chains' steps (batches.py)."""
         return BatchStore(self)
+
+    @cached_property
+    def control(self) -> ControlStore:
+        """Queue control: pause state, the ranked set's reads, published limits (control.py)."""
+        return ControlStore(self)
 
     def marker(self) -> StartMarks:
         """Start marks for one worker (a connection of their own; see mark_op)."""
