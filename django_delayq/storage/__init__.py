@@ -2,7 +2,7 @@
 
 - ``store``: the Store, the state transitions of jobs (schedule, claim, ack, fail, cancel...)
   in ids, bytes and scores; ``reads`` its read views (a job, pages, counts) and ``roster``
-  the live workers; ``old_layout`` the 0.1 layout, read by the upgrade.
+  the live workers (``store.roster``); ``old_layout`` the 0.1 layout, read by the upgrade.
 - ``keys``: every key name; ``queues``: what a valid queue name is.
 - ``calls``, ``ops``, ``transport``: building ops and the one way to send them (routing,
   pipelining, NOSCRIPT reload); ``async_transport`` the same on ``redis.asyncio``, both
@@ -19,10 +19,11 @@
 
 The Store's public surface (``store.Store``), by the module that defines it (its bases);
 tests/test_store.py compares this list with the class. A subject store is an attribute
-holding one subject's operations (``store.batches.ended_op(...)``), built on first use;
-``recurring``, ``traces`` and ``bulk`` are modules of free functions taking a store:
+holding one subject's operations (``store.batches.ended_op(...)``), built on first use:
+batches.py's BatchStore, control.py's ControlStore, roster.py's Roster. ``recurring``,
+``traces`` and ``bulk`` are modules of free functions taking a store:
 
-- subject stores (batches.py's BatchStore, control.py's ControlStore): batches, control
+- subject stores (store.py): batches, control, roster
 - transitions (store.py): schedule, schedule_op, schedule_with_result, schedule_many_op,
   unmark_relayed_op, claim, claim_op, ack, ack_op, fail, fail_op, mark_op, marker, settle,
   extend, recover, release, forget_worker, cancel, cancel_op, wait_for_wake,
@@ -38,6 +39,5 @@ holding one subject's operations (``store.batches.ended_op(...)``), built on fir
 - admin actions (manual.py): requeue, run_now, delete_dead, purge_dead
 - finished jobs (finished.py): finished_count, finished_page, kept_entries, keep_cancelled
 - history (history.py): history, history_ops, flush_history
-- workers (roster.py): live_workers, worker_beat_ops, worker_gone_ops
 - the 0.1 layout (old_layout.py): old_data, confirmed_old, upgrade_step
 """

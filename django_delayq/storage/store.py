@@ -64,20 +64,13 @@ def _is_one(reply: Any) -> bool:
     return int(reply) == 1
 
 
-class Store(PlainSchedule, Reads, FinishedReads, History, ManualOps, Roster, OldLayout):
+class Store(PlainSchedule, Reads, FinishedReads, History, ManualOps, OldLayout):
     """Byte-level access to one Redis (or Redis Cluster) for one key prefix."""
 
-    # -- subject stores (built on first use; each sends through this Store) ---------------
-
-    @cached_property
-    def batches(self) -> BatchStore:
-        """Batches, their members' forward entries and chains' steps (batches.py)."""
-        return BatchStore(self)
-
-    @cached_property
-    def control(self) -> ControlStore:
-        """Queue control: pause state, the ranked set's reads, published limits (control.py)."""
-        return ControlStore(self)
+    # -- subject stores, each built on first use and sending through this Store ----------
+    batches = cached_property(BatchStore)  # batches, forward entries, chains (batches.py)
+    control = cached_property(ControlStore)  # pause, ranked set, published limits (control.py)
+    roster = cached_property(Roster)  # the live workers (roster.py)
 
     def marker(self) -> StartMarks:
         """Start marks for one worker (a connection of their own; see mark_op)."""
