@@ -20,10 +20,11 @@
 The Store's public surface (``store.Store``), by the module that defines it (its bases);
 tests/test_store.py compares this list with the class. A subject store is an attribute
 holding one subject's operations (``store.batches.ended_op(...)``), built on first use:
-batches.py's BatchStore, control.py's ControlStore, roster.py's Roster. ``recurring``,
-``traces`` and ``bulk`` are modules of free functions taking a store:
+batches.py's BatchStore, control.py's ControlStore, roster.py's Roster, finished.py's
+FinishedStore. ``recurring``, ``traces`` and ``bulk`` are modules of free functions taking a
+store:
 
-- subject stores (store.py): batches, control, roster
+- subject stores (store.py): batches, control, roster, finished
 - transitions (store.py): schedule, schedule_op, schedule_with_result, schedule_many_op,
   unmark_relayed_op, claim, claim_op, ack, ack_op, fail, fail_op, mark_op, marker, settle,
   extend, recover, release, forget_worker, cancel, cancel_op, wait_for_wake,
@@ -37,7 +38,6 @@ batches.py's BatchStore, control.py's ControlStore, roster.py's Roster. ``recurr
   remember_queue_op, relayed, relayed_op, old_relayed, save_result, load_result,
   result_op, read_timeout
 - admin actions (manual.py): requeue, run_now, delete_dead, purge_dead
-- finished jobs (finished.py): finished_count, finished_page, kept_entries, keep_cancelled
 - history (history.py): history, history_ops, flush_history
 - the 0.1 layout (old_layout.py): old_data, confirmed_old, upgrade_step
 """
