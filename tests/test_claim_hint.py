@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from django_delayq import signals
 from django_delayq.exceptions import DelayQError
-from django_delayq.storage import control
 from django_delayq.storage.store import Store
 from django_delayq.worker import claiming
 from django_delayq.worker.claiming import plain_ack
@@ -106,8 +105,8 @@ def test_a_pause_turns_the_queue_general_until_resumed(store, monkeypatch):
     claims = drain(
         store,
         monkeypatch,
-        lambda: control.pause(store, "default"),
-        lambda: control.resume(store, "default"),
+        lambda: store.control.pause("default"),
+        lambda: store.control.resume("default"),
     )
     flipped(claims.scripts())
     assert len(t.CALLS) == 5
@@ -115,7 +114,7 @@ def test_a_pause_turns_the_queue_general_until_resumed(store, monkeypatch):
 
 def test_a_group_limit_turns_the_queue_general_until_removed(store, monkeypatch):
     def limits(conc):
-        control.publish_group_limits(store, ["default"], {TASK: (conc, None)})
+        store.control.publish_group_limits(["default"], {TASK: (conc, None)})
 
     claims = drain(store, monkeypatch, lambda: limits(1), lambda: limits(None))
     flipped(claims.scripts())
@@ -146,7 +145,7 @@ def test_a_lost_reply_to_the_claim_after_features_is_sent_again_through_claim_lu
     was lost: the next round trip sends it again with its token (the hint is general now),
     and the jobs it leased run, once each."""
     claims = Claims(monkeypatch)
-    control.publish_rates(store, ["default"], {"tests.testapp.tasks.add": (5, 1000)})
+    store.control.publish_rates(["default"], {"tests.testapp.tasks.add": (5, 1000)})
     for i in range(3):
         t.remember.schedule(i)
     real_run, lost = Store.run, []

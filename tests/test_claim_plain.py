@@ -10,7 +10,6 @@ import pytest
 from django_delayq.exceptions import DelayQError
 from django_delayq.jobs.ids import new_job_id
 from django_delayq.jobs.record import encode_record
-from django_delayq.storage import control
 from tests.test_engine_prototypes import dump
 from tests.test_store import T0, record
 
@@ -94,9 +93,9 @@ def use_feature(store, queue: str, feature: str, job_id: str = "01" + "0" * 24) 
         rec = encode_record("tests.testapp.tasks.add", [9], {}, None, 1, "", 5)
         store.schedule(queue, job_id, rec, delay=0, now=T0)
     elif feature == "pause":
-        control.pause(store, queue, now=T0)
+        store.control.pause(queue, now=T0)
     elif feature == "limit":
-        control.publish_rates(store, [queue], {"tests.testapp.tasks.other": (1, 1000)})
+        store.control.publish_rates([queue], {"tests.testapp.tasks.other": (1, 1000)})
     else:
         store.client.zadd(store.key(queue, "parked"), {"t\ng\n0\nx": 0})
 
@@ -126,7 +125,7 @@ def test_on_a_queue_using_features_claim_plain_acks_and_leases_nothing(store, fe
 def test_a_claim_plain_sent_again_returns_its_jobs_on_a_queue_turned_general(store):
     put_both(store, 3)
     first = store.claim("plain", 2, lease=30, token="w#1", instance="w", now=T0 + 1, plain=True)
-    control.pause(store, "plain")
+    store.control.pause("plain")
     again = store.claim("plain", 2, lease=30, token="w#1", instance="w", now=T0 + 2, plain=True)
     assert again.jobs == [c.__class__(c.id, c.record, c.attempt, None) for c in first.jobs]
     assert not again.plain and not again.features

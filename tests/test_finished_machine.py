@@ -26,7 +26,6 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from django_delayq.jobs.finished import parse_kept
 from django_delayq.jobs.ids import new_job_id
 from django_delayq.jobs.record import encode_record
-from django_delayq.storage import control
 from django_delayq.storage.store import Claim, Store
 from tests.conftest import delete_keys, real_redis, run_machine
 
@@ -89,7 +88,7 @@ class FinishedMachine(RuleBasedStateMachine):
 
     @rule(general=st.booleans())
     def turn_general_or_plain(self, general: bool) -> None:
-        control.publish_rates(self.store, [Q], {OTHER: (5, 1000) if general else None})
+        self.store.control.publish_rates([Q], {OTHER: (5, 1000) if general else None})
         self.general = general
 
     @precondition(lambda self: self.pending)

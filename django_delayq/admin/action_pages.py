@@ -27,7 +27,6 @@ from django_delayq.admin import views as views
 from django_delayq.admin.pages import AdminPages, int_param
 from django_delayq.admin.texts import Count
 from django_delayq.jobs.job import DEAD, PENDING
-from django_delayq.storage import control
 from django_delayq.storage.connection import get_store
 from django_delayq.storage.store import Store
 
@@ -288,14 +287,14 @@ class ActionPages(AdminPages):
         back = self._url("changelist")
         operation = request.POST.get("operation")
         if operation == "pause":
-            changed = control.pause(store, queue)
+            changed = store.control.pause(queue)
             text = (
                 gettext("Queue %(queue)s paused: no job of it is claimed until it is resumed.")
                 if changed
                 else gettext("Queue %(queue)s was paused already.")
             )
         elif operation == "resume":
-            changed = control.resume(store, queue)
+            changed = store.control.resume(queue)
             text = (
                 gettext("Queue %(queue)s resumed.")
                 if changed

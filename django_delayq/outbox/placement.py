@@ -214,7 +214,7 @@ def cancel_rows(queue: str | None, job_id: str | None, key: str | None) -> bool:
 
     def committed(row: outbox.Row) -> None:
         try:
-            get_store().keep_cancelled(row.queue, [(row.id, row.record, row.due_at)])
+            get_store().finished.keep_cancelled(row.queue, [(row.id, row.record, row.due_at)])
         except DelayQError as exc:
             logger.warning(
                 "job %s was cancelled but could not be kept as finished: %s", row.id, exc

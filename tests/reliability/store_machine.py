@@ -30,7 +30,6 @@ from django_delayq.jobs.ids import new_job_id
 from django_delayq.jobs.job import RESERVED
 from django_delayq.jobs.record import decode_record, encode_record
 from django_delayq.jobs.state import parse_state
-from django_delayq.storage import control
 from django_delayq.storage.ops import Op
 from django_delayq.storage.store import DONE_TTL, Store
 
@@ -236,7 +235,7 @@ class StoreMachine(RuleBasedStateMachine):
     def turn_general_or_plain(self, general: bool) -> None:
         """A limit of another task published or removed: the queue's claim path changes, the
         claims of TASK's jobs do not."""
-        control.publish_rates(self.store, [Q], {OTHER: (5, 1000) if general else None})
+        self.store.control.publish_rates([Q], {OTHER: (5, 1000) if general else None})
         self.general = general
 
     def _claimed(self, got: Any, token: str, limit: int, lease: float) -> None:
