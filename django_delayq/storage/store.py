@@ -41,6 +41,7 @@ from django_delayq.storage.replies import (  # the reply types are part of the s
     parse_resent_claim,
     parse_schedule,
 )
+from django_delayq.storage.reschedule import Reschedule
 from django_delayq.storage.roster import Roster
 from django_delayq.storage.scripts import lib_constant
 
@@ -61,7 +62,7 @@ def _is_one(reply: Any) -> bool:
     return int(reply) == 1
 
 
-class Store(PlainSchedule, Reads, FinishedReads, History, ManualOps, Roster, OldLayout):
+class Store(PlainSchedule, Reschedule, Reads, FinishedReads, History, ManualOps, Roster, OldLayout):
     """Byte-level access to one Redis (or Redis Cluster) for one key prefix."""
 
     def marker(self) -> StartMarks:
