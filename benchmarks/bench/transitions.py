@@ -42,6 +42,7 @@ class Case:
     setup: Callable[[dict[str, Any]], Any]
     run: Callable[[Any], tuple[int, int]]
     group: str = "current"
+    needs: tuple[str, ...] = ()  # scripts a --baseline ref must have to run it too
 
 
 def measure(client: Any, case: Case, ctx: dict[str, Any]) -> dict[str, Any]:
@@ -152,6 +153,26 @@ def current_cases(keeps: dict[str, Any]) -> list[Case]:
             "schedule(delay=3600): not the earliest, no wake",
             lambda ctx: _with_one(ctx),
             lambda ctx: (_loop(n, lambda i: ctx["task"].schedule(i, queue=QUEUE, delay=3600)), n),
+        ),
+        Case(
+            "schedule_key",
+            "schedule(key=..., delay=3600) of a new key: not the earliest (schedule.lua)",
+            lambda ctx: _with_one(ctx),
+            lambda ctx: (_loop(n, lambda i: _stored(ctx, i, key=f"k{i}", delay=3600)), n),
+        ),
+        Case(
+            "reschedule_id",
+            "reschedule(id, delay=7200) of a plain job due in an hour: no wake",
+            lambda ctx: _later_ids(_with_one(ctx), n),
+            lambda state: (_reschedules(state, "id"), n),
+            needs=("reschedule",),
+        ),
+        Case(
+            "reschedule_key",
+            "reschedule(key=..., delay=7200) of a keyed job due in an hour: no wake",
+            lambda ctx: _keyed(_with_one(ctx), n),
+            lambda state: (_reschedules(state, "key"), n),
+            needs=("reschedule",),
         ),
         Case(
             "schedule_many",
@@ -313,6 +334,38 @@ def _releases(state: tuple[Any, list]) -> int:
 def _ids_of(store: Any, n: int) -> tuple[Any, list[str]]:
     key = store.key(QUEUE, "pending")
     return store, [m.decode() for m in store.client.zrange(key, 0, n - 1)]
+
+
+def _stored(ctx: dict[str, Any], i: int, **options: Any) -> Any:
+    """schedule(i, queue=QUEUE, **options) as api.py stores it, without the plan's look at
+    the outbox (the benchmark has no database): the same script call and arguments."""
+    from django_delayq.scheduling.plan import Plan
+    from django_delayq.scheduling.prepared import Prepared
+
+    plan = Plan(ctx["task"], {"queue": QUEUE, **options})
+    job = Prepared(plan, (i,), {})
+    return ctx["store"].schedule(QUEUE, job.id, job.record, job.plain, **plan.options)
+
+
+def _later_ids(ctx: dict[str, Any], n: int) -> tuple[Any, list[str]]:
+    """``n`` plain jobs due in an hour (behind the one ``_with_one`` made due now): ids."""
+    store, ids = _ids_of(_scheduled(ctx, n, delay=3600), n + 1)
+    return store, ids[1:]
+
+
+def _keyed(ctx: dict[str, Any], n: int) -> tuple[Any, list[str]]:
+    for i in range(n):
+        _stored(ctx, i, key=f"k{i}", delay=3600)
+    return ctx["store"], [f"k{i}" for i in range(n)]
+
+
+def _reschedules(state: tuple[Any, list[str]], by: str) -> int:
+    """store.reschedule() of each job (by id, or by key), 7200 s from now."""
+    store, found = state
+    for item in found:
+        target = {"job_id": item} if by == "id" else {"key": item}
+        assert store.reschedule(QUEUE, delay=7200, **target) is not None
+    return len(found)
 
 
 def _cancels(state: tuple[Any, list[str]]) -> int:

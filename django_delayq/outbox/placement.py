@@ -229,11 +229,11 @@ def cancel_rows(queue: str | None, job_id: str | None, key: str | None) -> bool:
         )
         signals.send(signals.job_cancelled, sender(job.task), job=job)
 
-    gone = outbox.cancel(job_id, key, queue, committed, _stale, _ended)
+    gone = outbox.cancel(job_id, key, queue, committed, relayed_rows, _ended)
     return bool(gone)
 
 
-def _stale(rows: list[outbox.Row]) -> set[str]:
+def relayed_rows(rows: list[outbox.Row]) -> set[str]:
     """Ids of ``rows`` that a relay already stored in Redis (marked relayed; their DELETE
     was refused): deleting them cancels nothing (the job is in Redis, or ran)."""
     stale: set[str] = set()

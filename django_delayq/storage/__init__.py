@@ -30,6 +30,7 @@ store:
   extend, recover, release, forget_worker, cancel, cancel_op, wait_for_wake,
   give_back_wake
 - the plain path of schedule (plain.py): schedule_plain_op, job_op
+- a pending job's due time moved (reschedule.py): reschedule, reschedule_op
 - sending (calls.py): call, run, stream, op, command, slot_op, address
 - key names (keys.py): key, keys, batch_keys, batches_key, chain_key, history_key,
   open_batches_key, queues_key, result_key, schedule_sets_key, worker_key, workers_key

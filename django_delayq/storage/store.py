@@ -44,6 +44,7 @@ from django_delayq.storage.replies import (  # the reply types are part of the s
     parse_resent_claim,
     parse_schedule,
 )
+from django_delayq.storage.reschedule import Reschedule
 from django_delayq.storage.roster import Roster
 from django_delayq.storage.scripts import lib_constant
 
@@ -64,7 +65,7 @@ def _is_one(reply: Any) -> bool:
     return int(reply) == 1
 
 
-class Store(PlainSchedule, Reads, History, ManualOps, OldLayout):
+class Store(PlainSchedule, Reschedule, Reads, History, ManualOps, OldLayout):
     """Byte-level access to one Redis (or Redis Cluster) for one key prefix."""
 
     # -- subject stores, each built on first use and sending through this Store ----------
