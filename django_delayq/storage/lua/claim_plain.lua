@@ -36,6 +36,7 @@
 --- @include "wake"
 --- @include "acks"
 --- @include "lease_out"
+--- @include "controls"
 
 local limit, lease, token, instance = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], ARGV[5]
 local now = clock(ARGV[1])
@@ -48,7 +49,10 @@ end
 -- without having read them are checked; then the writes.
 local last = redis.call('HGET', claims, instance)
 local resend = limit > 0 and last and string.match(last, '^([^\n]*)\n') == token
-local plain = redis.call('EXISTS', ranked, control, parked) == 0
+-- `ranked` and `parked` are named twice: an odd count says `control` exists, two or more
+-- that `ranked` or `parked` does (one EXISTS for the three).
+local found = redis.call('EXISTS', ranked, ranked, parked, parked, control)
+local plain, controlled = found < 2, found % 2 == 1
 local ids, got, next_due = {}, {}, nil
 if plain then
   if limit > 0 and not resend then
@@ -57,12 +61,16 @@ if plain then
   end
   local after = redis.call('ZRANGE', pending, #ids, #ids, 'WITHSCORES')
   next_due = after[2] and tonumber(after[2])
-elseif resend then
-  next_due = now  -- where the queue's next job is, claim.lua (sent next) will tell
 end
 local records, states = {}, {}
+if #ids > 0 then records = batched('HMGET', jobs, ids) end
+if plain and controlled and controls_apply(records) then
+  plain, ids, records = false, {}, {}  -- claim.lua leases them, nothing here
+end
+if resend and not plain then
+  next_due = now  -- where the queue's next job is, claim.lua (sent next) will tell
+end
 if #ids > 0 then
-  records = batched('HMGET', jobs, ids)
   states = batched('HMGET', state, ids)
   zsets(running)
   for i = 1, #ids do
