@@ -15,15 +15,15 @@ local function controls_apply(records)
   local fields, seen = {'paused', 'qconc', 'qhold'}, {}  -- seen: task -> 1, 2 once grouped
   for i = 1, #records do
     local raw = records[i]
-    local task = raw and string.match(raw, '^[^\n]*\n([^\n]*)')
-    if task then
-      local grouped = has((select(2, header(raw))), 'g')
-      if not seen[task] then
+    local task = raw and string.match(raw, '^[^\n]*\n([^\n]*)')  -- as hold_back reads it
+    local was = task and seen[task]
+    if task and was ~= 2 then
+      if not was then
         seen[task] = 1
         fields[#fields + 1] = 'rate:' .. task
         fields[#fields + 1] = 'conc:' .. task
       end
-      if grouped and seen[task] == 1 then
+      if has(string.match(raw, '^%d+(%l*)') or '', 'g') then  -- header()'s flags, cheaper
         seen[task] = 2
         fields[#fields + 1] = 'gconc:' .. task
         fields[#fields + 1] = 'grate:' .. task
