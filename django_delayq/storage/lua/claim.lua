@@ -15,8 +15,12 @@
 -- per entry; attempt is the number the attempt will have once started; due the job's due_at
 -- (epoch ms; '' for a job the call re-sends or unparks: its due time is not at hand), so
 -- the worker knows each job's lateness.
--- A fifth element 'plain' follows when none of ranked, control, parked existed at the call's
--- start: the worker may send claim_plain.lua next.
+-- A fifth element 'plain' follows when claim_plain.lua would have claimed what this call
+-- read: none of ranked, control, parked existed at its start; or, on the general path, no
+-- pause, no queue limit ("qconc"), no limit applied to a job it read (hold_back's
+-- `limited`), it read at least one job when `control` exists (reading none, it cannot tell
+-- whether the next are of a limited task), and neither `ranked` nor `parked` exists at its
+-- end (one EXISTS more). The worker may then send claim_plain.lua next.
 -- Claimed jobs are leased as not started (score lease_until - RESERVED); the worker's runner
 -- marks each one started (ZADD XX GT lease_until) just before running it, so a job whose
 -- worker died before starting it is handed back by recover.lua without counting an attempt.
