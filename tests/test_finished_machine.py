@@ -117,11 +117,14 @@ class FinishedMachine(RuleBasedStateMachine):
         self.store.call(self.store.mark_op(Q, job_id, self.now + 60))
         if data.draw(st.booleans(), label="fails"):
             error = {"type": "ValueError", "message": f"boom {job_id}", "attempt": 1}
-            self.store.fail(
+            outcome = self.store.fail(
                 Q, job_id, token, error, delay=0, default_max_retries=5, now=self.now, **DEAD
             )
             self.failures[job_id] = self.failures.get(job_id, 0) + 1
-            self.pending.add(job_id)
+            # max_retries=5: the sixth failed attempt is dead-lettered, not kept, not pending
+            assert outcome[0] == ("dead" if self.failures[job_id] > 5 else "retry"), outcome
+            if outcome[0] == "retry":
+                self.pending.add(job_id)
             return
         entry = (job_id, token, "", f"1 {self.ms} 1.000 - w")
         if with_claim:  # in a claim's acks, as the worker sends it
