@@ -310,3 +310,33 @@ def test_a_lost_reply_of_expire_is_sent_again_and_answers_gone(store):
     burst(offset=120)
     assert t.CALLS == [] and get_job(job.id, finished=True).status == "expired"
     assert store.totals(Q)["expired"] == 1
+
+
+# Admin ----------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_the_job_page_shows_the_expiry_and_the_expired_status(store, admin_client):
+    from tests.test_admin import text, url
+
+    pending = t.remember.schedule("waiting", delay=600, expires=3600)
+    page = text(admin_client.get(url("detail", Q, pending.id)))
+    assert 'id="dq-job-expires"' in page and "Expires at" in page
+    plain = t.remember.schedule("plain", delay=600)
+    assert 'id="dq-job-expires"' not in text(admin_client.get(url("detail", Q, plain.id)))
+    late = t.remember.schedule("late", expires=60)
+    burst(offset=120)
+    page = text(admin_client.get(url("detail", Q, late.id)))
+    assert "<td>Expired</td>" in page and "Expired, not run" in page
+
+
+@pytest.mark.parametrize("redis_client", ["real"], indirect=True)  # the async API: a server
+def test_aschedule_takes_expires(store):
+    import asyncio
+
+    from django_delayq import aschedule
+
+    job = asyncio.run(aschedule(t.remember, "async", expires=timedelta(seconds=30)))
+    assert job.expires_at is not None and get_job(job.id).expires_at == job.expires_at
+    burst(offset=60)
+    assert t.CALLS == [] and get_job(job.id, finished=True).status == "expired"
