@@ -340,3 +340,33 @@ def test_aschedule_takes_expires(store):
     assert job.expires_at is not None and get_job(job.id).expires_at == job.expires_at
     burst(offset=60)
     assert t.CALLS == [] and get_job(job.id, finished=True).status == "expired"
+
+
+def test_the_worker_finds_the_flag_behind_the_longest_header(store):
+    """max_retries of 9 digits and every flag: 'x' is the header's 17th byte."""
+    from django_delayq.worker.expiry import sift
+
+    spec = JobSpec(
+        "tests.testapp.tasks.add",
+        [1, 2],
+        {"k": 1},
+        None,
+        10**9 - 1,
+        tombstone=True,
+        long_tombstone=True,
+        undecided=True,
+        grouped=True,
+        linked=True,
+        traced=True,
+        expires_ms=int(T0 * 1000) - 1,
+    )
+    data = encode_job(spec).data
+    assert data.index(b"x") == 16
+    job_id = store.schedule(Q, new_job_id(), data, now=T0).id
+    reply = claim(store, now=T0, token="w#1")
+    from django_delayq.worker.execution import Attempt
+
+    attempts = [Attempt(Q, c.id, "w#1", c.record, c.attempt, due=c.due) for c in reply.jobs]
+    results = types.SimpleNamespace(history=None, forward=lambda ended: None)
+    assert sift(store, results, Q, attempts, T0, KEEP) == []
+    assert get_job(job_id, finished=True).status == "expired"

@@ -2,7 +2,7 @@
 expires=...)``, record flag 'x') is at or before the claim's ``now`` (Redis's clock, the one
 every worker shares) are never run; one round trip of lua/expire.lua ends them "expired".
 
-What a plain job pays: a byte search in the first bytes of its record (``b"x"`` among the
+What a plain job pays: a byte search in the first 24 bytes of its record (``b"x"`` among the
 header's flags, then the header's regex only when found), no round trip and no Lua.
 
 A job that expired is ended before any runner sees it (the claim's attempts are sifted
@@ -29,7 +29,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("django_delayq.worker")
 
-_HEAD = 16  # bytes of a record where its flags are (max_retries has at most 9 digits)
+# Bytes of a record its flags are within: max_retries has at most 9 digits, then at most
+# the 8 flag letters (i e u g l t k x, x last).
+_HEAD = 24
 
 
 def sift(
