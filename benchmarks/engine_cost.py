@@ -293,7 +293,9 @@ def transition_rows(client: Any, parser: str, args: argparse.Namespace) -> list[
             # Each case beside its baseline; a case of today's Lua puts today's scripts back.
             stack.callback(baseline.use, calls, store, scripts.script)
             now = baseline.now_cases(current, calls, scripts.script)
-            cases += [c for pair in zip(now, old, strict=True) for c in pair]
+            # (a case whose script the ref lacks, such as reschedule before it, runs alone)
+            then = {case.name: case for case in old}
+            cases += [c for case in now for c in (case, then.get(case.name)) if c is not None]
         else:
             cases += current
         if args.prototypes:

@@ -58,7 +58,7 @@ def _round(store: Any, own: Any, jobs: int, keep: bool, payload: bool = False) -
         assert Worker(["default"], burst=True).run() == 0
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
         redis_cpu = rediscpu.process_cpu(own) - redis_cpu
-    kept = store.finished_count("default")
+    kept = store.finished.count("default")
     memory = sum(
         own.memory_usage(store.key("default", kind), samples=0) or 0
         for kind in ("finished", "kept")

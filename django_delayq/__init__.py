@@ -4,6 +4,7 @@ Public API::
 
     from django_delayq import task, schedule, schedule_many, cancel, get_job, Job
     from django_delayq import call, Call  # call(task, *args, **kwargs).schedule(**options)
+    from django_delayq import reschedule, areschedule  # move a pending job's due time
     from django_delayq import aschedule, acancel, aget_job  # for async views
     from django_delayq import pause, resume, is_paused
     from django_delayq import current_job  # inside a task: the Job it runs
@@ -36,10 +37,11 @@ from django_delayq.exceptions import (
 from django_delayq.jobs.finished import AttemptRecord
 from django_delayq.jobs.job import Job
 from django_delayq.scheduling.api import call, cancel, get_job, schedule, schedule_many
-from django_delayq.scheduling.async_api import acancel, aget_job, aschedule
+from django_delayq.scheduling.async_api import acancel, aget_job, areschedule, aschedule
 from django_delayq.scheduling.calls import Call
 from django_delayq.scheduling.pausing import is_paused, pause, resume
 from django_delayq.scheduling.registry import Task, task
+from django_delayq.scheduling.rescheduling import reschedule
 from django_delayq.worker.execution import current_job
 
 __version__ = "0.7.0"
@@ -139,6 +141,7 @@ __all__ = [
     "TaskNotFound",
     "acancel",
     "aget_job",
+    "areschedule",
     "aschedule",
     "batch",
     "call",
@@ -149,6 +152,7 @@ __all__ = [
     "get_job",
     "is_paused",
     "pause",
+    "reschedule",
     "resume",
     "schedule",
     "schedule_many",

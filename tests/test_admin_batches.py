@@ -12,7 +12,6 @@ from django.test import Client
 from django_delayq import batch, cancel, get_batch, get_job
 from django_delayq.admin import batch_views
 from django_delayq.batches.links import derived_id
-from django_delayq.storage import batches as stored
 from django_delayq.worker.dispatch import Worker
 from tests.test_admin import XSS, client_for, confirm, msgs, staff, text, url
 from tests.test_admin_i18n import pseudo, untranslated  # noqa: F401  (pseudo: a fixture)
@@ -356,12 +355,12 @@ def test_a_later_chain_step_says_its_place(store, admin_client):
 
 def test_the_storage_reads_of_the_batch_pages(store):
     b, _ = three_pending()
-    assert stored.count_members(store, b.id) == 3
-    assert stored.count_members(store, "nope") == 0
-    assert stored.read_batches(store, [b.id, "nope"])[1] is None
-    assert stored.read_batches(store, [b.id])[0]["total"] == "3"
-    assert stored.read_batches(store, []) == []
-    assert stored.batch_counts(store) == (1, 1)
+    assert store.batches.count_members(b.id) == 3
+    assert store.batches.count_members("nope") == 0
+    assert store.batches.read_many([b.id, "nope"])[1] is None
+    assert store.batches.read_many([b.id])[0]["total"] == "3"
+    assert store.batches.read_many([]) == []
+    assert store.batches.counts() == (1, 1)
 
 
 # -- translation -------------------------------------------------------------------------

@@ -354,6 +354,23 @@ def test_lists_fit_and_destructive_actions_ask_first(real_store, live_server, se
             assert page.locator("#dq-missing").count() == 0
             assert real_store.fetch(Q, job_id).score <= real_store.server_time()
 
+            # Postpone from a job page asks for the delay, then stays on the job's page.
+            job_id = page.locator("#result_list tbody tr").last.get_attribute("data-job-id")
+            page.goto(f"{base}/{Q}/{job_id}/")
+            page.click(f'button[value="postpone:{job_id}"]')
+            page.wait_for_selector("#dq-postpone-delay")
+            assert page.locator("h1").inner_text() == "Postpone 1 pending job?"
+            _fits(page)
+            page.fill("#dq-delay-amount", "3")
+            page.select_option("#dq-delay-unit", "days")
+            before = real_store.server_time()
+            page.click("#dq-confirm-yes")
+            page.wait_for_selector("ul.messagelist")
+            assert page.url == f"{base}/{Q}/{job_id}/"
+            assert page.locator("ul.messagelist").inner_text().strip() == "1 job postponed."
+            assert real_store.fetch(Q, job_id).score >= before + 3 * 86400
+            page.goto(f"{base}/pending/")
+
             # "All matching" cancel asks too, with the count, and cancels only after "Yes".
             pending = real_store.size(Q, "pending")
             page.check('input[name="select_across"]')
@@ -389,6 +406,15 @@ def test_lists_fit_and_destructive_actions_ask_first(real_store, live_server, se
             page.wait_for_selector("#dq-confirm")
             assert page.locator("h1").inner_text() == "Delete 1 dead job?"
             _fits(page)
+            # Postpone's confirmation page, its delay field included, fits too.
+            job_id = schedule(testtasks.add, 1, 2, delay=600).id
+            page.goto(f"{base}/{Q}/{job_id}/")
+            page.click(f'button[value="postpone:{job_id}"]')
+            page.wait_for_selector("#dq-postpone-delay")
+            _fits(page)
+            field = page.locator("#dq-postpone-delay").bounding_box()
+            assert field["x"] >= 0 and field["x"] + field["width"] <= 420, field
+            page.screenshot(path=str(tmp_path / "postpone-420.png"), full_page=True)
         finally:
             browser.close()
 

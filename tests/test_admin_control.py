@@ -64,18 +64,16 @@ def test_priorities_on_dashboard_lists_and_job_page(store, admin_client):
 
 
 def test_limits_on_the_dashboard(store, admin_client):
-    from django_delayq.storage import control
 
-    control.publish_rates(store, [Q], {"shop.capture_payment": (10, 1000)})
-    control.publish_concurrency(store, [Q], {"shop.sync_warehouse": 1})
+    store.control.publish_rates([Q], {"shop.capture_payment": (10, 1000)})
+    store.control.publish_concurrency([Q], {"shop.sync_warehouse": 1})
     page = text(admin_client.get(url("changelist")))
     assert "shop.capture_payment: at most 10/s" in page
     assert "shop.sync_warehouse: 0 of 1 at once" in page
 
 
 def test_a_queue_limit_on_the_dashboard(store, admin_client):
-    from django_delayq.storage import control
 
-    control.publish_queue_limits(store, {Q: 3})
+    store.control.publish_queue_limits({Q: 3})
     page = text(admin_client.get(url("changelist")))
     assert "all its jobs: 0 of 3 at once" in page

@@ -101,7 +101,7 @@ def test_finished_list_pages_and_counts(store, admin_client):
     calls = [{"args": [i, 0]} for i in range(120)]
     ids = [job.id for job in schedule_many(testtasks.add, calls)]
     succeed(store, ids)
-    assert store.finished_count(Q) == 120
+    assert store.finished.count(Q) == 120
     first = admin_client.get(url("finished", queue=Q, per_page="50"))
     assert len(shown_ids(first)) == 50
     assert "120 finished jobs, showing 1 to 50." in text(first)
@@ -110,7 +110,7 @@ def test_finished_list_pages_and_counts(store, admin_client):
     listed = shown_ids(first) + shown_ids(admin_client.get(url("finished", per_page="50", p="2")))
     listed += shown_ids(last)
     assert sorted(listed) == sorted(ids) and len(set(listed)) == 120  # each once, newest first
-    assert listed == [job_id for job_id, _ in store.finished_page(Q, 0, 120)]
+    assert listed == [job_id for job_id, _ in store.finished.page(Q, 0, 120)]
     empty = admin_client.get(url("finished", queue="emails"))
     assert "No finished jobs kept in emails" in text(empty)
 
@@ -138,7 +138,7 @@ def test_a_search_reads_at_most_its_limit_of_kept_jobs(store, admin_client, monk
     monkeypatch.setattr(search, "SEARCH_LIMIT", 100)
     ids = [job.id for job in schedule_many(testtasks.add, [{"args": [i, 0]} for i in range(150)])]
     succeed(store, ids)
-    newest_first = [job_id for job_id, _ in store.finished_page(Q, 0, 150)]
+    newest_first = [job_id for job_id, _ in store.finished.page(Q, 0, 150)]
     response = admin_client.get(url("finished", q="tests.testapp.tasks.add", per_page="500"))
     assert shown_ids(response) == newest_first[:100]
     assert "Searched the 100 newest of the 150 finished jobs" in summary(response)

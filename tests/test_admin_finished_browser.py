@@ -30,7 +30,7 @@ def test_operator_reads_a_finished_jobs_timeline_and_searches(real_store, live_s
     retried = testtasks.fails_first_attempt.schedule("<script>window.pwned = 1</script>")
     worker = Worker([Q], burst=True)
     assert worker.run() == 0  # a real worker: 300 succeed at once, one after a retry
-    assert real_store.finished_count(Q) == 301
+    assert real_store.finished.count(Q) == 301
     later = schedule(testtasks.add, 1, 2, delay=600)
 
     with sync_playwright() as p:

@@ -283,6 +283,13 @@ def test_every_text_of_the_admin_is_translated(real_store, admin_client, pseudo,
     post = {"queue": Q}
     seen("no action", client.post(url("action"), {**post, "action": "x"}, follow=True))
     seen("no ids", client.post(url("action"), {**post, "action": "run_now"}, follow=True))
+    page = client.post(url("action"), {**post, "one": f"postpone:{later.id}", "from_detail": "1"})
+    seen("confirm postpone", page)
+    bad = {**post, "action": "postpone", "job_ids": later.id, "confirmed": "yes"}
+    seen("postpone: bad delay", client.post(url("action"), {**bad, "delay_amount": "0"}))
+    delay = {"delay_amount": "2", "delay_unit": "hours"}
+    seen("postponed", client.post(url("action"), {**bad, **delay}, follow=True))
+    seen("job: postponed, its admin log", client.get(url("detail", Q, later.id)))
     monkeypatch.setattr(admin_actions, "CONFIRM_SHOWN", 3)  # a job gone, one running, ...
     ids = ["no-such-id", running, later.id, overdue]
     page = client.post(url("action"), {**post, "action": "cancel", "ids": ids})

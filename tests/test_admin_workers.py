@@ -36,7 +36,7 @@ def beat(store, instance: str, **fields) -> None:
         "burst": False,
         **fields,
     }
-    ops = store.worker_beat_ops(instance, encode_description(**description), 15, time.time())
+    ops = store.roster.beat_ops(instance, encode_description(**description), 15, time.time())
     assert not any(isinstance(r, Exception) for r in store.run(ops))
 
 

@@ -370,5 +370,5 @@ def test_the_roster_counts_the_loops_slots_in_the_workers_concurrency(store):
     """The Workers tab shows "busy N of M": M counts the threads and the loop's slots."""
     worker = Worker(["default"], concurrency=2, async_concurrency=50, name="aio-roster")
     worker.parts.presence.beat()
-    (listed,) = store.live_workers(store.server_time())
+    (listed,) = store.roster.live(store.server_time())
     assert listed.name == "aio-roster" and listed.concurrency == 52

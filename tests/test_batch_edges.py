@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from django_delayq import batch, get_batch, get_job, schedule_many
 from django_delayq.batches.forwarding import forward
-from django_delayq.storage import batches as stored
 from tests.test_batches import T, _runs, burst, runs  # noqa: F401 - _runs: autouse
 from tests.testapp import tasks as t
 
@@ -44,7 +43,7 @@ def test_a_key_replaced_from_another_batch_counts_as_cancelled_there(store):
         t.record.schedule(T("b-member"), "b", delay=60, key="cust:42")
     assert list(forward_entries(store)) == [held.id]
     # What the recovery duty's sweep does (not due in a burst): forward the replace's entry.
-    forward(store, stored.read_forward(store, "default", [held.id]))
+    forward(store, store.batches.read_forward("default", [held.id]))
     burst()
     assert runs(T("b-complete")) == ["first"]
     assert get_batch(first.id).cancelled == 1

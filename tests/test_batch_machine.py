@@ -27,7 +27,6 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from django_delayq.batches import forwarding, links
 from django_delayq.jobs.ids import new_job_id
 from django_delayq.jobs.record import encode_record
-from django_delayq.storage import batches as stored
 from django_delayq.storage.store import Store
 from tests.conftest import delete_keys, real_redis, run_machine
 from tests.testapp import tasks as t
@@ -49,7 +48,7 @@ class BatchMachine(RuleBasedStateMachine):
         self.store = Store(self.client_factory(), prefix=f"dqm-{new_job_id().lower()}")
         self.batch_id = new_job_id()
         self.store.run(
-            stored.open_ops(self.store, self.batch_id, {k: callback(k) for k in KINDS}, 0)
+            self.store.batches.open_ops(self.batch_id, {k: callback(k) for k in KINDS}, 0)
         )
         self.members: dict[str, str] = {}  # id -> pending | running | succeeded | dead | cancelled
         self.tokens: dict[str, str] = {}
@@ -88,7 +87,7 @@ class BatchMachine(RuleBasedStateMachine):
         self.ends.setdefault(job_id, []).append(outcome)
 
     def _forward(self, ids: list[str], twice: bool) -> None:
-        entries = stored.read_forward(self.store, Q, ids)
+        entries = self.store.batches.read_forward(Q, ids)
         for e in entries:
             self.forwarded[e.id] = e.outcome
         forwarding.forward(self.store, entries)
@@ -151,7 +150,7 @@ class BatchMachine(RuleBasedStateMachine):
     def seal(self, crash: bool) -> None:
         self.sealed = True
         decided = self.store.call(
-            stored.seal_op(self.store, self.batch_id, list((i, Q) for i in self.members))
+            self.store.batches.seal_op(self.batch_id, list((i, Q) for i in self.members))
         )
         if not crash:
             forwarding.place_decided(self.store, self.batch_id, decided)
@@ -225,7 +224,7 @@ class BatchMachine(RuleBasedStateMachine):
         self._forward(
             [k.decode() for k in self.store.client.hkeys(self.store.key(Q, "forward"))], False
         )
-        found, pending = self.store.call(stored.cancel_op(self.store, self.batch_id))
+        found, pending = self.store.call(self.store.batches.cancel_op(self.batch_id))
         assert found
         self.cancelled = True
         for job_id, queue in pending:
@@ -234,7 +233,7 @@ class BatchMachine(RuleBasedStateMachine):
             if self.store.cancel(queue, job_id=job_id) is not None:
                 self._ended(job_id, "cancelled")
                 self.forwarded[job_id] = "cancelled"
-        forwarding.forward(self.store, stored.read_forward(self.store, Q, list(self.members)))
+        forwarding.forward(self.store, self.store.batches.read_forward(Q, list(self.members)))
 
     # -- invariants ------------------------------------------------------------------------
 
@@ -242,7 +241,7 @@ class BatchMachine(RuleBasedStateMachine):
     def every_end_written_is_an_end_of_the_model(self) -> None:
         """No script writes an end the member did not have (a replace in the block ends
         nothing: the member stays pending)."""
-        for entry in stored.scan_forward(self.store, Q, 0, 1000)[1]:
+        for entry in self.store.batches.scan_forward(Q, 0, 1000)[1]:
             assert entry.outcome in self.ends.get(entry.id, []), (entry, self.members)
 
     @invariant()

@@ -9,7 +9,6 @@ import django_delayq
 from django_delayq import batch, cancel, cancel_batch, get_batch, get_job
 from django_delayq.batches import forwarding
 from django_delayq.batches.links import derived_id
-from django_delayq.storage import batches as stored
 from django_delayq.worker.dispatch import Worker
 from tests.testapp import tasks as t
 
@@ -115,11 +114,11 @@ def test_forwarding_twice_stores_each_callback_once(store):
     claim = store.claim("default", 1, lease=30, token="w#1")
     (claimed,) = claim.jobs
     assert store.ack("default", [(job.id, "w#1", "l")]) == [1]
-    entries = stored.read_forward(store, "default", [job.id])
+    entries = store.batches.read_forward("default", [job.id])
     assert len(entries) == 1 and entries[0].outcome == "succeeded"
     forwarding.forward(store, entries)
     forwarding.forward(store, entries)  # the same entries again, as after a crash
-    assert stored.read_forward(store, "default", [job.id]) == []
+    assert store.batches.read_forward("default", [job.id]) == []
     burst()
     forwarding.forward(store, entries)  # after the callback ran: its tombstone holds
     burst()
@@ -224,15 +223,15 @@ def test_the_sweep_takes_what_a_crash_left(store):
     store.claim(T("b-q"), 1, lease=30, token="w#1")
     assert store.ack(T("b-q"), [(job.id, "w#1", "l")]) == [1]  # no forwarding: a crash
     forwarding.sweep(store, [T("b-q")], now=now)  # too early for both
-    assert stored.read_forward(store, T("b-q"), [job.id]) != []
+    assert store.batches.read_forward(T("b-q"), [job.id]) != []
     forwarding.sweep(store, [T("b-q")], now=now + 120)
     forwarding.sweep(store, [T("b-q")], now=now + 240)
-    assert stored.read_forward(store, T("b-q"), [job.id]) == []
+    assert store.batches.read_forward(T("b-q"), [job.id]) == []
     burst()
     assert sorted(runs(T("b-complete"))) == ["acked", "sealed"]
     assert get_batch(b2.id).done
 
-    ops = stored.open_ops(store, "abandoned", {}, int((now - 2 * 86400) * 1000))
+    ops = store.batches.open_ops("abandoned", {}, int((now - 2 * 86400) * 1000))
     store.run(ops)
     assert store.client.zscore(store.open_batches_key, "abandoned") is not None
     forwarding.sweep(store, ["default"], now=now)

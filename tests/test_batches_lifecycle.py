@@ -10,7 +10,6 @@ import time
 
 from django_delayq import batch, get_batch
 from django_delayq.batches import forwarding
-from django_delayq.storage import batches as stored
 from tests.test_batches import T, _runs, burst, runs  # noqa: F401 - _runs: autouse
 from tests.testapp import tasks as t
 
@@ -49,8 +48,8 @@ def test_an_abandoned_batch_expires(store):
     """A batch whose block never ended (a rolled-back transaction: its seal never ran) is
     let go by the sweep a day after it opened, and its keys expire like a finished one's."""
     now = time.time()
-    ops = stored.open_ops(
-        store, T("b-abandoned"), {"complete": '{"steps":[]}'}, int((now - 2 * 86400) * 1000)
+    ops = store.batches.open_ops(
+        T("b-abandoned"), {"complete": '{"steps":[]}'}, int((now - 2 * 86400) * 1000)
     )
     store.run(ops)
     forwarding.sweep(store, ["default"], now=now)
@@ -76,7 +75,7 @@ def test_a_stale_step_end_after_its_chain_died_does_not_succeed_the_batch(store,
         )
     store.claim("default", 1, lease=30, token="w#1")
     assert store.ack("default", [(first.id, "w#1", "l")]) == [1]
-    entries = stored.read_forward(store, "default", [first.id])
+    entries = store.batches.read_forward("default", [first.id])
     with monkeypatch.context() as crash:
         crash.setattr(forwarding, "_drop", lambda store, entries: None)  # died before HDEL
         forwarding.forward(store, entries)  # the next step is stored

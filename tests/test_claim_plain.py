@@ -5,12 +5,13 @@ leases nothing and says so. Run on fakeredis and on the real server (``store`` f
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from django_delayq.exceptions import DelayQError
 from django_delayq.jobs.ids import new_job_id
 from django_delayq.jobs.record import encode_record
-from django_delayq.storage import control
 from tests.test_engine_prototypes import dump
 from tests.test_store import T0, record
 
@@ -88,20 +89,47 @@ def test_a_missing_record_is_dead_lettered_by_either_script(store):
     assert store.client.zscore(store.key("plain", "dead"), ids[0]) is not None
 
 
+TASK, OTHER = "tests.testapp.tasks.add", "tests.testapp.tasks.remember"  # record()'s, another
+NEVER_HELD = (1_000_000, 1000)  # a rate that holds no job of these tests back
+
+
 def use_feature(store, queue: str, feature: str, job_id: str = "01" + "0" * 24) -> None:
-    """Make ``queue`` general: a prioritised job, a pause, a published limit, a parked job."""
+    """Make ``queue`` general for record()'s jobs: a prioritised job, a pause, a limit of
+    their task or of the queue, a parked job, a grouped job of a task with group limits."""
     if feature == "priority":
-        rec = encode_record("tests.testapp.tasks.add", [9], {}, None, 1, "", 5)
+        rec = encode_record(TASK, [9], {}, None, 1, "", 5)
         store.schedule(queue, job_id, rec, delay=0, now=T0)
     elif feature == "pause":
-        control.pause(store, queue, now=T0)
-    elif feature == "limit":
-        control.publish_rates(store, [queue], {"tests.testapp.tasks.other": (1, 1000)})
+        store.control.pause(queue, now=T0)
+    elif feature == "rate":
+        store.control.publish_rates([queue], {TASK: NEVER_HELD})
+    elif feature == "concurrency":
+        store.control.publish_concurrency([queue], {TASK: 100})
+    elif feature == "queue_limit":
+        store.control.publish_queue_limits({queue: 100})
+    elif feature == "queue_holders":  # left by a removed queue limit: claim.lua drops them
+        store.client.hset(store.key(queue, "control"), "qhold", f"{job_id}|w#0")
+    elif feature == "group_limit":
+        store.control.publish_group_limits([queue], {TASK: (100, None)})
+        rec = encode_record(TASK, [9], {}, None, 1, "g")
+        store.schedule(queue, job_id, rec, delay=0, now=T0, group="g1")
     else:
         store.client.zadd(store.key(queue, "parked"), {"t\ng\n0\nx": 0})
 
 
-FEATURES = ["priority", "pause", "limit", "parked"]
+FEATURES = [
+    "priority",
+    "pause",
+    "rate",
+    "concurrency",
+    "queue_limit",
+    "queue_holders",
+    "group_limit",
+    "parked",
+]
+# After claim.lua took the due jobs, the queue is plain again for claim_plain.lua: the
+# prioritised job taken, the queue holders dropped, the parked entry swept (it had no job).
+PLAIN_AFTER = {"priority", "queue_holders", "parked"}
 
 
 @pytest.mark.parametrize("feature", FEATURES)
@@ -116,17 +144,80 @@ def test_on_a_queue_using_features_claim_plain_acks_and_leases_nothing(store, fe
     plain = store.claim("plain", 2, now=T0 + 2, plain=True, **options)
     assert plain.features and not plain.plain and plain.jobs == [] and plain.next_due is None
     assert plain.acked == general.acked == [1, 1]
-    assert not general.plain
-    assert dump(store, "plain") == dump(store, "general")
+    assert not general.plain  # an acks-only call beside `control` reads no job: no hint
+    if feature != "queue_holders":  # claim.lua's acks-only call dropped "qhold" already
+        assert dump(store, "plain") == dump(store, "general")
     # claim.lua then claims as it does on any queue: and says when the queue is plain again
     reply = store.claim("plain", 2, lease=30, token="w#2", instance="w", now=T0 + 2)
-    assert not reply.plain
+    left = {"pause": 0, "priority": 2, "group_limit": 2}.get(feature, 1)
+    assert len(reply.jobs) == left
+    assert reply.plain == (feature in PLAIN_AFTER)
+
+
+UNRELATED = {
+    "another task's rate": lambda store, q: store.control.publish_rates([q], {OTHER: (1, 1000)}),
+    "another task's concurrency": lambda store, q: store.control.publish_concurrency(
+        [q], {OTHER: 1}
+    ),
+    "group limits of ungrouped jobs": lambda store, q: store.control.publish_group_limits(
+        [q], {TASK: (1, (1, 1000))}
+    ),
+    "state of limits removed": lambda store, q: store.client.hset(
+        store.key(q, "control"),
+        mapping={f"tat:{TASK}": "99999999999999999", f"hold:{TASK}": "x|w#0", "gscan": "0"},
+    ),
+}
+
+
+@pytest.mark.parametrize("setting", UNRELATED)
+def test_beside_limits_that_apply_to_none_of_its_jobs_claim_plain_claims_as_claim_does(
+    store, setting
+):
+    """A control hash whose fields claim.lua would not apply to the jobs it reads: both
+    scripts lease the same jobs, leave the same keys, and say 'plain'."""
+    ids = put_both(store, 5)
+    put_both(store, 1, delay=600)
+    for q in QUEUES:
+        UNRELATED[setting](store, q)
+    first = both(store, 3, "w#1", T0 + 1)
+    same(store, first)
+    assert first[1].plain and not first[1].features
+    assert [c.id for c in first[1].jobs] == ids[:3]
+    # sent again: the same jobs; claim.lua, reading none, gives no hint beside `control`
+    general, plain = both(store, 3, "w#1", T0 + 2)
+    assert replace(plain, plain=False) == general and dump(store, "plain") == dump(store, "general")
+    assert [c.id for c in plain.jobs] == ids[:3] and plain.plain
+    rest = both(store, 10, "w#2", T0 + 3, acks_of(first[0], "w#1"))
+    same(store, rest)
+    assert rest[1].acked == [1, 1, 1] and [c.id for c in rest[1].jobs] == ids[3:]
+
+
+def test_one_due_job_of_a_limited_task_sends_the_whole_claim_to_claim_lua(store):
+    """Plain jobs with one job of a limited task among the due ones: claim_plain.lua leases
+    none of them (before any write), claim.lua holds the limit."""
+    ids = put_both(store, 2)
+    limited = encode_record(OTHER, [0], {}, None, 1)
+    other = new_job_id()
+    for q in QUEUES:
+        store.schedule(q, other, limited, delay=0.0015, now=T0)
+        store.control.publish_concurrency([q], {OTHER: 1})
+        store.client.hset(store.key(q, "control"), f"hold:{OTHER}", f"{ids[0]}|w#0")
+    store.claim("general", 0, lease=30, token="w#0", instance="w", now=T0 + 1)  # no write
+    before = dump(store, "plain")
+    options = {"lease": 30, "token": "w#1", "instance": "w", "now": T0 + 5}
+    refused = store.claim("plain", 5, plain=True, **options)
+    assert refused.features and refused.jobs == []
+    assert dump(store, "plain") == before
+    reply = store.claim("plain", 5, **options)
+    assert sorted(c.id for c in reply.jobs) == sorted([*ids, other]) and not reply.plain
+    held = store.client.hget(store.key("plain", "control"), f"hold:{OTHER}")
+    assert held == f"{other}|w#1".encode()  # the limit's holder
 
 
 def test_a_claim_plain_sent_again_returns_its_jobs_on_a_queue_turned_general(store):
     put_both(store, 3)
     first = store.claim("plain", 2, lease=30, token="w#1", instance="w", now=T0 + 1, plain=True)
-    control.pause(store, "plain")
+    store.control.pause("plain")
     again = store.claim("plain", 2, lease=30, token="w#1", instance="w", now=T0 + 2, plain=True)
     assert again.jobs == [c.__class__(c.id, c.record, c.attempt, None) for c in first.jobs]
     assert not again.plain and not again.features

@@ -12,7 +12,6 @@ from django_delayq import task
 from django_delayq.jobs.ids import new_job_id
 from django_delayq.jobs.record import encode_record
 from django_delayq.scheduling.options import check_concurrency
-from django_delayq.storage import control
 from django_delayq.worker.dispatch import Worker
 from tests.overlap import Overlap
 from tests.test_store import DEAD_OPTS, T0, members
@@ -46,7 +45,7 @@ def test_bad_concurrency_is_refused_naming_the_value(bad):
 
 
 def test_at_most_n_hold_a_lease_and_slots_free_as_jobs_leave(store):
-    control.publish_concurrency(store, [Q], {LIMITED: 2, "tests.free": None})
+    store.control.publish_concurrency([Q], {LIMITED: 2, "tests.free": None})
     jobs = [put(store) for _ in range(5)]
     free = put(store, "tests.free")
     first = claim(store, T0, "w#1")
@@ -77,7 +76,7 @@ def test_at_most_n_hold_a_lease_and_slots_free_as_jobs_leave(store):
 
 
 def test_a_released_job_frees_its_slot(store):
-    control.publish_concurrency(store, [Q], {LIMITED: 1})
+    store.control.publish_concurrency([Q], {LIMITED: 1})
     a, b = put(store), put(store)
     assert ids(claim(store, T0, "w#1")) == [a]
     assert store.release(Q, [(a, "w#1")], now=T0 + 1) == [1]

@@ -17,7 +17,6 @@ from django_delayq import get_job, schedule, schedule_many, task
 from django_delayq.jobs.ids import new_job_id
 from django_delayq.jobs.record import encode_record
 from django_delayq.monitoring import health
-from django_delayq.storage import control
 from django_delayq.worker.dispatch import Worker
 from tests.test_store import T0, start
 from tests.testapp import tasks as t
@@ -42,17 +41,17 @@ def test_a_paused_queue_leases_nothing_but_acks(store):
     claim(store)
     start(store, running)
     waiting = [put(store), put(store, priority=5)]
-    assert control.pause(store, Q, now=T0) is True
-    assert control.pause(store, Q, now=T0 + 1) is False  # already: the first time is kept
-    assert control.paused_since(store, Q) == T0
+    assert store.control.pause(Q, now=T0) is True
+    assert store.control.pause(Q, now=T0 + 1) is False  # already: the first time is kept
+    assert store.control.paused_since(Q) == T0
     reply = store.claim(
         Q, 10, lease=30, token="w#2", instance="w", now=T0, acks=[(running, "w#1", "")]
     )
     assert reply.jobs == [] and reply.next_due is None and reply.acked == [1]
     assert store.counts(Q, now=T0)["paused"] is True
     assert sorted(store.page_ids(Q, "pending", 0, 10)) == sorted(waiting)
-    assert control.resume(store, Q) is True
-    assert control.resume(store, Q) is False
+    assert store.control.resume(Q) is True
+    assert store.control.resume(Q) is False
     assert not store.client.exists(store.key(Q, "control"))  # no control state: fast path
     assert store.client.llen(store.key(Q, "wake")) >= 1  # sleeping workers are woken
     got = claim(store, token="w#3")
@@ -62,9 +61,9 @@ def test_a_paused_queue_leases_nothing_but_acks(store):
 def test_pause_survives_a_new_store(store):
     from django_delayq.storage.store import Store
 
-    control.pause(store, Q, now=T0)
+    store.control.pause(Q, now=T0)
     again = Store(store.client, prefix=store.prefix)
-    assert control.paused_since(again, Q) == T0
+    assert again.control.paused_since(Q) == T0
     assert claim(again).jobs == []
 
 

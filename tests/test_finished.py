@@ -21,7 +21,7 @@ KEEP = (3_600_000, 10_000)
 
 
 def kept_ids(store) -> list[str]:
-    return [job_id for job_id, _ in store.finished_page(Q, 0, 1000)]
+    return [job_id for job_id, _ in store.finished.page(Q, 0, 1000)]
 
 
 SUMMARY = "1 1800000000000 2.500 1799999999990 w1"  # attempt, started, ran (ms), due, worker
@@ -53,7 +53,7 @@ def test_an_acknowledged_job_is_kept_with_its_record_and_attempt(store):
     assert job.due_at.timestamp() == 1_799_999_999.99
     [attempt] = job.attempt_history
     assert attempt.error is None and attempt.worker == "w1" and attempt.duration == 0.0025
-    assert kept_ids(store) == [job_id] and store.finished_count(Q) == 1
+    assert kept_ids(store) == [job_id] and store.finished.count(Q) == 1
     assert job.will_retry is False  # nothing more to come (attempts 1 <= max_retries 1)
 
 
@@ -75,7 +75,7 @@ def test_the_count_bound_drops_the_oldest(store):
     for i, job_id in enumerate(ids):
         ack(store, job_id, T0 + i, keep=(3_600_000, 3))
     assert kept_ids(store) == ids[:1:-1]  # the 3 newest, newest first
-    assert store.kept_entries(Q, ids[:2]) == [None, None]
+    assert store.finished.kept(Q, ids[:2]) == [None, None]
 
 
 def test_the_age_bound_drops_what_is_older_and_the_keys_expire(store, redis_client):

@@ -26,7 +26,6 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from django_delayq.jobs.finished import parse_kept
 from django_delayq.jobs.ids import new_job_id
 from django_delayq.jobs.record import encode_record
-from django_delayq.storage import control
 from django_delayq.storage.store import Claim, Store
 from tests.conftest import delete_keys, real_redis, run_machine
 
@@ -35,7 +34,9 @@ T0 = 1_800_000_000_000  # epoch ms: the model counts in integer milliseconds, as
 AGE, COUNT = 10_000, 4  # ms, jobs
 KEEP = (AGE, COUNT)
 DEAD = {"dead_max_age": 3600.0, "dead_max_count": 100, "max_errors": 10}
-OTHER = "tests.testapp.tasks.remember"  # a task whose rate limit makes the queue general
+TASK = "tests.testapp.tasks.add"
+OTHER = "tests.testapp.tasks.remember"  # a task whose rate leaves the jobs here plain
+NEVER_HELD = (1_000_000, 1000)  # a rate of their own task: general, no job held back
 
 
 class FinishedMachine(RuleBasedStateMachine):
@@ -51,7 +52,10 @@ class FinishedMachine(RuleBasedStateMachine):
         self.failures: dict[str, int] = {}  # id -> failed attempts so far
         self.ended: list[tuple[str, str, int, int]] = []  # (id, outcome, at ms, failures)
         self.acked: list[tuple[str, str]] = []  # (id, token) of acks to send again
-        self.general = False  # a limit of another task published: claim_plain says 'features'
+        # "none" (no control hash), "other" (OTHER's rate: plain, claim.lua says so once it
+        # read a job), "own" (the jobs' task's rate: claim_plain says 'features' when it reads
+        # one)
+        self.limits = "none"
 
     def teardown(self) -> None:
         delete_keys(self.store.client, self.store.prefix)
@@ -70,27 +74,35 @@ class FinishedMachine(RuleBasedStateMachine):
     def schedule(self, n: int) -> None:
         for _ in range(n):
             job_id = new_job_id()
-            rec = encode_record("tests.testapp.tasks.add", [1, 2], {}, None, 5)
+            rec = encode_record(TASK, [1, 2], {}, None, 5)
             self.store.schedule(Q, job_id, rec, delay=0, now=self.now)
             self.pending.add(job_id)
 
     def _claim(self, limit: int, token: str, plain: bool, **options: Any) -> Claim:
         """A claim through claim_plain.lua (``plain``) or claim.lua, as the worker sends it:
         claim.lua at once when claim_plain.lua answers 'features'."""
+        reads = limit > 0 and bool(self.pending)  # every pending job here is due
         reply = self.store.claim(
             Q, limit, lease=60, token=token, instance="w", now=self.now, plain=plain, **options
         )
         if reply.features:
-            assert self.general and not reply.jobs
+            assert plain and self.limits == "own" and reads and not reply.jobs
             again = self.store.claim(Q, limit, lease=60, token=token, instance="w", now=self.now)
+            assert not again.plain
             return replace(again, acked=reply.acked)
-        assert reply.plain != self.general
+        if plain:
+            assert reply.plain and not (self.limits == "own" and reads)
+        else:
+            assert reply.plain == {"none": True, "other": reads, "own": False}[self.limits]
         return reply
 
-    @rule(general=st.booleans())
-    def turn_general_or_plain(self, general: bool) -> None:
-        control.publish_rates(self.store, [Q], {OTHER: (5, 1000) if general else None})
-        self.general = general
+    @rule(limits=st.sampled_from(["none", "other", "own"]))
+    def publish_limits(self, limits: str) -> None:
+        rates = {"none": {}, "other": {OTHER: (5, 1000)}, "own": {TASK: NEVER_HELD}}[limits]
+        self.store.control.publish_rates([Q], {OTHER: None, TASK: None, **rates})
+        if limits == "none":  # and the state a removed rate leaves ("tat:<task>")
+            self.store.client.delete(self.store.key(Q, "control"))
+        self.limits = limits
 
     @precondition(lambda self: self.pending)
     @rule(data=st.data(), with_claim=st.booleans(), plain=st.booleans())
@@ -104,11 +116,14 @@ class FinishedMachine(RuleBasedStateMachine):
         self.store.call(self.store.mark_op(Q, job_id, self.now + 60))
         if data.draw(st.booleans(), label="fails"):
             error = {"type": "ValueError", "message": f"boom {job_id}", "attempt": 1}
-            self.store.fail(
+            outcome = self.store.fail(
                 Q, job_id, token, error, delay=0, default_max_retries=5, now=self.now, **DEAD
             )
             self.failures[job_id] = self.failures.get(job_id, 0) + 1
-            self.pending.add(job_id)
+            # max_retries=5: the sixth failed attempt is dead-lettered, not kept, not pending
+            assert outcome[0] == ("dead" if self.failures[job_id] > 5 else "retry"), outcome
+            if outcome[0] == "retry":
+                self.pending.add(job_id)
             return
         entry = (job_id, token, "", f"1 {self.ms} 1.000 - w")
         if with_claim:  # in a claim's acks, as the worker sends it

@@ -15,7 +15,6 @@ from django_delayq import get_job, schedule, task
 from django_delayq.jobs.ids import new_job_id
 from django_delayq.jobs.record import encode_record
 from django_delayq.scheduling.options import check_group
-from django_delayq.storage import control
 from tests.test_async_api import astore as astore  # the fixture
 from tests.test_async_api import run
 from tests.test_store import DEAD_OPTS, T0, members
@@ -39,7 +38,7 @@ def ids(reply):
 
 
 def limit(store, conc=None, rate=None, task_name=GROUPED):
-    control.publish_group_limits(store, [Q], {task_name: (conc, rate)})
+    store.control.publish_group_limits([Q], {task_name: (conc, rate)})
 
 
 def parked(store):

@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 
 from django_delayq.jobs.ids import new_job_id
 from django_delayq.jobs.record import encode_record
-from django_delayq.storage import control
 from django_delayq.storage.store import Store
 from tests.conftest import delete_keys
 from tests.test_store import DEAD_OPTS, T0
@@ -170,7 +169,7 @@ class Model:
 def test_group_limit_holds_against_the_model(redis_client, steps):
     store = Store(redis_client, prefix=f"dqt-{uuid.uuid4().hex[:12]}")
     try:
-        control.publish_group_limits(store, [Q], {TASK: (LIMIT, None)})
+        store.control.publish_group_limits([Q], {TASK: (LIMIT, None)})
         model = Model(store)
         for name, *args in steps:
             getattr(model, name)(*args)

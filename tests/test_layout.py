@@ -216,3 +216,30 @@ def test_the_documented_paths_import_without_a_warning():
         assert importlib.import_module("django_delayq.backends").DelayQBackend
         for path in ("models", "signals", "urls", "conf", "exceptions", "checks", "tasks"):
             importlib.import_module(f"django_delayq.{path}")
+
+
+@pytest.mark.parametrize(
+    ("module", "subject", "cls"),
+    [
+        ("django_delayq.storage.batches", "batches", "BatchStore"),
+        ("django_delayq.storage.control", "control", "ControlStore"),
+    ],
+)
+def test_a_0_7_free_function_of_storage_still_imports_and_calls_its_subject_store(
+    module, subject, cls
+):
+    """Each old name (batches.read_batch(store, id)) warns, names the method, and calls it on
+    the store it is given; every method it names exists."""
+    import importlib
+    from types import SimpleNamespace
+
+    found = importlib.import_module(module)
+    assert found._MOVED
+    for old, method in found._MOVED.items():
+        assert callable(getattr(getattr(found, cls), method)), (old, method)
+        with pytest.warns(DeprecationWarning, match=rf"store\.{subject}\.{method}\(\.\.\.\)"):
+            moved = getattr(found, old)
+        calls = SimpleNamespace(**{method: lambda *a, **kw: (a, kw)})
+        assert moved(SimpleNamespace(**{subject: calls}), "x", n=1) == (("x",), {"n": 1})
+    with pytest.raises(AttributeError):
+        found.no_such_name  # noqa: B018

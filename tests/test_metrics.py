@@ -73,7 +73,7 @@ def live_worker(store, queues: list[str]) -> None:
         stopping=False,
         burst=False,
     )
-    store.run(store.worker_beat_ops("web-1~1", description, 15, time.time()))
+    store.run(store.roster.beat_ops("web-1~1", description, 15, time.time()))
 
 
 def test_per_queue_gauges_and_counters_parsed_by_prometheus_client(store, client):

@@ -257,7 +257,7 @@ def test_a_cancelled_row_is_not_kept_when_keeping_is_off_or_redis_refuses(
     def refused(*args):
         raise DelayQError("Redis answered an error: READONLY (a replica)")
 
-    monkeypatch.setattr(store, "keep_cancelled", refused)
+    monkeypatch.setattr(store.finished, "keep_cancelled", refused)
     with caplog.at_level(logging.WARNING, logger="django_delayq.api"):
         assert cancel(job.id) is True  # the cancel stands
     assert rows(alias) == [] and get_job(job.id) is None

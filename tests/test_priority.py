@@ -194,6 +194,6 @@ def test_bands_are_bounded_by_priorities_present(store):
     for p in range(-100, 101, 25):
         if p:
             put(store, p, delay=-1)
-    found = control.bands(store, Q, T0)
+    found = store.control.bands(Q, T0)
     assert [b.priority for b in found] == [100, 75, 50, 25, -25, -50, -75, -100]
     assert all(b.count == 1 and b.due == 1 for b in found)

@@ -14,7 +14,6 @@ from django_delayq.checks import check_settings
 from django_delayq.conf.queues import queue_limits
 from django_delayq.jobs.ids import new_job_id
 from django_delayq.jobs.record import encode_record
-from django_delayq.storage import control
 from django_delayq.worker.dispatch import Worker
 from django_delayq.worker.limits import publish_limits
 from tests.conftest import more_settings
@@ -120,8 +119,8 @@ def test_a_worker_refuses_a_bad_limit_of_its_queues(store):
 
 
 def test_at_most_n_claimed_and_slots_free_as_jobs_leave(store):
-    control.publish_queue_limits(store, {Q: 2})
-    assert control.queue_limit(store, Q) == (2, 0)
+    store.control.publish_queue_limits({Q: 2})
+    assert store.control.queue_limit(Q) == (2, 0)
     jobs = [put(store, now=T0 + i / 1000) for i in range(6)]
     store.client.delete(store.key(Q, "wake"))  # (schedule pushed wake tokens)
     first = claim(store, T0 + 1, "w#1")
@@ -132,7 +131,7 @@ def test_at_most_n_claimed_and_slots_free_as_jobs_leave(store):
     assert store.fetch(Q, jobs[2]).score == pytest.approx(T0 + 0.002)  # left untouched
     assert store.client.hget(store.key(Q, "state"), jobs[2]) is None  # no attempt counted
     assert ids(claim(store, T0 + 1, "w#2")) == []
-    assert control.queue_limit(store, Q) == (2, 2)
+    assert store.control.queue_limit(Q) == (2, 2)
     # An ack sent with a claim frees its slot for that very claim.
     got = claim(store, T0 + 2, "w#3", acks=[(jobs[0], "w#1", "")])
     assert got.acked == [1] and ids(got) == [jobs[2]]
@@ -151,7 +150,7 @@ def test_at_most_n_claimed_and_slots_free_as_jobs_leave(store):
 
 
 def test_a_holder_whose_worker_died_frees_its_slot_when_its_lease_expired(store):
-    control.publish_queue_limits(store, {Q: 1})
+    store.control.publish_queue_limits({Q: 1})
     a, b = put(store), put(store)
     assert ids(claim(store, T0, "dead#1")) == [a]  # this worker is SIGKILLed: no ack
     assert ids(claim(store, T0 + 29, "w#1")) == []  # its lease (30 s) still holds the slot
@@ -164,7 +163,7 @@ def test_a_holder_whose_worker_died_frees_its_slot_when_its_lease_expired(store)
 
 
 def test_a_claim_sent_again_after_a_lost_reply_holds_no_extra_slot(store):
-    control.publish_queue_limits(store, {Q: 2})
+    store.control.publish_queue_limits({Q: 2})
     jobs = [put(store) for _ in range(4)]
     first = claim(store, T0, "w#1")  # its reply is lost: the worker sends it again
     again = claim(store, T0 + 1, "w#1")
@@ -175,7 +174,7 @@ def test_a_claim_sent_again_after_a_lost_reply_holds_no_extra_slot(store):
 
 def test_an_error_answer_writes_nothing(store):
     """A claim that fails (a key of the wrong type) leases nothing and holds no slot."""
-    control.publish_queue_limits(store, {Q: 1})
+    store.control.publish_queue_limits({Q: 1})
     put(store)
     store.client.set(store.key(Q, "running"), "garbage")
     with pytest.raises(Exception, match="WRONGTYPE"):
@@ -186,7 +185,7 @@ def test_an_error_answer_writes_nothing(store):
 
 
 def test_the_limit_covers_prioritised_jobs_and_keeps_their_order(store):
-    control.publish_queue_limits(store, {Q: 1})
+    store.control.publish_queue_limits({Q: 1})
     low, high = put(store, priority=-5), put(store, priority=7)
     plain = put(store)
     assert ids(claim(store, T0, "w#1")) == [high]
@@ -195,8 +194,8 @@ def test_the_limit_covers_prioritised_jobs_and_keeps_their_order(store):
 
 
 def test_task_and_queue_limits_together(store):
-    control.publish_queue_limits(store, {Q: 3})
-    control.publish_concurrency(store, [Q], {"tests.exclusive": 1})
+    store.control.publish_queue_limits({Q: 3})
+    store.control.publish_concurrency([Q], {"tests.exclusive": 1})
     a, b = put(store, "tests.exclusive"), put(store, "tests.exclusive")
     c, d = put(store), put(store)
     got = ids(claim(store, T0, "w#1")) + ids(claim(store, T0, "w#2"))
@@ -207,21 +206,21 @@ def test_task_and_queue_limits_together(store):
 
 
 def test_removing_the_limit_drops_its_holders(store):
-    control.publish_queue_limits(store, {Q: 1})
+    store.control.publish_queue_limits({Q: 1})
     _, b = put(store), put(store)
     claim(store, T0, "w#1")
-    control.publish_queue_limits(store, {Q: None})
-    assert control.queue_limit(store, Q) == (None, 1)
+    store.control.publish_queue_limits({Q: None})
+    assert store.control.queue_limit(Q) == (None, 1)
     assert ids(claim(store, T0, "w#2")) == [b]
-    assert control.queue_limit(store, Q) == (None, 0)
+    assert store.control.queue_limit(Q) == (None, 0)
     assert not store.client.exists(store.key(Q, "control"))  # back on the plain path
 
 
 def test_a_worker_publishes_its_queues_limits(store):
     assert publish_limits(store, [Q], {Q: 4})
-    assert control.queue_limit(store, Q) == (4, 0)
+    assert store.control.queue_limit(Q) == (4, 0)
     assert publish_limits(store, [Q], {Q: None})
-    assert control.queue_limit(store, Q) == (None, 0)
+    assert store.control.queue_limit(Q) == (None, 0)
 
 
 def test_a_queue_limit_of_two_across_three_workers(real_store):

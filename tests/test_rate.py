@@ -52,7 +52,7 @@ def test_bad_rates_are_refused_naming_the_value(bad):
 
 
 def test_claims_are_paced_and_the_rest_stay_pending(store):
-    control.publish_rates(store, [Q], {LIMITED: (4, 1000), "tests.free": None})
+    store.control.publish_rates([Q], {LIMITED: (4, 1000), "tests.free": None})
     limited = [put(store) for _ in range(10)]
     free = [put(store, "tests.free") for _ in range(3)]
     first = claim(store, T0)
@@ -76,7 +76,7 @@ def test_claims_are_paced_and_the_rest_stay_pending(store):
 
 
 def test_a_prioritised_limited_job_keeps_its_priority(store):
-    control.publish_rates(store, [Q], {LIMITED: (1, 1000)})
+    store.control.publish_rates([Q], {LIMITED: (1, 1000)})
     a, b = put(store, priority=5), put(store, priority=5)
     assert [j.id for j in claim(store, T0).jobs] == [a]
     raw = store.fetch(Q, b)
@@ -86,8 +86,8 @@ def test_a_prioritised_limited_job_keeps_its_priority(store):
 
 
 def test_publish_drops_a_removed_limit(store):
-    control.publish_rates(store, [Q], {LIMITED: (1, 1000)})
-    control.publish_rates(store, [Q], {LIMITED: None})
+    store.control.publish_rates([Q], {LIMITED: (1, 1000)})
+    store.control.publish_rates([Q], {LIMITED: None})
     assert store.client.hget(store.key(Q, "control"), f"rate:{LIMITED}") is None
     ids = [put(store) for _ in range(3)]
     assert [j.id for j in claim(store, T0).jobs] == ids
@@ -141,7 +141,7 @@ def test_the_worker_writes_limits_before_its_first_claim_and_again_after_a_failu
     name = f"tests.paced_{uuid.uuid4().hex[:8]}"
     task(name=name, rate="5/s", concurrency=2)(lambda: None)
     worker = Worker([Q], concurrency=1)
-    real = control.publish_rates
+    real = control.ControlStore.publish_rates
     calls = []
 
     def refused_once(*args, **kwargs):
@@ -150,7 +150,7 @@ def test_the_worker_writes_limits_before_its_first_claim_and_again_after_a_failu
             raise DelayQError("refused")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(control, "publish_rates", refused_once)
+    monkeypatch.setattr(control.ControlStore, "publish_rates", refused_once)
     key = store.key(Q, "control")
     worker.parts.exchange.run()
     assert store.client.hget(key, f"rate:{name}") is None
@@ -166,7 +166,7 @@ def test_a_rate_above_1000_per_second_is_not_capped_at_one_claim_a_millisecond(s
     """Claim times are whole milliseconds: a claim takes the slots of its millisecond (at
     20,000/s, 20 of them), so the rate is not cut to 1000/s; any window of one second
     still holds at most the count plus one millisecond's worth."""
-    control.publish_rates(store, [Q], {LIMITED: (20_000, 1000)})
+    store.control.publish_rates([Q], {LIMITED: (20_000, 1000)})
     jobs = [put(store) for _ in range(50)]
     first = claim(store, T0, limit=50)
     assert [j.id for j in first.jobs] == jobs[:20]  # the 20 slots of this millisecond
@@ -177,7 +177,7 @@ def test_a_rate_above_1000_per_second_is_not_capped_at_one_claim_a_millisecond(s
 
 
 def test_a_rate_of_1000_per_second_or_less_stays_exact(store):
-    control.publish_rates(store, [Q], {LIMITED: (1000, 1000)})
+    store.control.publish_rates([Q], {LIMITED: (1000, 1000)})
     jobs = [put(store) for _ in range(5)]
     assert [j.id for j in claim(store, T0, limit=5).jobs] == jobs[:1]
     assert [j.id for j in claim(store, T0 + 0.001, limit=5).jobs] == jobs[1:2]

@@ -36,12 +36,12 @@ def plant(store) -> list[str]:
 def test_the_roster_read_skips_wrong_typed_entries_and_names_them(store, caplog):
     plant(store)
     unreadable: list[str] = []
-    workers = store.live_workers(store.server_time(), unreadable)
+    workers = store.roster.live(store.server_time(), unreadable)
     assert sorted(w.instance for w in workers) == ["junk~3", "web-1~1"]  # garbage: no details
     assert sorted(unreadable) == [store.worker_key("hash~1"), store.worker_key("list~2")]
     assert "hash~1" in caplog.text and "WRONGTYPE" in caplog.text
     caplog.clear()
-    store.live_workers(store.server_time())
+    store.roster.live(store.server_time())
     assert "hash~1" not in caplog.text  # logged once per process, not at every read
     assert store.client.zscore(store.workers_key, "hash~1") is not None  # left for the operator
 
@@ -89,7 +89,7 @@ def test_delayq_status_answers(store):
 def test_a_roster_of_the_wrong_type_reads_as_no_worker_and_is_named(store, admin_client, client):
     store.client.hset(store.workers_key, "x", "1")
     unreadable: list[str] = []
-    assert store.live_workers(store.server_time(), unreadable) == []
+    assert store.roster.live(store.server_time(), unreadable) == []
     assert unreadable == [store.workers_key]
     assert admin_client.get(url("changelist")).status_code == 200
     workers = admin_client.get(url("workers"))

@@ -83,7 +83,7 @@ def test_the_roster_names_a_worker_by_its_given_name(store):
 
     worker = Worker(["default"], name="~x y")
     worker.parts.presence.beat()
-    (live,) = store.live_workers(store.server_time())
+    (live,) = store.roster.live(store.server_time())
     assert live.name == "~x y" and live.instance == worker.instance
     assert live.instance.startswith("%7Ex%20y~")
     # A description without its name (garbage): the name is read back from the instance.

@@ -47,7 +47,7 @@ def describe(**overrides) -> bytes:
 
 
 def beat(store, instance: str, ttl: float = 15.0, **overrides) -> None:
-    ops = store.worker_beat_ops(instance, describe(ttl=ttl, **overrides), ttl, time.time())
+    ops = store.roster.beat_ops(instance, describe(ttl=ttl, **overrides), ttl, time.time())
     assert all(not isinstance(r, Exception) for r in store.run(ops))
 
 
@@ -62,7 +62,7 @@ def test_a_beating_worker_is_listed_with_its_description(store):
     before = store.server_time()
     beat(store, "web-1~abcd")
     now = store.server_time()
-    (worker,) = store.live_workers(now)
+    (worker,) = store.roster.live(now)
     read = store.server_time() - now  # how long after ``now`` the key's TTL was read
     assert worker.instance == "web-1~abcd" and worker.name == "web-1"
     assert worker.host == "web-1.internal" and worker.pid == 4242
@@ -84,8 +84,8 @@ def test_a_beating_worker_is_listed_with_its_description(store):
 def test_a_stopping_worker_takes_itself_off(store):
     beat(store, "web-1~abcd")
     beat(store, "web-2~ef01", queues=["emails"])
-    store.run(store.worker_gone_ops("web-1~abcd"))
-    assert [w.instance for w in store.live_workers(store.server_time())] == ["web-2~ef01"]
+    store.run(store.roster.gone_ops("web-1~abcd"))
+    assert [w.instance for w in store.roster.live(store.server_time())] == ["web-2~ef01"]
     assert members(store) == ["web-2~ef01"]
 
 
@@ -97,14 +97,14 @@ def test_a_description_that_expired_leaves_the_roster(store):
     deadline = time.monotonic() + 10
     while store.client.exists(store.worker_key("gone~1")) and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert [w.instance for w in store.live_workers(store.server_time())] == ["alive~2"]
+    assert [w.instance for w in store.roster.live(store.server_time())] == ["alive~2"]
     assert members(store) == ["alive~2"]
 
 
 def test_members_older_than_a_day_are_forgotten_unread(store):
     now = store.server_time()
     store.client.zadd(store.workers_key, {"ancient~1": round((now - FORGET_AFTER - 60) * 1000)})
-    assert store.live_workers(now) == [] and members(store) == []
+    assert store.roster.live(now) == [] and members(store) == []
 
 
 def test_garbage_descriptions_show_as_workers_without_details(store):
@@ -113,7 +113,7 @@ def test_garbage_descriptions_show_as_workers_without_details(store):
     store.client.set(store.worker_key("odd~3"), b"[" * 100_000, px=10_000)
     now = time.time() * 1000
     store.client.zadd(store.workers_key, {"odd~1": now, "odd~2": now, "odd~3": now})
-    odd1, odd2, odd3 = store.live_workers(store.server_time())
+    odd1, odd2, odd3 = store.roster.live(store.server_time())
     assert (odd1.name, odd1.queues, odd1.pid, odd1.running) == ("odd", (), None, ())
     assert (odd2.name, odd2.queues, odd2.pid, odd2.running) == ("odd", (), None, ())
     assert (odd3.name, odd3.queues, odd3.pid, odd3.running) == ("odd", (), None, ())
@@ -144,7 +144,7 @@ def test_a_running_worker_is_on_the_roster_with_its_running_jobs(store):
     try:
 
         def running():
-            listed = store.live_workers(store.server_time())
+            listed = store.roster.live(store.server_time())
             # a claimed job shows with its task once its runner has read the record
             if listed and listed[0].running and listed[0].running[0].task:
                 return listed[0]
@@ -160,12 +160,12 @@ def test_a_running_worker_is_on_the_roster_with_its_running_jobs(store):
         t.gate(gate).set()
         wait_until(lambda: worker.processed == 1)
         worker.parts.presence.beat()
-        (listed,) = store.live_workers(store.server_time())
+        (listed,) = store.roster.live(store.server_time())
         assert listed.running == () and listed.done == 1 and listed.failed == 0
         worker.request_stop()
         thread.join(10)
         assert not thread.is_alive()
-        assert store.live_workers(store.server_time()) == [] and members(store) == []
+        assert store.roster.live(store.server_time()) == [] and members(store) == []
     finally:
         t.gate(gate).set()
         worker.request_stop(force=True)
@@ -178,13 +178,13 @@ def test_a_burst_worker_registers_and_leaves(store):
     original = worker.parts.executor.run
 
     def run(attempt):  # the presence thread's first beat may land after the claim
-        seen.extend(wait_until(lambda: store.live_workers(store.server_time())))
+        seen.extend(wait_until(lambda: store.roster.live(store.server_time())))
         return original(attempt)
 
     worker.parts.executor.run = run
     assert worker.run() == 0
     assert [(w.name, w.burst) for w in seen] == [("burst-test", True)]
-    assert store.live_workers(store.server_time()) == []
+    assert store.roster.live(store.server_time()) == []
 
 
 def wait_until(predicate, timeout: float = 20.0):

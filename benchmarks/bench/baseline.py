@@ -63,6 +63,7 @@ def baseline_cases(ref: str, cases: list[Any]) -> Iterator[list[Any]]:
                 case, group=f"baseline {ref}", setup=_swapped(calls, old.script, case.setup)
             )
             for case in cases
+            if all(name in old.SCRIPTS for name in case.needs)  # the ref has its scripts
         ]
 
 

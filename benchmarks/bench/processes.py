@@ -24,7 +24,7 @@ from .common import QUEUE, Workers, busy_share, figure, machine_ticks, median, s
 
 def _children(store: Any, supervisor: int) -> int:
     seconds, micros = store.client.time()
-    live = store.live_workers(seconds + micros / 1e6)
+    live = store.roster.live(seconds + micros / 1e6)
     return sum(1 for w in live if w.supervisor == supervisor)
 
 

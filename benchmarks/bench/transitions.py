@@ -42,6 +42,7 @@ class Case:
     setup: Callable[[dict[str, Any]], Any]
     run: Callable[[Any], tuple[int, int]]
     group: str = "current"
+    needs: tuple[str, ...] = ()  # scripts a --baseline ref must have to run it too
 
 
 def measure(client: Any, case: Case, ctx: dict[str, Any]) -> dict[str, Any]:
@@ -133,6 +134,34 @@ def _claims(store: Any, rounds: int, keep: Any, acks_first: list | None = None) 
     return rounds
 
 
+def _worker_claims(store: Any, rounds: int, keep: Any, acks_first: list, size: int = 100) -> int:
+    """``rounds`` claims of ``size`` as the worker sends them on a queue it found plain
+    (worker/claiming.py): claim_plain.lua, and claim.lua at once (the same token, no acks:
+    they were done) when it answers 'features'; each carries the previous claim's acks."""
+    entries = acks_first
+    for r in range(rounds):
+        token = f"w#{r + 2}"
+        options = {"lease": 30.0, "token": token, "instance": "w", "keep": keep}
+        claim = store.claim(QUEUE, size, acks=entries, plain=True, **options)
+        if claim.features:
+            claim = store.claim(QUEUE, size, **options)
+        summary = "1 1700000000000 0.010 - w" if keep[0] else None
+        entries = [
+            (c.id, token, _info(c.record), *((summary,) if summary else ())) for c in claim.jobs
+        ]
+    return rounds
+
+
+LIMITED = "benchmarks.tasks.grouped_io"  # a task with limits beside the drained noop jobs
+
+
+def _beside_limits(ctx: dict[str, Any], n: int, keep: Any, size: int = 100) -> tuple[Any, list]:
+    """_claimed_with_acks on a queue where another task has a concurrency limit published
+    (its `control` hash exists, as publish_limits leaves it for any limited task)."""
+    ctx["store"].control.publish_concurrency([QUEUE], {LIMITED: 1})
+    return _claimed_with_acks(ctx, n, keep, size)
+
+
 def _claim_none(store: Any, i: int) -> None:
     store.claim(QUEUE, 10, lease=30.0, token=f"w#{i}", instance="w")
 
@@ -152,6 +181,26 @@ def current_cases(keeps: dict[str, Any]) -> list[Case]:
             "schedule(delay=3600): not the earliest, no wake",
             lambda ctx: _with_one(ctx),
             lambda ctx: (_loop(n, lambda i: ctx["task"].schedule(i, queue=QUEUE, delay=3600)), n),
+        ),
+        Case(
+            "schedule_key",
+            "schedule(key=..., delay=3600) of a new key: not the earliest (schedule.lua)",
+            lambda ctx: _with_one(ctx),
+            lambda ctx: (_loop(n, lambda i: _stored(ctx, i, key=f"k{i}", delay=3600)), n),
+        ),
+        Case(
+            "reschedule_id",
+            "reschedule(id, delay=7200) of a plain job due in an hour: no wake",
+            lambda ctx: _later_ids(_with_one(ctx), n),
+            lambda state: (_reschedules(state, "id"), n),
+            needs=("reschedule",),
+        ),
+        Case(
+            "reschedule_key",
+            "reschedule(key=..., delay=7200) of a keyed job due in an hour: no wake",
+            lambda ctx: _keyed(_with_one(ctx), n),
+            lambda state: (_reschedules(state, "key"), n),
+            needs=("reschedule",),
         ),
         Case(
             "schedule_many",
@@ -181,6 +230,43 @@ def current_cases(keeps: dict[str, Any]) -> list[Case]:
                 lambda state, keep=keep: (_claims(state[0], n // 100, keep, state[1]), n),
             )
         )
+        cases.append(
+            Case(
+                f"claim_plain_100_acks_{label}",
+                f"the worker's claim of 100 carrying 100 acks, keeping {label}, no control hash "
+                "(claim_plain.lua)",
+                lambda ctx, keep=keep: _claimed_with_acks(ctx, n, keep),
+                lambda state, keep=keep: (_worker_claims(state[0], n // 100, keep, state[1]), n),
+            )
+        )
+        cases.append(
+            Case(
+                f"claim_plain_100_acks_{label}_beside_limits",
+                f"the same, keeping {label}, beside another task's concurrency limit "
+                "(claim_plain.lua; before 0.8 its 'features', then claim.lua)",
+                lambda ctx, keep=keep: _beside_limits(ctx, n, keep),
+                lambda state, keep=keep: (_worker_claims(state[0], n // 100, keep, state[1]), n),
+            )
+        )
+        if label == "default":  # a worker at concurrency 1: one job a claim, one ack
+            cases.append(
+                Case(
+                    "claim_plain_1_ack_default",
+                    "the worker's claim of 1 carrying 1 ack, keeping default, no control hash "
+                    "(claim_plain.lua)",
+                    lambda ctx, keep=keep: _claimed_with_acks(ctx, n, keep, 1),
+                    lambda state, keep=keep: (_worker_claims(state[0], n, keep, state[1], 1), n),
+                )
+            )
+            cases.append(
+                Case(
+                    "claim_plain_1_ack_default_beside_limits",
+                    "the same beside another task's concurrency limit (claim_plain.lua; before "
+                    "0.8 its 'features', then claim.lua)",
+                    lambda ctx, keep=keep: _beside_limits(ctx, n, keep, 1),
+                    lambda state, keep=keep: (_worker_claims(state[0], n, keep, state[1], 1), n),
+                )
+            )
         cases.append(
             Case(
                 f"ack_100_{label}",
@@ -256,9 +342,9 @@ def _many(ctx: dict[str, Any], n: int) -> int:
     return n // 1000
 
 
-def _claimed_with_acks(ctx: dict[str, Any], n: int, keep: Any) -> tuple[Any, list]:
-    store = _scheduled(ctx, n + 100)
-    claim = store.claim(QUEUE, 100, lease=30.0, token="w#1", instance="w")
+def _claimed_with_acks(ctx: dict[str, Any], n: int, keep: Any, size: int = 100) -> tuple[Any, list]:
+    store = _scheduled(ctx, n + size)
+    claim = store.claim(QUEUE, size, lease=30.0, token="w#1", instance="w")
     summary = ("1 1700000000000 0.010 - w",) if keep[0] else ()
     return store, [(c.id, "w#1", _info(c.record), *summary) for c in claim.jobs]
 
@@ -313,6 +399,38 @@ def _releases(state: tuple[Any, list]) -> int:
 def _ids_of(store: Any, n: int) -> tuple[Any, list[str]]:
     key = store.key(QUEUE, "pending")
     return store, [m.decode() for m in store.client.zrange(key, 0, n - 1)]
+
+
+def _stored(ctx: dict[str, Any], i: int, **options: Any) -> Any:
+    """schedule(i, queue=QUEUE, **options) as api.py stores it, without the plan's look at
+    the outbox (the benchmark has no database): the same script call and arguments."""
+    from django_delayq.scheduling.plan import Plan
+    from django_delayq.scheduling.prepared import Prepared
+
+    plan = Plan(ctx["task"], {"queue": QUEUE, **options})
+    job = Prepared(plan, (i,), {})
+    return ctx["store"].schedule(QUEUE, job.id, job.record, job.plain, **plan.options)
+
+
+def _later_ids(ctx: dict[str, Any], n: int) -> tuple[Any, list[str]]:
+    """``n`` plain jobs due in an hour (behind the one ``_with_one`` made due now): ids."""
+    store, ids = _ids_of(_scheduled(ctx, n, delay=3600), n + 1)
+    return store, ids[1:]
+
+
+def _keyed(ctx: dict[str, Any], n: int) -> tuple[Any, list[str]]:
+    for i in range(n):
+        _stored(ctx, i, key=f"k{i}", delay=3600)
+    return ctx["store"], [f"k{i}" for i in range(n)]
+
+
+def _reschedules(state: tuple[Any, list[str]], by: str) -> int:
+    """store.reschedule() of each job (by id, or by key), 7200 s from now."""
+    store, found = state
+    for item in found:
+        target = {"job_id": item} if by == "id" else {"key": item}
+        assert store.reschedule(QUEUE, delay=7200, **target) is not None
+    return len(found)
 
 
 def _cancels(state: tuple[Any, list[str]]) -> int:

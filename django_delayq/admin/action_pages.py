@@ -27,7 +27,6 @@ from django_delayq.admin import views as views
 from django_delayq.admin.pages import AdminPages, int_param
 from django_delayq.admin.texts import Count
 from django_delayq.jobs.job import DEAD, PENDING
-from django_delayq.storage import control
 from django_delayq.storage.connection import get_store
 from django_delayq.storage.store import Store
 
@@ -72,6 +71,19 @@ def cap_warnings(action: actions.Action, queue: str, chosen: Chosen) -> list[str
     return out
 
 
+def posted_delay(request: HttpRequest) -> float | None:
+    """Postpone's delay (seconds) as its confirmation page posts it, None when it is not a
+    whole number from 1 to 10000 of one of texts.DELAY_UNITS."""
+    amount, unit = request.POST.get("delay_amount", ""), request.POST.get("delay_unit", "")
+    if (
+        unit not in texts.DELAY_UNITS
+        or not (amount.isascii() and amount.isdigit())
+        or not 1 <= int(amount) <= 10000
+    ):
+        return None
+    return float(int(amount) * texts.DELAY_UNITS[unit][0])
+
+
 class ActionPages(AdminPages):
     """The action, confirmation and purge pages of
     :class:`~django_delayq.admin.dashboard.JobAdmin`."""
@@ -112,9 +124,13 @@ class ActionPages(AdminPages):
             for warning in cap_warnings(action, queue, chosen):
                 messages.warning(request, warning)
             return HttpResponseRedirect(self._safe_next(request, fallback))
+        delay = posted_delay(request) if action.delay_field else 0.0
+        if action.delay_field and chosen.confirmed and delay is None:
+            messages.error(request, texts.BAD_DELAY)
+            chosen.confirmed = False
         if (action.confirm or chosen.across) and not chosen.confirmed:
             return self._confirm(request, action, queue, chosen)
-        return self._apply(request, store, action, queue, chosen, fallback)
+        return self._apply(request, store, action, queue, chosen, fallback, delay or 0.0)
 
     def _chosen(
         self,
@@ -173,12 +189,13 @@ class ActionPages(AdminPages):
         queue: str,
         chosen: Chosen,
         fallback: str,
+        delay: float = 0.0,
     ) -> HttpResponse:
         """Run the action, log and report what it did (then what the choice left out), go
         back."""
         ids = list(dict.fromkeys(chosen.ids))
         tasks = audit.task_names(store, queue, ids)  # before a cancel or delete removes them
-        applied = actions.apply_action(store, action, queue, ids)
+        applied = actions.apply_action(store, action, queue, ids, delay)
         done, missed = applied.done, applied.missed
         left = set(missed)
         changed = ((job_id, tasks.get(job_id, "")) for job_id in ids if job_id not in left)
@@ -192,7 +209,7 @@ class ActionPages(AdminPages):
         )
         for warning in cap_warnings(action, queue, chosen):
             messages.warning(request, warning)
-        if done and request.POST.get("from_detail"):
+        if done and request.POST.get("from_detail") and not action.delay_field:
             # The job left the page's state (cancelled, deleted, or due now and likely
             # claimed at once): its page would say "No job ...". Show its list instead.
             return HttpResponseRedirect(self._url(action.lands_on, queue=queue))
@@ -238,6 +255,9 @@ class ActionPages(AdminPages):
             next=back,
             back_url=back,
             action_url=self._url("action"),
+            delay_units=[(value, label) for value, (_, label) in texts.DELAY_UNITS.items()],
+            delay_amount=request.POST.get("delay_amount", "1")[:6],
+            delay_unit=request.POST.get("delay_unit", "hours"),
         )
         return self._render(request, "action_confirm.html", context)
 
@@ -288,14 +308,14 @@ class ActionPages(AdminPages):
         back = self._url("changelist")
         operation = request.POST.get("operation")
         if operation == "pause":
-            changed = control.pause(store, queue)
+            changed = store.control.pause(queue)
             text = (
                 gettext("Queue %(queue)s paused: no job of it is claimed until it is resumed.")
                 if changed
                 else gettext("Queue %(queue)s was paused already.")
             )
         elif operation == "resume":
-            changed = control.resume(store, queue)
+            changed = store.control.resume(queue)
             text = (
                 gettext("Queue %(queue)s resumed.")
                 if changed

@@ -53,6 +53,13 @@ class Action:
     missed: Promise
     lands_on: str
     confirm: bool = False
+    # Postpone: its confirmation page asks for the delay (``delay_field``); it is not a
+    # button of each row of a list, nor red; the job stays pending, so a job page stays.
+    delay_field: bool = False
+
+    @property
+    def danger(self) -> bool:
+        return self.confirm and not self.delay_field
 
 
 ACTIONS: dict[str, Action] = {
@@ -78,6 +85,19 @@ ACTIONS: dict[str, Action] = {
                 "%(count)s was no longer pending", "%(count)s were no longer pending", "count"
             ),
             lands_on=PENDING,
+        ),
+        Action(
+            "postpone",
+            _("Postpone"),
+            "run_job",
+            PENDING,
+            ngettext_lazy("%(count)s job postponed", "%(count)s jobs postponed", "count"),
+            ngettext_lazy(
+                "%(count)s was no longer pending", "%(count)s were no longer pending", "count"
+            ),
+            lands_on=PENDING,
+            confirm=True,
+            delay_field=True,
         ),
         Action(
             "requeue",
@@ -178,12 +198,17 @@ class Applied:
     held_keys: list[str] = field(default_factory=list)
 
 
-def apply_action(store: Store, action: Action, queue: str, ids: Sequence[str]) -> Applied:
-    """Run ``action`` on ``ids`` through the store's scripts."""
+def apply_action(
+    store: Store, action: Action, queue: str, ids: Sequence[str], delay: float = 0.0
+) -> Applied:
+    """Run ``action`` on ``ids`` through the store's scripts (``delay``: postpone's, in
+    seconds from now)."""
     ids = list(dict.fromkeys(ids))
     applied = Applied()
     if action.name == "cancel":
         return _cancel(store, queue, ids)
+    if action.name == "postpone":
+        return _postpone(store, queue, ids, delay)
     if action.name == "run_now" and outbox_shown():  # a row run now is relayed, due now
         moved = relaying.run_now(store, queue, ids)
         applied.done += len(moved)
@@ -229,6 +254,30 @@ def _cancel(store: Store, queue: str, ids: Sequence[str]) -> Applied:
         raise errors[0]
     if outbox_shown() and applied.missed:
         still = [job_id for job_id in applied.missed if not cancel_in(queue, job_id=job_id)]
+        applied.done += len(applied.missed) - len(still)
+        applied.missed = still
+    return applied
+
+
+def _postpone(store: Store, queue: str, ids: Sequence[str], delay: float) -> Applied:
+    """Make ``ids`` due ``delay`` seconds from now: reschedule.lua, ACTION_CHUNK per round
+    trip (each re-sent after a lost reply: it answers the same); an id not in Redis may be
+    a row of the outbox (moved as reschedule() moves it)."""
+    from django_delayq.scheduling.rescheduling import move_rows
+
+    applied = Applied()
+    for chunk in _chunks(ids, ACTION_CHUNK):
+        ops = [store.reschedule_op(queue, job_id, delay=delay) for job_id in chunk]
+        for job_id, reply in zip(chunk, store.run(ops, budget=API_BUDGET), strict=True):
+            if isinstance(reply, Exception):
+                raise reply
+            if reply is None:
+                applied.missed.append(job_id)
+            else:
+                applied.done += 1
+    if outbox_shown() and applied.missed:
+        options = {"delay": delay}
+        still = [i for i in applied.missed if move_rows(queue, i, None, options) is None]
         applied.done += len(applied.missed) - len(still)
         applied.missed = still
     return applied

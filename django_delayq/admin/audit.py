@@ -42,6 +42,7 @@ SHOWN_ENTRIES = 100  # entries a job page shows at most (the newest)
 MESSAGES = {
     "cancel": "Cancelled",
     "run_now": "Ran now",
+    "postpone": "Postponed",
     "requeue": "Requeued",
     "delete": "Deleted",
     "cancel_batch": "Cancelled the batch",
@@ -52,6 +53,7 @@ MESSAGES = {
 SHOWN = {
     "Cancelled": _("Cancelled"),
     "Ran now": _("Ran now"),
+    "Postponed": _("Postponed"),
     "Requeued": _("Requeued"),
     "Deleted": _("Deleted"),
     "Cancelled the batch": _("Cancelled the batch"),

@@ -23,7 +23,6 @@ from django_delayq.admin import batch_views as shown
 from django_delayq.admin.pages import AdminPages, int_param
 from django_delayq.admin.texts import Count
 from django_delayq.batches.api import cancel_batch
-from django_delayq.storage import batches as stored
 from django_delayq.storage.connection import get_store
 from django_delayq.storage.queues import check_queue_name
 from django_delayq.storage.store import Store
@@ -74,7 +73,7 @@ class BatchPages(AdminPages):
         self._require(request, "view_job")
         batch_id = request.GET.get("id", "").strip()[:64]
         store = get_store()
-        fields = stored.read_batch(store, batch_id) if batch_id else None
+        fields = store.batches.read(batch_id) if batch_id else None
         crumbs = [
             (gettext("Dashboard"), self._url("changelist")),
             (gettext("Batches"), self._url("batches")),
@@ -101,11 +100,11 @@ class BatchPages(AdminPages):
 
     def _members(self, request: HttpRequest, store: Store, batch_id: str) -> dict[str, Any]:
         """The batch page's members: a page of them, filtered by outcome."""
-        count = stored.count_members(store, batch_id)
+        count = store.batches.count_members(batch_id)
         found = {"member_count": count, "members_limit": shown.MEMBERS_READ_LIMIT}
         if count > shown.MEMBERS_READ_LIMIT:
             return found
-        queues, outcomes = stored.read_outcomes(store, batch_id)
+        queues, outcomes = store.batches.outcomes(batch_id)
         rows = shown.member_rows(queues, outcomes)
         counts = shown.outcome_counts(rows)
         filters = [("all", gettext("all"), len(rows))]
@@ -147,7 +146,7 @@ class BatchPages(AdminPages):
         batch_id = source.get("id", "").strip()[:64]
         batch_url = self._url("batch", id=batch_id)
         store = get_store()
-        fields = stored.read_batch(store, batch_id) if batch_id else None
+        fields = store.batches.read(batch_id) if batch_id else None
         if fields is None:
             messages.error(request, gettext("No batch %(id)s.") % {"id": batch_id})
             return HttpResponseRedirect(self._url("batches"))

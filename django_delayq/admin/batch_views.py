@@ -6,8 +6,8 @@ Costs: a page of the list is one ZCARD, one ZREVRANGE, one round trip of HGETALL
 per batch shown) and one round trip that reads the jobs of the callbacks scheduled (one
 fetch.lua each, finished jobs kept included: the state shown is the job's, not the batch's
 "scheduled"); a batch's page is one HGETALL, one HLEN, that round trip for its callbacks,
-and, up to MEMBERS_READ_LIMIT members, its two member hashes whole (storage/batches.py
-read_outcomes), sorted and paged here; a bigger batch's members are not listed. The
+and, up to MEMBERS_READ_LIMIT members, its two member hashes whole (``store.batches.outcomes``,
+storage/batches.py), sorted and paged here; a bigger batch's members are not listed. The
 pages that use this are in :mod:`django_delayq.admin.batch_pages`. The templates
 autoescape everything from here.
 """
@@ -32,7 +32,6 @@ from django_delayq.jobs.finished import CANCELLED, EXPIRED, SUCCEEDED
 from django_delayq.jobs.job import DEAD, PENDING, RUNNING, decode_fields, job_from_raw, to_datetime
 from django_delayq.jobs.record import FLAG_LINKED
 from django_delayq.scheduling.plan import Plan
-from django_delayq.storage import batches as stored
 from django_delayq.storage.reads import RawJob
 from django_delayq.storage.store import Store
 
@@ -202,7 +201,7 @@ class BatchSlice(Sequence):
 
     def __len__(self) -> int:
         if self._size is None:
-            self._size = stored.count_batches(self.store)
+            self._size = self.store.batches.count()
         return self._size
 
     def __getitem__(self, index: Any) -> Any:
@@ -212,8 +211,8 @@ class BatchSlice(Sequence):
         stop = len(self) if stop is None else stop
         if stop <= start:
             return []
-        listed = stored.list_batches(self.store, start, stop - start)
-        hashes = stored.read_batches(self.store, [batch_id for batch_id, _ in listed])
+        listed = self.store.batches.page(start, stop - start)
+        hashes = self.store.batches.read_many([batch_id for batch_id, _ in listed])
         rows = [
             batch_row(batch_id, created_ms, fields)
             for (batch_id, created_ms), fields in zip(listed, hashes, strict=True)
@@ -275,7 +274,7 @@ def job_link(store: Store, raw: RawJob) -> JobLink | None:
     """The link of a linked job (record flag 'l': one HGET; none for others), or None."""
     if FLAG_LINKED not in decode_fields(raw.record).flags:
         return None
-    link = links.loads(stored.read_link(store, raw.queue, raw.id))
+    link = links.loads(store.batches.read_link(raw.queue, raw.id))
     batch_id = links.batch_of(link)
     chain_id = link.get("c") if isinstance(link.get("c"), str) else None
     if batch_id is None and chain_id is None:

@@ -112,7 +112,7 @@ class JobAdmin(ListPages, ActionPages, BatchPages):
         self._require(request, "view_job")
         store = get_store()
         now = store.server_time()
-        served = workers_per_queue(store.live_workers(now))
+        served = workers_per_queue(store.roster.live(now))
         summaries = []
         for queue in views.admin_queues(store):
             summary = views.queue_summary(store, queue, now)
@@ -156,7 +156,7 @@ class JobAdmin(ListPages, ActionPages, BatchPages):
         unreadable: list[str] = []
         rows = worker_rows(
             store,
-            store.live_workers(now, unreadable),
+            store.roster.live(now, unreadable),
             now,
             job_url,
             lambda queue: self._url(PENDING, queue=queue),

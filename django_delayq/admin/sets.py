@@ -1,7 +1,6 @@
 """The set a list pages through, read by rank whichever it is: a queue's pending, running or
 dead set (the store's :class:`~django_delayq.storage.reads.Reads`), or its finished jobs,
-kept a while (:data:`FINISHED`, the store's
-:class:`~django_delayq.storage.finished.FinishedReads`: newest first).
+kept a while (:data:`FINISHED`, ``store.finished``: newest first).
 
 The lists (:mod:`django_delayq.admin.views`), their task filter and their search
 (:mod:`django_delayq.admin.search`) read through these functions, so the finished list pages,
@@ -50,7 +49,7 @@ def kept_record(entry: bytes | None) -> bytes | None:
 
 def size(store: Store, queue: str, status: str) -> int:
     if status == FINISHED:
-        return store.finished_count(queue)
+        return store.finished.count(queue)
     return store.size(queue, status)
 
 
@@ -61,7 +60,7 @@ def ranks(store: Store, queue: str, status: str, offset: int, limit: int) -> lis
         return store.ranks(queue, status, offset, limit)
     if limit < 1 or offset < 0:
         return []
-    return [(job_id, ms(ended)) for job_id, ended in store.finished_page(queue, offset, limit)]
+    return [(job_id, ms(ended)) for job_id, ended in store.finished.page(queue, offset, limit)]
 
 
 def page_ids(store: Store, queue: str, status: str, offset: int, limit: int) -> list[str]:
@@ -74,7 +73,7 @@ def records(store: Store, queue: str, status: str, ids: Sequence[str]) -> list[b
     """The records of ``ids`` (None for a job gone): of a kept job, the one it holds."""
     if status != FINISHED:
         return store.records(queue, ids)
-    return [kept_record(entry) for entry in store.kept_entries(queue, ids)]
+    return [kept_record(entry) for entry in store.finished.kept(queue, ids)]
 
 
 def fetch_many(
@@ -86,7 +85,7 @@ def fetch_many(
     ids = [job_id for job_id, _ in ids_scores]
     return [
         RawJob(job_id, queue, None, None, None, kept=entry)
-        for job_id, entry in zip(ids, store.kept_entries(queue, ids), strict=True)
+        for job_id, entry in zip(ids, store.finished.kept(queue, ids), strict=True)
     ]
 
 

@@ -120,6 +120,9 @@ CONFIRM_TITLES = {
     "requeue": ngettext_lazy(
         "Requeue %(count)s dead job?", "Requeue %(count)s dead jobs?", "count"
     ),
+    "postpone": ngettext_lazy(
+        "Postpone %(count)s pending job?", "Postpone %(count)s pending jobs?", "count"
+    ),
 }
 CONFIRM_WARNINGS = {
     "cancel": _(
@@ -130,6 +133,10 @@ CONFIRM_WARNINGS = {
         "A deleted job is removed with its arguments and its errors. This cannot be undone."
     ),
     "run_now": _("Each job becomes due now and runs as soon as a worker is free."),
+    "postpone": _(
+        "Each job becomes due that long from now (a job due later than that becomes due "
+        "sooner). It keeps its arguments, attempts, priority and unique key."
+    ),
     "requeue": _(
         "Each job goes back to the pending jobs, due now, with its attempts reset to 0 "
         "(its errors are kept)."
@@ -139,8 +146,16 @@ CONFIRM_BUTTONS = {
     "cancel": ngettext_lazy("Yes, cancel it", "Yes, cancel them", "count"),
     "delete": ngettext_lazy("Yes, delete it", "Yes, delete them", "count"),
     "run_now": ngettext_lazy("Yes, run it now", "Yes, run them now", "count"),
+    "postpone": ngettext_lazy("Yes, postpone it", "Yes, postpone them", "count"),
     "requeue": ngettext_lazy("Yes, requeue it", "Yes, requeue them", "count"),
 }
+# Postpone's delay field: its units (seconds each), and what a bad value is told.
+DELAY_UNITS = {
+    "minutes": (60, _("minutes")),
+    "hours": (3600, _("hours")),
+    "days": (86400, _("days")),
+}
+BAD_DELAY = _("Give the delay as a whole number from 1 to 10000, in minutes, hours or days.")
 CONFIRM_QUERY = _(
     "These are the jobs that matched “%(query)s”. When you confirm, a job that no longer "
     "matches is left alone."

@@ -37,7 +37,6 @@ from django_delayq.jobs.job import (
 from django_delayq.monitoring.health import iter_known_queues
 from django_delayq.outbox import rows as outbox
 from django_delayq.scheduling.registry import find_task
-from django_delayq.storage import control
 from django_delayq.storage.reads import RawJob
 from django_delayq.storage.store import Store
 
@@ -299,7 +298,7 @@ def queue_limits(store: Store, queue: str) -> list[dict[str, Any]]:
     """The rate and concurrency limits of ``queue`` (issue 20), for the dashboard: its own
     concurrency limit (DELAYQ['QUEUES']) first, then its tasks'."""
     out = []
-    concurrency, holding = control.queue_limit(store, queue)
+    concurrency, holding = store.control.queue_limit(queue)
     if concurrency:
         out.append(
             {
@@ -309,7 +308,7 @@ def queue_limits(store: Store, queue: str) -> list[dict[str, Any]]:
                 "holding": holding,
             }
         )
-    for limit in control.limits(store, queue):
+    for limit in store.control.limits(queue):
         rate = ""
         if limit.rate:
             count, period = limit.rate

@@ -126,7 +126,7 @@ def worker_rows(
 def attempt_started(store: Store, now: float, queue: str, job_id: str) -> datetime | None:
     """When the attempt in progress of a running job started, as its worker's last beat
     said (the roster); None when no live worker says it runs the job."""
-    for worker in store.live_workers(now):
+    for worker in store.roster.live(now):
         for job in worker.running:
             if job.queue == queue and job.id == job_id and job.since is not None:
                 return to_datetime(job.since)

@@ -36,7 +36,6 @@ from django_delayq.jobs.job import to_datetime
 from django_delayq.scheduling import membership
 from django_delayq.scheduling.calls import Call, Chain
 from django_delayq.scheduling.registry import task
-from django_delayq.storage import batches as stored
 from django_delayq.storage.connection import get_store
 
 SEAL_TASK = "django_delayq.batches.seal"
@@ -141,7 +140,7 @@ def batch(
     }
     opened = Batch(new_job_id())
     store = get_store()
-    stored.run_all(store, stored.open_ops(store, opened.id, specs, int(time.time() * 1000)))
+    store.batches.run_all(store.batches.open_ops(opened.id, specs, int(time.time() * 1000)))
     token = membership.enter(opened)
     try:
         yield opened
@@ -174,7 +173,7 @@ def seal(batch_id: str, members: list[list[str]]) -> None:
     from django_delayq.batches.forwarding import place_decided
 
     store = get_store()
-    decided = store.call(stored.seal_op(store, batch_id, [tuple(m) for m in members]))
+    decided = store.call(store.batches.seal_op(batch_id, [tuple(m) for m in members]))
     place_decided(store, batch_id, decided)
 
 
@@ -189,7 +188,7 @@ def get_batch(batch_id: str) -> BatchState | None:
     after it finished)."""
     if not isinstance(batch_id, str):
         raise TypeError(f"batch id must be a string, got {batch_id!r}")
-    fields = stored.read_batch(get_store(), batch_id)
+    fields = get_store().batches.read(batch_id)
     return None if fields is None else state_of(batch_id, fields)
 
 
@@ -241,7 +240,7 @@ def cancel_batch(batch_id: str) -> int:
     from django_delayq.scheduling.api import announce_cancelled, cancel_in
 
     store = get_store()
-    found, members = store.call(stored.cancel_op(store, batch_id))
+    found, members = store.call(store.batches.cancel_op(batch_id))
     if not found:
         raise LookupError(f"no batch {batch_id!r} (never opened, or expired)")
     cancelled = 0

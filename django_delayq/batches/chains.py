@@ -19,7 +19,6 @@ from django_delayq.jobs.job import Job
 from django_delayq.scheduling import membership
 from django_delayq.scheduling.api import schedule_call
 from django_delayq.scheduling.calls import Chain, use_scheduler
-from django_delayq.storage import batches as stored
 from django_delayq.storage.connection import get_store
 
 
@@ -40,7 +39,7 @@ def schedule_chain(chain: Chain, options: dict[str, Any]) -> Job:
     fields = step_fields(spec)
     store = get_store()
     if fields:
-        store.call(stored.write_chain_op(store, chain_id, fields))
+        store.call(store.batches.write_chain_op(chain_id, fields))
     link: dict[str, Any] = {"c": chain_id, "i": 0, "n": len(spec["steps"])}
     member_of = membership.current()
     if member_of is not None and member_of.link:

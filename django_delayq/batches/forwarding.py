@@ -30,7 +30,6 @@ from django_delayq.batches.chains import step_fields
 from django_delayq.batches.steps import store_step
 from django_delayq.conf import delayq_settings
 from django_delayq.scheduling import api
-from django_delayq.storage import batches as stored
 from django_delayq.storage.batches import Decided, Ended
 from django_delayq.storage.store import Store
 
@@ -55,7 +54,7 @@ def forward_ids(store: Store, ended: Iterable[tuple[str, str]]) -> int:
     entries: list[Ended] = []
     try:
         for queue, ids in by_queue.items():
-            entries += stored.read_forward(store, queue, ids)
+            entries += store.batches.read_forward(queue, ids)
     except Exception as exc:
         logger.warning("batches and chains: outcomes left for the sweep (%s)", exc)
         return 0
@@ -84,7 +83,7 @@ def forward(store: Store, entries: Sequence[Ended]) -> int:
     refused: set[str] = set()
     for batch_id, outcomes in for_batches.items():
         try:
-            decided = store.call(stored.ended_op(store, batch_id, outcomes))
+            decided = store.call(store.batches.ended_op(batch_id, outcomes))
             stored_jobs += place_decided(store, batch_id, decided)
         except Exception as exc:
             logger.warning("batch %s: outcomes not recorded yet (%s)", batch_id, exc)
@@ -97,7 +96,7 @@ def _drop(store: Store, entries: Sequence[Ended]) -> None:
     by_queue: dict[str, list[str]] = {}
     for entry in entries:
         by_queue.setdefault(entry.queue, []).append(entry.field)
-    ops = [stored.drop_forward_op(store, queue, ids) for queue, ids in by_queue.items()]
+    ops = [store.batches.drop_forward_op(queue, ids) for queue, ids in by_queue.items()]
     if ops:
         for result in store.run(ops, 1.0):
             if isinstance(result, Exception):  # forwarded again by the sweep: harmless
@@ -116,7 +115,7 @@ def _chain_end(store: Store, entry: Ended, link: dict[str, Any]) -> tuple[str | 
     outcome = entry.outcome
     if outcome == "succeeded":
         fields = [str(index + 1), "dead"]
-        following, dead = store.call(stored.read_chain_op(store, chain_id, fields))
+        following, dead = store.call(store.batches.read_chain_op(chain_id, fields))
         if following is None and index + 1 < int(link.get("n") or 0):
             # A step before the last, and its chain is gone: the chain ended since (a later
             # step died, was cancelled) and this is an entry a crash left. Nothing to count.
@@ -125,7 +124,7 @@ def _chain_end(store: Store, entry: Ended, link: dict[str, Any]) -> tuple[str | 
         if (
             following is not None
             and isinstance(batch_id, str)
-            and stored.cancelled(store, batch_id)
+            and store.batches.cancelled(batch_id)
         ):
             outcome, following = "cancelled", None  # its batch was cancelled: no next step
         if following is not None:
@@ -135,14 +134,14 @@ def _chain_end(store: Store, entry: Ended, link: dict[str, Any]) -> tuple[str | 
             if dead is not None and int(dead) < entry.at_ms:
                 # A step that died was requeued and succeeded: the chain goes on from it (an
                 # older success, an entry a crash left, finds the death after it: no revival).
-                stored.run_all(store, stored.revived_chain_ops(store, chain_id))
+                store.batches.run_all(store.batches.revived_chain_ops(chain_id))
             return None, 1
     jobs = 0
     if outcome == "dead":
         jobs = _chain_died(store, entry, link, chain_id, index)
         if index + 1 < int(link.get("n") or 0):
             return outcome, jobs  # its chain waits for a requeue of the step
-    store.call(stored.drop_chain_op(store, chain_id))
+    store.call(store.batches.drop_chain_op(chain_id))
     return outcome, jobs
 
 
@@ -151,7 +150,7 @@ def _chain_died(store: Store, entry: Ended, link: dict[str, Any], chain_id: str,
     step before the last leaves the chain's hash for as long as dead jobs are kept, so the
     step requeued from the admin that then succeeds continues the chain (Sidekiq's and
     BullMQ's flows do the same); the last step's death ends it (the caller drops it)."""
-    (death,) = store.call(stored.read_chain_op(store, chain_id, ["death"]))
+    (death,) = store.call(store.batches.read_chain_op(chain_id, ["death"]))
     if death is not None:
         batch_id = links.batch_of(link)
         death_link = links.dumps({"of": batch_id}) if batch_id else ""
@@ -159,7 +158,7 @@ def _chain_died(store: Store, entry: Ended, link: dict[str, Any], chain_id: str,
         store_step(json.loads(death), new_id, death_link, entry.at_ms, store)
     if index + 1 < int(link.get("n") or 0):
         keep_ms = max(int(float(delayq_settings.DEAD_MAX_AGE) * 1000), 1)
-        stored.run_all(store, stored.dead_chain_ops(store, chain_id, entry.at_ms, keep_ms))
+        store.batches.run_all(store.batches.dead_chain_ops(chain_id, entry.at_ms, keep_ms))
     return 0 if death is None else 1  # its on_death stored
 
 
@@ -173,17 +172,17 @@ def place_decided(store: Store, batch_id: str, decided: Decided) -> int:
         link: dict[str, Any] = {"of": batch_id}
         fields = step_fields(spec)
         if fields or len(spec["steps"]) > 1:
-            store.call(stored.write_chain_op(store, job_id, fields))
+            store.call(store.batches.write_chain_op(job_id, fields))
             link.update({"c": job_id, "i": 0, "n": len(spec["steps"])})
         store_step(spec["steps"][0], job_id, links.dumps(link), callback.decided_ms, store)
     placed = len(decided.callbacks)
     if placed:
         kinds = [c.kind for c in decided.callbacks]
-        store.call(stored.placed_op(store, batch_id, kinds, now_ms))
+        store.call(store.batches.placed_op(batch_id, kinds, now_ms))
         # Placed: the batch may have finished with them (it expires, leaves the open ones).
-        decided = store.call(stored.ended_op(store, batch_id, []))
+        decided = store.call(store.batches.ended_op(batch_id, []))
     if decided.finished:
-        store.call(stored.close_op(store, [batch_id]))
+        store.call(store.batches.close_op([batch_id]))
     return placed
 
 
@@ -202,7 +201,7 @@ def sweep(
     for queue in queues:
         cursor, seen = 0, 0
         while True:
-            cursor, entries = stored.scan_forward(store, queue, cursor, 200)
+            cursor, entries = store.batches.scan_forward(queue, cursor, 200)
             old = [e for e in entries if e.at_ms < cutoff]
             if old:
                 forward(store, old)
@@ -211,9 +210,9 @@ def sweep(
             if cursor == 0 or seen >= SWEEP_ENTRIES:
                 break
     now_ms = int(now * 1000)
-    for batch_id in stored.due_open(store, now_ms, SWEEP_BATCHES, LOOK_AGAIN_MS):
-        place_decided(store, batch_id, store.call(stored.ended_op(store, batch_id, [])))
-    store.call(stored.trim_batches_op(store, now_ms - KEEP_LISTED_MS))
+    for batch_id in store.batches.due_open(now_ms, SWEEP_BATCHES, LOOK_AGAIN_MS):
+        place_decided(store, batch_id, store.call(store.batches.ended_op(batch_id, [])))
+    store.call(store.batches.trim_op(now_ms - KEEP_LISTED_MS))
     return forwarded
 
 

@@ -45,10 +45,9 @@ def derived_id(parent: str, tag: str, at_ms: int) -> str:
 
 def lookup(queue: str, job_id: str) -> str | None:
     """Job.batch_id (jobs/job.py): the batch of the job's link in Redis."""
-    from django_delayq.storage import batches as stored
     from django_delayq.storage.connection import get_store
 
-    return batch_of(loads(stored.read_link(get_store(), queue, job_id)))
+    return batch_of(loads(get_store().batches.read_link(queue, job_id)))
 
 
 def batch_of(link: dict[str, Any]) -> str | None:

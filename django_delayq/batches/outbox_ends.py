@@ -28,7 +28,6 @@ from django_delayq.outbox import placement
 from django_delayq.outbox.rows import Row
 from django_delayq.scheduling import membership
 from django_delayq.scheduling.registry import task
-from django_delayq.storage import batches as stored
 from django_delayq.storage.connection import get_store
 
 ROW_END_TASK = "django_delayq.batches.row_ended"
@@ -40,8 +39,8 @@ def forward_row_end(in_queue: str, job_id: str, at_ms: int, link: str, tag: str)
     docstring; no parameter is named like an option of schedule(): delayq.W006)."""
     store = get_store()
     field = f"{job_id}#{tag}"
-    store.call(stored.write_forward_op(store, in_queue, field, "cancelled", at_ms, link))
-    forward(store, stored.read_forward(store, in_queue, [field]))
+    store.call(store.batches.write_forward_op(in_queue, field, "cancelled", at_ms, link))
+    forward(store, store.batches.read_forward(in_queue, [field]))
 
 
 def row_ended(alias: str, row: Row) -> None:

@@ -61,7 +61,8 @@ class Job:
     run then).
     ``outcome`` is set only on the Job returned by ``schedule()``: ``"created"``,
     ``"replaced"`` or ``"kept"`` (unique keys), or ``"deferred"`` (on_commit inside a
-    transaction: its row is in the transaction, Redis gets it after the commit).
+    transaction: its row is in the transaction, Redis gets it after the commit); and on
+    the one ``reschedule()`` returns: ``"rescheduled"``.
     ``attempts`` counts the attempts made, the one running included. ``waits_in`` is
     ``"redis"``, or ``"database"`` for a pending job that waits in the outbox table.
     """

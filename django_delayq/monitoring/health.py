@@ -150,7 +150,7 @@ def check_known_queues(store: Store, queues: Iterable[str]) -> None:
     wanted = [q for q in dict.fromkeys(queues) if q not in named]
     if not wanted:
         return
-    known = list(iter_known_queues(store, store.live_workers(store.server_time())))
+    known = list(iter_known_queues(store, store.roster.live(store.server_time())))
     for queue in wanted:
         if queue not in known:
             raise ValueError(
@@ -172,7 +172,7 @@ def report(
     Redis cannot be read."""
     now = store.server_time()
     unreadable: list[str] = []
-    workers = store.live_workers(now, unreadable)
+    workers = store.roster.live(now, unreadable)
     served = workers_per_queue(workers)
     known = list(iter_known_queues(store, workers))
     names = list(queues) if queues is not None else known

@@ -41,7 +41,6 @@ from django_delayq.conf import delayq_settings
 from django_delayq.exceptions import ConfigurationError, DelayQError
 from django_delayq.monitoring import health
 from django_delayq.recurring.status import ScheduleCollector, safe_report
-from django_delayq.storage.batches import batch_counts
 from django_delayq.storage.connection import get_store
 
 try:
@@ -173,7 +172,7 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
         return denied
     try:
         report = health.report(get_store(), totals=True)
-        batches = batch_counts(get_store())
+        batches = get_store().batches.counts()
     except DelayQError as exc:
         logger.warning("metrics: Redis cannot be read: %s", exc)
         return HttpResponse(f"Redis cannot be read: {exc}\n", status=503, content_type="text/plain")

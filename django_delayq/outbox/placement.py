@@ -214,7 +214,7 @@ def cancel_rows(queue: str | None, job_id: str | None, key: str | None) -> bool:
 
     def committed(row: outbox.Row) -> None:
         try:
-            get_store().keep_cancelled(row.queue, [(row.id, row.record, row.due_at)])
+            get_store().finished.keep_cancelled(row.queue, [(row.id, row.record, row.due_at)])
         except DelayQError as exc:
             logger.warning(
                 "job %s was cancelled but could not be kept as finished: %s", row.id, exc
@@ -229,11 +229,11 @@ def cancel_rows(queue: str | None, job_id: str | None, key: str | None) -> bool:
         )
         signals.send(signals.job_cancelled, sender(job.task), job=job)
 
-    gone = outbox.cancel(job_id, key, queue, committed, _stale, _ended)
+    gone = outbox.cancel(job_id, key, queue, committed, relayed_rows, _ended)
     return bool(gone)
 
 
-def _stale(rows: list[outbox.Row]) -> set[str]:
+def relayed_rows(rows: list[outbox.Row]) -> set[str]:
     """Ids of ``rows`` that a relay already stored in Redis (marked relayed; their DELETE
     was refused): deleting them cancels nothing (the job is in Redis, or ran)."""
     stale: set[str] = set()

@@ -357,8 +357,7 @@ def cancel(
         # caller's, a no-op lock could fail a read-only transaction that finds no row.
         own = not connections[alias].in_atomic_block
         with transaction.atomic(using=alias):
-            if own:
-                write_lock(alias)
+            write_lock(alias) if own else None
             found = [_row(obj) for obj in rows.select_for_update()]
             left = stale(found) if stale is not None and found else set()
             for row in found:
@@ -369,3 +368,31 @@ def cancel(
                     if committed is not None:
                         transaction.on_commit(lambda row=row: committed(row), using=alias)
     return gone
+
+
+@migrated_table
+def move(
+    job_id: str | None,
+    key: str | None,
+    queue: str | None,
+    when: tuple[When, When],
+    stale: Callable[[list[Row]], set[str]],
+    committed: Callable[[str, Row], None],
+) -> list[Row]:
+    """:func:`cancel`, but the rows get ``when``'s due and relay times (database clock);
+    the rows as they were. ``committed(alias, row)`` once the move of ``row`` commits."""
+    column, value = ("id", job_id) if job_id is not None else ("key_hash", key_hash(key))
+    moved: list[Row] = []
+    for alias in (a for a in aliases() if _holds(a, column, [value], queue)):
+        rows = _rows(alias).filter(**{column: value}, **({} if queue is None else {"queue": queue}))
+        own = not connections[alias].in_atomic_block
+        with transaction.atomic(using=alias):
+            write_lock(alias) if own else None
+            found = [_row(obj) for obj in rows.select_for_update()]
+            left = stale(found) if found else set()
+            for row in (r for r in found if r.id not in left):
+                due, relay = (sql_time(alias, w) for w in when)
+                rows.filter(id=row.id).update(due_at=due, relay_at=relay, relative=when[0].relative)
+                moved.append(row)
+                transaction.on_commit(lambda a=alias, r=row: committed(a, r), using=alias)
+    return moved

@@ -36,6 +36,7 @@ from django_delayq.scheduling.calls import use_scheduler as use_call_scheduler
 from django_delayq.scheduling.plan import REDIS, Plan, mixed_plan
 from django_delayq.scheduling.prepared import Prepared
 from django_delayq.scheduling.registry import Task, sender
+from django_delayq.scheduling.rescheduling import job_of, move_rows, reschedule_options
 from django_delayq.storage.async_store import AsyncStore, get_async_store
 from django_delayq.storage.queues import check_queue_name
 
@@ -181,6 +182,38 @@ async def _cancel(store: AsyncStore, queue: str, job_id: str | None, key: str | 
     )
     await _send(signals.job_cancelled, sender(job.task), job=job)
     return True
+
+
+async def areschedule(
+    job_id: str | None = None,
+    *,
+    key: str | None = None,
+    queue: str | None = None,
+    delay: Any = None,
+    at: Any = None,
+) -> Job | None:
+    """:func:`~django_delayq.reschedule` from async code: the Job with its new ``due_at``,
+    or None when it was not pending. Rows of the database outbox are moved through
+    ``sync_to_async``."""
+    options = reschedule_options(job_id, key, delay, at)
+    in_queue = None if queue is None else check_queue_name(queue)
+    rows = sync_to_async(move_rows)
+    if key is not None and (moved := await rows(in_queue, None, key, options)) is not None:
+        return moved
+    store = get_async_store()
+    for attempt in range(2):
+
+        async def probe(name: str) -> Job | None:
+            found = await store.reschedule(name, job_id, key, **options)
+            return None if found is None else job_of(name, found)
+
+        if (job := await _first(store, queue, probe)) is not None:
+            return job
+        if attempt == 1 or key is not None:
+            return None
+        if (moved := await rows(in_queue, job_id, None, options)) is not None:
+            return moved
+    return None
 
 
 registry.use_async_scheduler(aschedule)  # Task.aschedule()

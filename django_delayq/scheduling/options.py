@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Any
 
 from django_delayq.jobs import job as _job
-from django_delayq.storage import control
 from django_delayq.storage.control import PRIORITY_MAX, PRIORITY_MIN
 
 
@@ -115,7 +114,7 @@ def _group_lookup(queue: str, job_id: str) -> str | None:
     """Job.group (jobs/job.py): the group stored beside the job in Redis."""
     from django_delayq.storage.connection import get_store
 
-    return control.group_of(get_store(), queue, job_id)
+    return get_store().control.group_of(queue, job_id)
 
 
 _job.group_lookup = _group_lookup

@@ -9,7 +9,6 @@ workers (the keys and scripts: ``storage/control.py``).
 
 from __future__ import annotations
 
-from django_delayq.storage import control as storage
 from django_delayq.storage.connection import get_store
 from django_delayq.storage.queues import check_queue_name
 
@@ -17,14 +16,14 @@ from django_delayq.storage.queues import check_queue_name
 def pause(queue: str) -> bool:
     """Pause ``queue``: no worker claims its jobs until :func:`resume`. True if it was
     running, False if it was paused already."""
-    return storage.pause(get_store(), check_queue_name(queue))
+    return get_store().control.pause(check_queue_name(queue))
 
 
 def resume(queue: str) -> bool:
     """Resume ``queue`` and wake its workers. True if it was paused."""
-    return storage.resume(get_store(), check_queue_name(queue))
+    return get_store().control.resume(check_queue_name(queue))
 
 
 def is_paused(queue: str) -> bool:
     """Whether ``queue`` is paused."""
-    return storage.paused_since(get_store(), check_queue_name(queue)) is not None
+    return get_store().control.paused_since(check_queue_name(queue)) is not None

@@ -30,6 +30,7 @@ from django_delayq.storage.calls import API_BUDGET
 from django_delayq.storage.connection import get_store
 from django_delayq.storage.reads import RawJob
 from django_delayq.storage.replies import Scheduled
+from django_delayq.storage.reschedule import Rescheduled
 from django_delayq.storage.store import Store
 
 logger = logging.getLogger("django_delayq.transport")
@@ -179,6 +180,13 @@ class AsyncStore:
     ) -> tuple[str, bytes] | None:
         """As :meth:`.store.Store.cancel` (sent once: a lost reply raises OutcomeUnknown)."""
         return await self.transport.call(self.store.cancel_op(queue, job_id, key), API_BUDGET)
+
+    async def reschedule(
+        self, queue: str, job_id: str | None = None, key: str | None = None, **options: Any
+    ) -> Rescheduled | None:
+        """As :meth:`.reschedule.Reschedule.reschedule` (re-sent after a lost reply)."""
+        op = self.store.reschedule_op(queue, job_id, key, **options)
+        return await self.transport.call(op, API_BUDGET)
 
     async def fetch(self, queue: str, job_id: str, finished: bool = False) -> RawJob | None:
         op = self.store.fetch_op(queue, job_id, finished)

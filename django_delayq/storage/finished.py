@@ -5,7 +5,8 @@ Jobs that succeeded (ack.lua, claim.lua's acks) or were cancelled (cancel.lua) a
 ``DELAYQ["FINISHED_MAX_AGE"]`` and ``DELAYQ["FINISHED_MAX_COUNT"]`` are both above 0, with
 their record, their errors and the attempt that ended them; the scripts that add an entry
 trim the oldest (by age, then by count). This module gives the scripts their keep arguments
-and reads the kept jobs back (:mod:`django_delayq.jobs.finished` decodes an entry).
+and reads the kept jobs back (``store.finished``; :mod:`django_delayq.jobs.finished` decodes an
+entry).
 """
 
 from __future__ import annotations
@@ -46,9 +47,12 @@ def attempt_summary(
     return f"{number} {round(started * 1000)} {duration * 1000:.3f} {due_ms} {worker}"
 
 
-class FinishedReads(Calls):
-    """Reads of the kept finished jobs, and the keeping of jobs cancelled in the outbox (a
-    base of the Store)."""
+class FinishedStore:
+    """A Store's finished jobs kept (``store.finished``): reads of the kept jobs, and the
+    keeping of jobs cancelled in the outbox, built and sent through the Store."""
+
+    def __init__(self, store: Calls) -> None:
+        self._store = store
 
     def keep_cancelled(self, queue: str, jobs: Sequence[tuple[str, bytes, float | None]]) -> int:
         """Keep (job id, record, due time in epoch seconds or None) of jobs whose outbox
@@ -60,30 +64,30 @@ class FinishedReads(Calls):
         argv: list[Any] = [b"", *keep]
         for job_id, record, due in jobs:
             argv += [job_id, record, b"" if due is None else ms(due)]
-        return int(self.call(self.op("keep", queue, argv, int)))
+        return int(self._store.call(self._store.op("keep", queue, argv, int)))
 
-    def finished_count(self, queue: str) -> int:
-        key = self.key(queue, "finished")
-        return int(self.call(self.command(b"ZCARD", key, route=key)) or 0)
+    def count(self, queue: str) -> int:
+        key = self._store.key(queue, "finished")
+        return int(self._store.call(self._store.command(b"ZCARD", key, route=key)) or 0)
 
-    def finished_page(self, queue: str, offset: int, limit: int) -> list[tuple[str, float]]:
+    def page(self, queue: str, offset: int, limit: int) -> list[tuple[str, float]]:
         """(id, ended at in epoch seconds) of kept jobs, the newest first."""
         if limit <= 0:
             return []
-        key = self.key(queue, "finished")
-        reply = self.call(
-            self.command(
+        key = self._store.key(queue, "finished")
+        reply = self._store.call(
+            self._store.command(
                 b"ZRANGE", key, offset, offset + limit - 1, b"REV", b"WITHSCORES", route=key
             )
         )
         return [(_text(job_id), float(score) / 1000) for job_id, score in pairs(reply)]
 
-    def kept_entries(self, queue: str, ids: Sequence[str]) -> list[bytes | None]:
+    def kept(self, queue: str, ids: Sequence[str]) -> list[bytes | None]:
         """The kept entries of ``ids`` (None for an id not kept, or no longer)."""
         if not ids:
             return []
-        key = self.key(queue, "kept")
-        reply = self.call(self.command(b"HMGET", key, *ids, route=key))
+        key = self._store.key(queue, "kept")
+        reply = self._store.call(self._store.command(b"HMGET", key, *ids, route=key))
         return [value if value else None for value in reply]
 
 

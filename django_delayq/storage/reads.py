@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from django_delayq.exceptions import JobNotFound
-from django_delayq.storage import control
 from django_delayq.storage.calls import Calls
 from django_delayq.storage.milliseconds import ms, seconds
 from django_delayq.storage.ops import Op
@@ -135,7 +134,7 @@ class Reads(Calls):
         if limit < 1 or offset < 0:
             return []  # ZRANGE 0 -1 would read the whole set
         if status == "pending":  # in claim order, across pending and ranked (control.py)
-            pairs = control.pending_page(self, queue, offset, limit)
+            pairs = self.control.pending_page(queue, offset, limit)
         else:
             read = self.command(
                 b"ZRANGE", key, offset, offset + limit - 1, b"WITHSCORES", route=key
@@ -157,7 +156,7 @@ class Reads(Calls):
         if limit < 1 or offset < 0:
             return []
         if status == "pending":
-            return [_text(i) for i, _ in control.pending_page(self, queue, offset, limit)]
+            return [_text(i) for i, _ in self.control.pending_page(queue, offset, limit)]
         read = self.command(b"ZRANGE", key, offset, offset + limit - 1, route=key)
         return [_text(i) for i in self.call(read)]
 
@@ -213,13 +212,13 @@ class Reads(Calls):
         }
         counts["pending"] += counts["parked"]
         if counts["parked"]:  # due jobs too: the lag is the oldest due job's wait
-            parked_due = control.oldest_parked_due(self, queue)
+            parked_due = self.control.oldest_parked_due(queue)
             if parked_due is not None:
                 counts["oldest_due_at"] = min(
                     t for t in (counts["oldest_due_at"], parked_due / 1000) if t is not None
                 )
         if int(sizes[6]):  # prioritised pending jobs: counted band by band (control.py)
-            extra = control.ranked_counts(self, queue, now)
+            extra = self.control.ranked_counts(queue, now)
             counts["pending"] += extra["pending"]
             counts["due"] += extra["due"]
             firsts = [t for t in (counts["oldest_due_at"], extra["oldest_due_at"]) if t is not None]

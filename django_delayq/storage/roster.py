@@ -1,7 +1,7 @@
 """The roster of live workers in Redis: what the admin's Workers tab, ``delayq_status`` and
 the metrics read, and what each worker's presence thread (presence.py) writes.
 
-A base of :class:`~django_delayq.storage.store.Store`; :mod:`.keys` names the keys (outside
+A Store's ``store.roster`` (:class:`Roster`); :mod:`.keys` names the keys (outside
 every queue's hash slot; on a cluster each command goes to the node of its own key):
 
 - ``{prefix}:worker:<instance>``: one string per worker, its description as JSON, written
@@ -178,36 +178,44 @@ def _text(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
-class Roster(Calls):
-    """The roster half of the Store."""
+class Roster:
+    """The live workers of a Store (``store.roster``): what a worker's beat writes and what
+    the readers list, built and sent through the Store."""
 
-    def worker_beat_ops(self, instance: str, description: bytes, ttl: float, at: float) -> list[Op]:
+    def __init__(self, store: Calls) -> None:
+        self._store = store
+
+    def beat_ops(self, instance: str, description: bytes, ttl: float, at: float) -> list[Op]:
         """Write a worker's description (expiring ``ttl`` seconds from now) and list it,
         scored ``at`` (epoch seconds, the worker's clock). Both may be re-sent."""
-        key, roster = self.worker_key(instance), self.workers_key
+        key, roster = self._store.worker_key(instance), self._store.workers_key
         return [
-            self.command(b"SET", key, description, b"PX", max(round(ttl * 1000), 1), route=key),
-            self.command(b"ZADD", roster, round(at * 1000), instance, route=roster),
+            self._store.command(
+                b"SET", key, description, b"PX", max(round(ttl * 1000), 1), route=key
+            ),
+            self._store.command(b"ZADD", roster, round(at * 1000), instance, route=roster),
         ]
 
-    def worker_gone_ops(self, instance: str) -> list[Op]:
+    def gone_ops(self, instance: str) -> list[Op]:
         """Take a stopping worker off the roster."""
-        key, roster = self.worker_key(instance), self.workers_key
+        key, roster = self._store.worker_key(instance), self._store.workers_key
         return [
-            self.command(b"DEL", key, route=key),
-            self.command(b"ZREM", roster, instance, route=roster),
+            self._store.command(b"DEL", key, route=key),
+            self._store.command(b"ZREM", roster, instance, route=roster),
         ]
 
-    def live_workers(self, now: float, unreadable: list[str] | None = None) -> list[LiveWorker]:
+    def live(self, now: float, unreadable: list[str] | None = None) -> list[LiveWorker]:
         """Every live worker (at most MAX_LISTED, the most recently beating first), sorted
         by name; ``now`` is Redis's time. Members whose description is gone are dropped.
         A key Redis refuses to read (of another type, written by hand or by another program:
         a worker's entry, or the roster itself) is skipped, logged once per process, and
         appended to ``unreadable`` when a list is given; it is left in place for the
         operator. Raises DelayQError when Redis cannot be reached."""
-        roster = self.workers_key
+        roster = self._store.workers_key
         try:
-            listed = self.call(self.command(b"ZREVRANGE", roster, 0, MAX_LISTED - 1, route=roster))
+            listed = self._store.call(
+                self._store.command(b"ZREVRANGE", roster, 0, MAX_LISTED - 1, route=roster)
+            )
         except DelayQConnectionError:
             raise
         except DelayQError as exc:
@@ -218,9 +226,12 @@ class Roster(Calls):
         members = [_text(m) for m in listed]
         ops = []
         for instance in members:
-            key = self.worker_key(instance)
-            ops += [self.command(b"GET", key, route=key), self.command(b"PTTL", key, route=key)]
-        replies = self.run(ops, budget=2.0) if ops else []
+            key = self._store.worker_key(instance)
+            ops += [
+                self._store.command(b"GET", key, route=key),
+                self._store.command(b"PTTL", key, route=key),
+            ]
+        replies = self._store.run(ops, budget=2.0) if ops else []
         for reply in replies:
             if isinstance(reply, DelayQConnectionError):
                 raise reply
@@ -229,18 +240,18 @@ class Roster(Calls):
             raw, pttl = replies[2 * i], replies[2 * i + 1]
             refused = next((r for r in (raw, pttl) if isinstance(r, Exception)), None)
             if refused is not None:
-                _report_unreadable(self.worker_key(instance), refused)
+                _report_unreadable(self._store.worker_key(instance), refused)
                 if unreadable is not None:
-                    unreadable.append(self.worker_key(instance))
+                    unreadable.append(self._store.worker_key(instance))
             elif raw is None or int(pttl) == -2:
                 gone.append(instance)
             else:
                 workers.append(decode_description(instance, raw, int(pttl), now))
         forget = round((now - FORGET_AFTER) * 1000)
-        cleanup = [self.command(b"ZREMRANGEBYSCORE", roster, b"-inf", forget, route=roster)]
+        cleanup = [self._store.command(b"ZREMRANGEBYSCORE", roster, b"-inf", forget, route=roster)]
         if gone:  # a beat racing this may be dropped too: it is back at the next beat
-            cleanup.append(self.command(b"ZREM", roster, *gone, route=roster))
-        self.run(cleanup, budget=0)  # best effort: the next reader tries again
+            cleanup.append(self._store.command(b"ZREM", roster, *gone, route=roster))
+        self._store.run(cleanup, budget=0)  # best effort: the next reader tries again
         return sorted(workers, key=lambda w: (w.name, w.instance))
 
 

@@ -57,6 +57,7 @@ SCRIPTS = (
     "keep",  # jobs cancelled in the outbox, kept as finished (storage/finished.py)
     "requeue",
     "run_now",
+    "reschedule",  # a pending job's due time moved (storage/reschedule.py)
     "delete",
     "fetch",
     "upgrade",

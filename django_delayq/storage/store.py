@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
+from functools import cached_property
 from typing import Any
 
 from django_delayq.exceptions import ConnectionError as DelayQConnectionError
+from django_delayq.storage.batches import BatchStore
 from django_delayq.storage.calls import API_BUDGET, WORKER_BUDGET
-from django_delayq.storage.finished import FinishedReads, Keep, keep_setting
+from django_delayq.storage.control import ControlStore
+from django_delayq.storage.finished import FinishedStore, Keep, keep_setting
 from django_delayq.storage.history import History
 from django_delayq.storage.manual import PURGE_CHUNK, ManualOps  # noqa: F401 (PURGE_CHUNK: its 0.6 path)
 from django_delayq.storage.marks import StartMarks
@@ -41,6 +44,7 @@ from django_delayq.storage.replies import (  # the reply types are part of the s
     parse_resent_claim,
     parse_schedule,
 )
+from django_delayq.storage.reschedule import Reschedule
 from django_delayq.storage.roster import Roster
 from django_delayq.storage.scripts import lib_constant
 
@@ -61,8 +65,14 @@ def _is_one(reply: Any) -> bool:
     return int(reply) == 1
 
 
-class Store(PlainSchedule, Reads, FinishedReads, History, ManualOps, Roster, OldLayout):
+class Store(PlainSchedule, Reschedule, Reads, History, ManualOps, OldLayout):
     """Byte-level access to one Redis (or Redis Cluster) for one key prefix."""
+
+    # -- subject stores, each built on first use and sending through this Store ----------
+    batches = cached_property(BatchStore)  # batches, forward entries, chains (batches.py)
+    control = cached_property(ControlStore)  # pause, ranked set, published limits (control.py)
+    roster = cached_property(Roster)  # the live workers (roster.py)
+    finished = cached_property(FinishedStore)  # finished jobs kept (finished.py)
 
     def marker(self) -> StartMarks:
         """Start marks for one worker (a connection of their own; see mark_op)."""

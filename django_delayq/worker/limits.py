@@ -9,7 +9,6 @@ import logging
 
 from django_delayq.exceptions import DelayQError
 from django_delayq.scheduling.registry import registered
-from django_delayq.storage import control
 from django_delayq.storage.store import Store
 
 logger = logging.getLogger("django_delayq.worker")
@@ -24,12 +23,12 @@ def publish_limits(store: Store, queues: list[str], queue_limits: dict[str, int 
     tries again)."""
     tasks = registered().values()
     try:
-        control.publish_rates(store, queues, {t.name: t.rate for t in tasks})
-        control.publish_concurrency(store, queues, {t.name: t.concurrency for t in tasks})
-        control.publish_group_limits(
-            store, queues, {t.name: (t.group_concurrency, t.group_rate) for t in tasks}
+        store.control.publish_rates(queues, {t.name: t.rate for t in tasks})
+        store.control.publish_concurrency(queues, {t.name: t.concurrency for t in tasks})
+        store.control.publish_group_limits(
+            queues, {t.name: (t.group_concurrency, t.group_rate) for t in tasks}
         )
-        control.publish_queue_limits(store, queue_limits)
+        store.control.publish_queue_limits(queue_limits)
     except DelayQError as exc:
         logger.error("the tasks' limits could not be written to Redis (tried again): %s", exc)
         return False

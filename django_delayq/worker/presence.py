@@ -125,7 +125,7 @@ class Presence:
         """Write the description once (raises DelayQError when Redis does not take it)."""
         self.beats += 1
         store = self.worker.store
-        ops = store.worker_beat_ops(self.worker.instance, self.describe(), self.ttl, time.time())
+        ops = store.roster.beat_ops(self.worker.instance, self.describe(), self.ttl, time.time())
         self.ok = False
         for result in store.run(ops):
             if isinstance(result, Exception):
@@ -154,7 +154,7 @@ class Presence:
         """Take the worker off the roster."""
         store = self.worker.store
         try:
-            for result in store.run(store.worker_gone_ops(self.worker.instance), budget=0.5):
+            for result in store.run(store.roster.gone_ops(self.worker.instance), budget=0.5):
                 if isinstance(result, Exception):
                     raise result
         except DelayQError as exc:

@@ -29,9 +29,10 @@ it; in a pipeline the injected reply takes the command's place among the real on
 
 Matchers are ``Callable[[list[bytes]], bool]`` over the command's words:
 :func:`command`, :func:`script` (an EVALSHA of one django-delayq script, by SHA1), and the
-worker-level ones :func:`carries_acks`, :func:`claims_jobs`, :func:`schedules`. Those, and
-:func:`script_sha`, are the ONLY places that know django_delayq's script names and argument
-layout: adapt them when scripts are renamed or their ARGV changes.
+worker-level ones :func:`a_claim`, :func:`carries_acks`, :func:`claims_jobs`,
+:func:`schedules`. Those, and :func:`script_sha`, are the ONLY places that know
+django_delayq's script names and argument layout: adapt them when scripts are renamed or
+their ARGV changes.
 """
 
 from __future__ import annotations
@@ -71,19 +72,26 @@ def script_argv(cmd: list[bytes]) -> list[bytes]:
     return cmd[3 + int(cmd[2]) :]
 
 
+def a_claim(cmd: list[bytes]) -> bool:
+    """A claim of the worker's: claim.lua, or claim_plain.lua (a queue plain for the jobs it
+    claims; the same ARGV)."""
+    return script("claim")(cmd) or script("claim_plain")(cmd)
+
+
 def carries_acks(cmd: list[bytes]) -> bool:
     """The worker's round trip that acknowledges finished jobs: the acks of a queue ride in
-    its claim.lua call (ARGV[8..]: id, token, info, attempt quadruples after the five claim
-    arguments and the two of finished jobs' keeping); ack.lua takes them alone. A claim
-    without acks has exactly seven ARGV."""
+    its claim (claim.lua or claim_plain.lua, ARGV[8..]: id, token, info, attempt quadruples
+    after the five claim arguments and the two of finished jobs' keeping); ack.lua takes
+    them alone. A claim without acks has exactly seven ARGV."""
     if script("ack")(cmd):
         return True
-    return script("claim")(cmd) and len(script_argv(cmd)) > 7
+    return a_claim(cmd) and len(script_argv(cmd)) > 7
 
 
 def claims_jobs(cmd: list[bytes]) -> bool:
-    """A claim that may take jobs (claim.lua with ARGV[2], the limit, > 0)."""
-    return script("claim")(cmd) and int(script_argv(cmd)[1]) > 0
+    """A claim that may take jobs (claim.lua or claim_plain.lua with ARGV[2], the limit,
+    > 0)."""
+    return a_claim(cmd) and int(script_argv(cmd)[1]) > 0
 
 
 def schedules(cmd: list[bytes]) -> bool:

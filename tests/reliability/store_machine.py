@@ -30,14 +30,14 @@ from django_delayq.jobs.ids import new_job_id
 from django_delayq.jobs.job import RESERVED
 from django_delayq.jobs.record import decode_record, encode_record
 from django_delayq.jobs.state import parse_state
-from django_delayq.storage import control
 from django_delayq.storage.ops import Op
 from django_delayq.storage.store import DONE_TTL, Store
 
 Q = "default"
 T0 = 1_800_000_000.0
 TASK = "tests.testapp.tasks.add"
-OTHER = "tests.testapp.tasks.remember"  # a task whose rate limit makes the queue general
+OTHER = "tests.testapp.tasks.remember"  # a task whose limit leaves TASK's jobs plain
+NEVER_HELD = (1_000_000, 1000)  # TASK's rate making the queue general: holds no job back
 KEYS = ("k1", "k2")
 DEFAULT_MAX = 1
 DEAD = {"dead_max_age": 6.0, "dead_max_count": 3, "max_errors": 3}
@@ -76,9 +76,10 @@ class StoreMachine(RuleBasedStateMachine):
         self.tombstones: dict[str, float] = {}
         self.sent: list[tuple[str, bytes, float]] = []  # keyless schedules, to re-send
         self.last_claim: tuple[str, int, list[str]] | None = None  # token, limit, ids
-        # A limit of another task published (control exists): claim_plain.lua then answers
-        # 'features', claim.lua claims as on a plain queue but does not say 'plain'.
-        self.general = False
+        # The limits published: "none" (no control hash), "other" (OTHER's rate: TASK's
+        # jobs are plain, claim.lua says so once it read one), "own" (TASK's rate: a claim
+        # reading TASK's jobs is general, claim_plain.lua answers 'features').
+        self.limits = "none"
         self.tokens = itertools.count()
         self.serial = itertools.count()
 
@@ -198,14 +199,19 @@ class StoreMachine(RuleBasedStateMachine):
     @rule(limit=st.integers(0, 3), lease=st.sampled_from([1.0, 5.0]))
     def claim(self, limit: int, lease: float) -> None:
         token = f"w#{next(self.tokens)}"
+        reads = limit > 0 and self._due()
         got = self.store.claim(Q, limit, lease=lease, token=token, instance="w", now=self.now)
-        assert got.plain != self.general
+        assert got.plain == {"none": True, "other": reads, "own": False}[self.limits]
         self._claimed(got, token, limit, lease)
+
+    def _due(self) -> bool:
+        return any(j.score <= self.now for j in self._of("pending"))
 
     @rule(limit=st.integers(0, 3), lease=st.sampled_from([1.0, 5.0]), data=st.data())
     def claim_plain(self, limit: int, lease: float, data: st.DataObject) -> None:
         """claim_plain.lua, carrying the acks of some running jobs without a unique key (as
-        the worker sends it): on a general queue it acknowledges them and leases nothing."""
+        the worker sends it): when a limit applies to the due jobs it reads, it acknowledges
+        them and leases nothing."""
         plain = [j for j in self._of("running") if j.key is None]
         acks = (
             data.draw(st.lists(st.sampled_from(plain), max_size=2, unique_by=lambda j: j.id))
@@ -214,6 +220,7 @@ class StoreMachine(RuleBasedStateMachine):
         )
         token = f"w#{next(self.tokens)}"
         entries = [(j.id, j.token or "", self._info(j)) for j in acks]
+        general = self.limits == "own" and limit > 0 and self._due()
         got = self.store.claim(
             Q,
             limit,
@@ -226,18 +233,21 @@ class StoreMachine(RuleBasedStateMachine):
         )
         assert got.acked == [1] * len(acks)
         self._finished(acks)
-        if self.general:
+        if general:
             assert got.features and not got.jobs and not got.plain
             return
         assert got.plain and not got.features
         self._claimed(got, token, limit, lease)
 
-    @rule(general=st.booleans())
-    def turn_general_or_plain(self, general: bool) -> None:
-        """A limit of another task published or removed: the queue's claim path changes, the
-        claims of TASK's jobs do not."""
-        control.publish_rates(self.store, [Q], {OTHER: (5, 1000) if general else None})
-        self.general = general
+    @rule(limits=st.sampled_from(["none", "other", "own"]))
+    def publish_limits(self, limits: str) -> None:
+        """A limit of another task or of TASK published, or none: the scripts' hints and
+        answers change, the jobs each claim leases do not (TASK's rate holds none back)."""
+        rates = {"none": {}, "other": {OTHER: (5, 1000)}, "own": {TASK: NEVER_HELD}}[limits]
+        self.store.control.publish_rates([Q], {OTHER: None, TASK: None, **rates})
+        if limits == "none":  # and the state a removed rate leaves ("tat:<task>")
+            self.store.client.delete(self.store.key(Q, "control"))
+        self.limits = limits
 
     def _claimed(self, got: Any, token: str, limit: int, lease: float) -> None:
         due = [j for j in self._of("pending") if j.score <= self.now][:limit]

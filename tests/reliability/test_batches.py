@@ -90,7 +90,7 @@ class KillLoop:
         handlers, just before it claims)."""
         names = {proc.name for proc in procs}
         wait_until(
-            lambda: names <= {w.name for w in self.store.live_workers(time.time())},
+            lambda: names <= {w.name for w in self.store.roster.live(time.time())},
             30,
             f"{sorted(names)} on the roster",
         )

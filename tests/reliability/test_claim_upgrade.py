@@ -3,7 +3,13 @@
 jobs, one of the two workers SIGKILLed mid-drain. The new worker claims the queue through
 claim_plain.lua while it is plain and claim.lua while prioritised jobs wait; the 0.7.0 one
 always through its own claim.lua. Every job runs; one runs again only if the killed worker
-held it when it died (the survivor's recovery hands those back); nothing is left."""
+held it when it died (the survivor's recovery hands those back); nothing is left.
+
+And beside limits (0.8's plain claim beside another task's limit): an old worker (0.7.0,
+claim.lua only; or the claim_plain.lua before 0.8, which answers 'features' wherever
+`control` exists) and a new one drain plain jobs and jobs of a task with concurrency=1 on
+one queue: the new worker claims the plain ones through claim_plain.lua, the limit holds
+across both (one attempt at a time), every job runs once."""
 
 from __future__ import annotations
 
@@ -18,6 +24,8 @@ import pytest
 from django_delayq.jobs.record import decode_record
 from django_delayq.storage.scripts import script
 from django_delayq.storage.store import Store
+from tests.reliability.faults import FaultProxy, observe, script_argv
+from tests.reliability.faults import script as script_call
 from tests.reliability.harness import (
     held_by,
     installed,
@@ -27,7 +35,7 @@ from tests.reliability.harness import (
     waiting_workers,
     worker_env,
 )
-from tests.reliability.tasks import mark
+from tests.reliability.tasks import exclusive, mark
 from tests.reliability.test_batch_outbox_edges import RELEASE_0_7
 from tests.reliability.test_batch_upgrade import old_tree, start_old_worker
 
@@ -37,7 +45,7 @@ OLD_PRODUCER = """
 import sys
 import django
 django.setup()
-from tests.reliability.tasks import mark
+from tests.reliability.tasks import exclusive, mark
 tag, first, count, every = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 for i in range(first, first + count):
     priority = 5 if every and i % every == 0 else 0
@@ -79,10 +87,9 @@ def test_0_7_producers_and_worker_beside_a_new_worker_one_killed_mid_drain(
     control = store.key("default", "control")
     try:
         wait_until(lambda: waiting_workers(data) >= 2, 60, "both workers up (limits published)")
-        # The suite's tasks with limits (concurrency=, group_concurrency=) made every queue
-        # general as the workers started (design 4.3's known cost): without them the queue
-        # is plain, as it is in a deployment without limits.
-        store.client.delete(control)
+        # The suite's tasks with limits (concurrency=, group_concurrency=) were published
+        # as the workers started: `control` exists, and mark's jobs are plain beside it.
+        assert store.client.exists(control)
         # 1. plain jobs of both versions: the new worker claims through claim_plain.lua
         old_schedule(tree, env, tag, 0, 100, 0)
         new_schedule(store, tag, 0, 100, 0)
@@ -135,3 +142,76 @@ def test_0_7_producers_and_worker_beside_a_new_worker_one_killed_mid_drain(
     assert len(done) == total
     assert set(again) <= exposed and max(again.values(), default=1) <= 2, (again, exposed)
     assert state == {"pending": 0, "running": 0, "dead": 0, "records": 0}
+
+
+BEFORE_0_8 = "b4c1da3"  # claim_plain.lua answering 'features' wherever `control` exists
+
+
+def plain_claims(cmd: list[bytes]) -> bool:
+    """The new worker's claim_plain.lua calls that may lease (limit > 0)."""
+    return script_call("claim_plain")(cmd) and int(script_argv(cmd)[1]) > 0
+
+
+@pytest.mark.parametrize("old_code", ["0.7.0", "before 0.8"])
+def test_an_old_worker_beside_a_new_one_on_a_queue_holding_limits(
+    old_code, servers, runs_server, runs_client, workers, prefix, tag, tmp_path, report
+):
+    data = servers.redis("data")
+    store = Store(data.client(), prefix)
+    env = worker_env(data.url, runs_server.url, prefix, VISIBILITY_TIMEOUT=5, MAX_SLEEP=1)
+    commit = RELEASE_0_7 if old_code == "0.7.0" else BEFORE_0_8
+    tree = old_tree(tmp_path, commit, old_code)
+    old = start_old_worker(tree, env, tmp_path / "old.log", "default")
+    limited = f"{tag}-x"  # exclusive's runs: "start <value> <t>", "end <value> <t>"
+    with FaultProxy(data.port) as proxy:
+        seen = proxy.add_rule(plain_claims, observe(), times=None)
+        new_env = {**env, "REDIS_URL": proxy.url}
+        new = workers.start(new_env, "--concurrency", "2", "-v", "0", name="new")
+        try:
+            wait_until(lambda: waiting_workers(data) >= 2, 60, "both workers up")
+            # Both published the suite's limits (exclusive's concurrency=1 among them): the
+            # control hash stays, as in a deployment with a limited task.
+            control = store.key("default", "control")
+            assert store.client.hget(control, f"conc:{exclusive.name}") == b"1"
+            old_schedule(tree, env, tag, 0, 100, 0)
+            with installed(store):
+                for i in range(12):
+                    exclusive.schedule(limited, str(i), 0.05)
+            new_schedule(store, tag, 0, 100, 0)
+
+            def drained() -> bool:
+                ends = [r for r in runs(runs_client, limited) if r.startswith("end")]
+                return len(set(runs(runs_client, tag))) == 200 and len(ends) >= 12
+
+            wait_until(drained, 90, "every job to run")
+            wait_until(lambda: sizes(store)["running"] == 0, 30, "no job left running")
+        finally:
+            if old.poll() is None:
+                old.send_signal(signal.SIGTERM)
+                old.wait(30)
+            new.signal(signal.SIGTERM)
+            code = new.wait(30)
+        replies = list(seen.replies)
+    assert code == 0, new.output()
+    done = Counter(runs(runs_client, tag))
+    events = [r.split() for r in runs(runs_client, limited)]
+    running, peak = 0, 0
+    for kind, _, _ in sorted(events, key=lambda e: float(e[2])):
+        running += 1 if kind == "start" else -1
+        peak = max(peak, running)
+    ends = Counter(value for kind, value, _ in events if kind == "end")
+    report(
+        scenario=f"claim_plain beside limits, a {old_code} worker beside a new one",
+        jobs=212,
+        kills=0,
+        lost=200 - len(done) + 12 - len(ends),
+        duplicates=sum(n - 1 for n in done.values()) + sum(n - 1 for n in ends.values()),
+        peak=peak,
+    )
+    assert sorted(done.values()) == [1] * 200 and sorted(ends) == sorted(map(str, range(12)))
+    assert sorted(ends.values()) == [1] * 12
+    assert peak == 1, events  # concurrency=1 held across the old and the new worker
+    # The new worker leased through claim_plain.lua beside the control hash (a 5-element
+    # reply: 'plain'; 'features' has 4).
+    assert b"*5" in replies, replies
+    assert sizes(store) == {"pending": 0, "running": 0, "dead": 0, "records": 0}

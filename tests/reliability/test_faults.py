@@ -172,27 +172,38 @@ def test_before_runs_a_hook_then_forwards(proxy, data):
 
 
 def test_script_matchers_find_django_delayq_calls(proxy, data):
-    """script(), claims_jobs(), carries_acks() and schedules() recognise the store's calls
-    (the proxy's one dependency on django_delayq's script names and ARGV layout)."""
+    """script(), a_claim(), claims_jobs(), carries_acks() and schedules() recognise the
+    store's calls, claim.lua's and claim_plain.lua's (the proxy's one dependency on
+    django_delayq's script names and ARGV layout)."""
     rules = {
         name: proxy.add_rule(match, observe(), times=None)
         for name, match in {
             "schedule": faults.schedules,
             "claim": faults.script("claim"),
+            "any claim": faults.a_claim,
             "claims": faults.claims_jobs,
             "acks": faults.carries_acks,
             "evalsha": command(b"EVALSHA"),
         }.items()
     }
     store = Store(no_retry(proxy), "faults-test")
-    store.schedule("default", "01J0000000000000000000000A", b"0\nt.x\n")
-    claim = store.claim("default", 1, lease=30, token="w#1", instance="w")
-    store.claim("default", 0, lease=30, token="w#2", instance="w")
-    store.claim(
-        "default", 0, lease=30, token="w#3", instance="w", acks=[(claim.jobs[0].id, "w#1", "")]
-    )
+    for plain in (False, True):  # claim.lua, then claim_plain.lua: the worker sends both
+        job_id = f"01J000000000000000000000{int(plain)}A"
+        store.schedule("default", job_id, b"0\nt.x\n")
+        options = {"lease": 30, "instance": "w", "plain": plain}
+        claim = store.claim("default", 1, token=f"w#1{plain}", **options)
+        store.claim("default", 0, token=f"w#2{plain}", **options)
+        acks = [(claim.jobs[0].id, f"w#1{plain}", "")]
+        store.claim("default", 0, token=f"w#3{plain}", acks=acks, **options)
     counts = {name: rule.matched for name, rule in rules.items()}
-    assert counts == {"schedule": 1, "claim": 3, "claims": 1, "acks": 1, "evalsha": 4}
+    assert counts == {
+        "schedule": 2,
+        "claim": 3,
+        "any claim": 6,
+        "claims": 2,
+        "acks": 2,
+        "evalsha": 8,
+    }
     assert store.client.hlen(store.key("default", "jobs")) == 0  # acked through the proxy
 
 

@@ -62,4 +62,4 @@ def test_a_0_6_worker_beside_0_7_ones_runs_jobs_once_and_keeps_none(
     for job in kept["both-"] + kept["new-only-"]:  # kept only by a 0.7 worker's ack
         assert job is None or (job.status == "succeeded" and job.last_attempt["worker"] == "new")
     assert all(job is not None for job in kept["new-only-"])
-    assert store.finished_count("default") == sum(j is not None for js in kept.values() for j in js)
+    assert store.finished.count("default") == sum(j is not None for js in kept.values() for j in js)

@@ -166,7 +166,7 @@ def test_lost_ack_reply_jobs_run_once_and_settle(
 def assert_kept_once(store: Store, ids: list[str], worker: str) -> None:
     """Each job is kept as finished once (the ack re-sent after a lost reply or an error
     changed nothing), as succeeded at its first attempt by ``worker``."""
-    assert store.finished_count("default") == len(ids)
+    assert store.finished.count("default") == len(ids)
     with installed(store):
         for job_id in ids:
             kept = get_job(job_id, finished=True)

@@ -70,7 +70,7 @@ def test_status_exit_codes_with_and_without_live_workers_and_with_redis_stopped(
     first = workers.start(env, "--concurrency", "2", name="status-first")
     wait_until(lambda: runs(runs_client, tag) == ["first"], 30, "the first job to run")
     wait_until(
-        lambda: [w.done for w in store.live_workers(store.server_time())] == [1],
+        lambda: [w.done for w in store.roster.live(store.server_time())] == [1],
         10,
         "a beat of the worker that counts the job done",
     )
@@ -91,9 +91,7 @@ def test_status_exit_codes_with_and_without_live_workers_and_with_redis_stopped(
     killed = time.monotonic()
     with installed(store):
         mark.schedule(tag, "second")
-    wait_until(
-        lambda: not store.live_workers(store.server_time()), 30, "the killed worker to leave"
-    )
+    wait_until(lambda: not store.roster.live(store.server_time()), 30, "the killed worker to leave")
     left_after = time.monotonic() - killed
     code, out, err = status(env)
     assert code == 1, out + err
@@ -102,11 +100,11 @@ def test_status_exit_codes_with_and_without_live_workers_and_with_redis_stopped(
     # A worker stopped by SIGTERM takes itself off the roster before it exits.
     second = workers.start(env, name="status-second")
     wait_until(lambda: "second" in runs(runs_client, tag), 30, "the second job to run")
-    wait_until(lambda: store.live_workers(store.server_time()), 10, "the worker on the roster")
+    wait_until(lambda: store.roster.live(store.server_time()), 10, "the worker on the roster")
     assert status(env)[0] == 0
     second.signal(signal.SIGTERM)
     assert second.wait(30) == 0, second.output()
-    assert store.live_workers(store.server_time()) == []
+    assert store.roster.live(store.server_time()) == []
     assert store.client.zcard(store.workers_key) == 0
 
     # Redis stopped: exit 2, whatever the format.

@@ -28,7 +28,7 @@ EMPTY = {"pending": 0, "running": 0, "dead": 0, "records": 0}
 def children(store: Store, supervisor: int) -> list[LiveWorker]:
     """The live workers on the roster that ``supervisor`` (a pid) started."""
     seconds, micros = store.client.time()
-    return [w for w in store.live_workers(seconds + micros / 1e6) if w.supervisor == supervisor]
+    return [w for w in store.roster.live(seconds + micros / 1e6) if w.supervisor == supervisor]
 
 
 def pids_of(values: list[str]) -> Counter[int]:

@@ -263,7 +263,7 @@ def test_a_database_schedule_added_changed_disabled_and_deleted_while_workers_ru
     # Up (on the roster, which a worker joins just before it claims): a pickup time is a
     # running worker's, not its start-up's (5.9 s beside two busy loops).
     wait_until(
-        lambda: {p.name for p in procs} <= {w.name for w in store.live_workers(time.time())},
+        lambda: {p.name for p in procs} <= {w.name for w in store.roster.live(time.time())},
         30,
         "the workers on the roster",
     )

@@ -92,7 +92,7 @@ def test_stuck_job_is_recovered_once_its_worker_is_gone(
         wait_until(lambda: runs(runs_client, f"{tag}:started"), 20, "the job to start")
         rescuer = workers.start(env, name="rescuer")
         wait_until(
-            lambda: "rescuer" in {w.name for w in store.live_workers(store.server_time())},
+            lambda: "rescuer" in {w.name for w in store.roster.live(store.server_time())},
             30,
             "the rescuer on the roster",  # where it joins just before it claims
         )

@@ -15,8 +15,12 @@
 -- per entry; attempt is the number the attempt will have once started; due the job's due_at
 -- (epoch ms; '' for a job the call re-sends or unparks: its due time is not at hand), so
 -- the worker knows each job's lateness.
--- A fifth element 'plain' follows when none of ranked, control, parked existed at the call's
--- start: the worker may send claim_plain.lua next.
+-- A fifth element 'plain' follows when claim_plain.lua would have claimed what this call
+-- read: none of ranked, control, parked existed at its start; or, on the general path, no
+-- pause, no queue limit ("qconc"), no limit applied to a job it read (hold_back's
+-- `limited`), it read at least one job when `control` exists (reading none, it cannot tell
+-- whether the next are of a limited task), and neither `ranked` nor `parked` exists at its
+-- end (one EXISTS more). The worker may then send claim_plain.lua next.
 -- Claimed jobs are leased as not started (score lease_until - RESERVED); the worker's runner
 -- marks each one started (ZADD XX GT lease_until) just before running it, so a job whose
 -- worker died before starting it is handed back by recover.lua without counting an attempt.
@@ -59,7 +63,9 @@ local want = (limit > 0 and not resend) and limit or 0
 local read = {ids = {}, from_pending = {}, from_ranked = {}, records = {}, states = {}}
 -- The queue's own limit (nil: none), its live holders, the "qhold" field as read.
 local qslots, queue_held, queue_hold_was = nil, nil, nil
-local controlled = redis.call('EXISTS', ranked, control, parked) > 0
+-- `ranked` and `parked` are named twice: an odd count says `control` exists.
+local found = redis.call('EXISTS', ranked, ranked, parked, parked, control)
+local controlled, has_control, paused = found > 0, found % 2 == 1, false
 if not controlled then
   if want > 0 then
     read.ids = redis.call('ZRANGEBYSCORE', pending, '-inf', int(now), 'LIMIT', 0, limit)
@@ -70,7 +76,7 @@ if not controlled then
   local after = redis.call('ZRANGE', pending, #read.ids, #read.ids, 'WITHSCORES')
   read.next_due = after[2] and tonumber(after[2])
 else
-  local paused = redis.call('HEXISTS', control, 'paused') == 1
+  paused = redis.call('HEXISTS', control, 'paused') == 1
   if paused then want = 0 end
   qslots, queue_held, queue_hold_was = queue_limit()
   if qslots and want > math.max(qslots - #queue_held, 0) then
@@ -87,7 +93,8 @@ else
   if read.queue_full and read.next_due and read.next_due <= now then read.next_due = now + CONC_GAP end
   if paused then read.next_due = nil end
 end
-if #read.ids > 0 then
+local read_jobs = #read.ids > 0
+if read_jobs then
   read.records = batched('HMGET', jobs, read.ids)
   read.states = batched('HMGET', state, read.ids)
   if controlled then hold_back(read, now, token) end
@@ -116,5 +123,13 @@ elseif #ids > 0 then
 end
 write_queue_holders(qslots, queue_held, queue_hold_was)
 if wakes then wake_worker() end
-if not controlled then return {now, next_due or '', acked, reply, 'plain'} end
+-- claim_plain.lua may claim next when it would have claimed these jobs: no pause, no queue
+-- limit, no limit of their tasks (hold_back's `limited`), neither `ranked` nor `parked`
+-- left (controls.lua's test, on what this call read); beside a `control` hash, only once
+-- the call read jobs (reading none, it cannot tell whether the next are of a limited task).
+local plain = not controlled
+if controlled and not paused and not qslots and not read.limited and (read_jobs or not has_control) then
+  plain = redis.call('EXISTS', ranked, parked) == 0
+end
+if plain then return {now, next_due or '', acked, reply, 'plain'} end
 return {now, next_due or '', acked, reply}

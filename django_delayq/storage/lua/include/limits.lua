@@ -14,6 +14,8 @@
 -- one over its task's concurrency or rate, or its group's rate, stays pending, due when
 -- the limit allows it. `c.next_due` moves to the earliest of those times; `c.grouping` is
 -- group_limits(now), `c.queue_full` whether the queue's own limit capped the claim.
+-- `c.limited` is set when a limit of a job's task or group applied to it (held back or
+-- not): claim_plain.lua would not have claimed it.
 local function hold_back(c, now, token)
   zsets(running, parked) hashes(stats, groups, holds)
   local grouping, records = c.grouping, c.records
@@ -27,6 +29,7 @@ local function hold_back(c, now, token)
     local task = records[i] and string.match(records[i], '^[^\n]*\n([^\n]*)')
     if task and has((select(2, header(records[i]))), 'g') then gkey = grouping.of(id) end
     local glimit = gkey and grouping.limits(task)
+    if glimit and (glimit.conc or glimit.rate) then c.limited = true end
     if glimit and glimit.conc and #grouping.holders(gkey) >= glimit.conc then
       to_park = true
     elseif c.room and #kept_ids >= c.room then
@@ -34,6 +37,7 @@ local function hold_back(c, now, token)
     elseif task then
       if rates[task] == nil then rates[task] = rate_interval(redis.call('HGET', control, 'rate:' .. task)) or false end
       local slot = task_slots(task, slots, holders)
+      if slot or rates[task] then c.limited = true end
       if slot and #holders[task] >= slot then
         wait = now + CONC_GAP
       elseif rates[task] then
