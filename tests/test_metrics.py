@@ -41,6 +41,7 @@ COUNTERS = {
     "delayq_jobs_dead_lettered",
     "delayq_jobs_recovered",
     "delayq_jobs_limited",
+    "delayq_jobs_expired",
 }
 
 

@@ -765,6 +765,7 @@ def test_totals_count_every_outcome_since_the_queue_began(store):
         "dead": 2,
         "recovered": 1,
         "limited": 0,
+        "expired": 0,
     }
     store.client.hset(store.key(Q, "stats"), "done", "garbage")
     assert store.totals(Q)["done"] == 0

@@ -28,7 +28,7 @@ from django_delayq.batches import links
 from django_delayq.batches.api import BatchState, state_of
 from django_delayq.conf import delayq_settings
 from django_delayq.exceptions import DelayQError
-from django_delayq.jobs.finished import CANCELLED, SUCCEEDED
+from django_delayq.jobs.finished import CANCELLED, EXPIRED, SUCCEEDED
 from django_delayq.jobs.job import DEAD, PENDING, RUNNING, decode_fields, job_from_raw, to_datetime
 from django_delayq.jobs.record import FLAG_LINKED
 from django_delayq.scheduling.plan import Plan
@@ -52,6 +52,7 @@ JOB_STATES = {
     RUNNING: _("job running"),
     SUCCEEDED: _("job succeeded"),
     CANCELLED: _("job cancelled"),
+    EXPIRED: _("job expired"),
     DEAD: _("job dead"),
     "": _("job ended, no longer kept"),
 }
@@ -60,6 +61,7 @@ OUTCOMES = {
     "": _("not ended"),
     "dead": _("dead"),
     "cancelled": _("cancelled"),
+    "expired": _("expired"),
     "succeeded": _("succeeded"),
 }
 
@@ -95,7 +97,7 @@ class BatchRow:
     @property
     def ended(self) -> int:
         s = self.state
-        return 0 if s is None else s.succeeded + s.dead + s.cancelled
+        return 0 if s is None else s.succeeded + s.dead + s.cancelled + s.expired
 
     @property
     def percent(self) -> int | None:

@@ -11,7 +11,7 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext_lazy
 
 from django_delayq.admin.sets import FINISHED
-from django_delayq.jobs.finished import CANCELLED, SUCCEEDED
+from django_delayq.jobs.finished import CANCELLED, EXPIRED, SUCCEEDED
 from django_delayq.jobs.job import DEAD, PENDING, RUNNING
 
 # The lists (and their tabs), then the statuses of a finished job.
@@ -22,6 +22,7 @@ STATUS_TITLES = {
     FINISHED: _("Finished"),
     SUCCEEDED: _("Succeeded"),
     CANCELLED: _("Cancelled"),
+    EXPIRED: _("Expired"),
 }
 LIST_TITLES = {
     PENDING: _("Pending jobs in %(queue)s"),

@@ -32,7 +32,7 @@ from django.utils.translation import gettext
 
 from django_delayq.admin import audit
 from django_delayq.admin.views import duration
-from django_delayq.jobs.finished import CANCELLED, SUCCEEDED, AttemptRecord
+from django_delayq.jobs.finished import CANCELLED, EXPIRED, SUCCEEDED, AttemptRecord
 from django_delayq.jobs.job import DEAD, PENDING, RUNNING, Job
 from django_delayq.jobs.state import shown_instance
 
@@ -111,6 +111,8 @@ def _end(job: Job) -> Event | None:
     if job.status == CANCELLED:
         due = [gettext("was due %(when)s") % {"when": date_text(job.due_at)}] if job.due_at else []
         return Event("end", job.finished_at, gettext("Cancelled"), due, outcome=CANCELLED)
+    if job.status == EXPIRED:
+        return Event("end", job.finished_at, gettext("Expired, not run"), outcome=EXPIRED)
     if job.status == DEAD:
         return Event("end", job.died_at, gettext("Dead-lettered"), outcome=DEAD)
     return None

@@ -120,6 +120,7 @@ class BatchState:
     sealed_at: datetime | None
     cancelled_at: datetime | None
     callbacks: dict[str, str | None]
+    expired: int = 0  # members not started before their expiry: ended as cancelled ones
 
 
 @contextlib.contextmanager
@@ -203,7 +204,7 @@ def state_of(batch_id: str, fields: dict[str, str]) -> BatchState:
         return to_datetime(int(value) / 1000) if value and value.isdigit() else None
 
     total = int(fields["total"]) if fields.get("total", "").isdigit() else None
-    ended = number("n:succeeded") + number("n:dead") + number("n:cancelled")
+    ended = number("n:succeeded") + number("n:dead") + number("n:cancelled") + number("n:expired")
     callbacks: dict[str, str | None] = {}
     for kind in KINDS:
         if f"cb:{kind}" in fields:
@@ -226,6 +227,7 @@ def state_of(batch_id: str, fields: dict[str, str]) -> BatchState:
         sealed_at=moment("sealed"),
         cancelled_at=moment("cancelled"),
         callbacks=callbacks,
+        expired=number("n:expired"),
     )
 
 

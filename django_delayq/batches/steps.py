@@ -95,6 +95,7 @@ def store_step(
         relayed=True,
         long_tombstone=True,
         linked=bool(link),
+        expires_ms=prepared.expires_ms,
     )
     record = encode_job(spec).data
     store = store or get_store()

@@ -1,6 +1,6 @@
 """Finished jobs as kept in Redis, and the attempts of a job.
 
-A job that succeeded or was cancelled is kept a while (``DELAYQ["FINISHED_MAX_AGE"]`` and
+A job that succeeded, was cancelled or expired is kept a while (``DELAYQ["FINISHED_MAX_AGE"]`` and
 ``["FINISHED_MAX_COUNT"]``, storage/finished.py) as one entry written by the script that
 ended it (lua/include/keeping.lua's ``keep_finished``)::
 
@@ -32,7 +32,8 @@ from django_delayq.jobs.times import to_datetime
 
 SUCCEEDED = "succeeded"
 CANCELLED = "cancelled"
-FINISHED = (SUCCEEDED, CANCELLED)
+EXPIRED = "expired"  # not started before its expiry (schedule(expires=...): lua/expire.lua)
+FINISHED = (SUCCEEDED, CANCELLED, EXPIRED)
 
 
 @dataclass(frozen=True)

@@ -53,11 +53,12 @@ RESERVED = 10_000_000_000
 class Job:
     """A job as stored in Redis at the moment it was read.
 
-    ``status`` is ``"pending"``, ``"running"`` or ``"dead"``; ``"succeeded"`` or
-    ``"cancelled"`` for a finished job, kept a while (``DELAYQ["FINISHED_MAX_AGE"]``), which
-    ``get_job(id, finished=True)`` and the admin return (plain ``get_job`` returns None for
-    it, as before 0.7); ``finished_at`` is when it ended, ``due_at`` when it was due (the
-    attempt that succeeded was due then; a cancelled job would have run then).
+    ``status`` is ``"pending"``, ``"running"`` or ``"dead"``; ``"succeeded"`` or ``"cancelled"`` (or
+    ``"expired"``: not started before its ``expires_at``) for a finished job, kept a while
+    (``DELAYQ["FINISHED_MAX_AGE"]``), which ``get_job(id, finished=True)`` and the admin return
+    (plain ``get_job`` returns None for it, as before 0.7); ``finished_at`` is when it ended,
+    ``due_at`` when it was due (the attempt that succeeded was due then; a cancelled job would have
+    run then).
     ``outcome`` is set only on the Job returned by ``schedule()``: ``"created"``,
     ``"replaced"`` or ``"kept"`` (unique keys), or ``"deferred"`` (on_commit inside a
     transaction: its row is in the transaction, Redis gets it after the commit); and on
@@ -92,6 +93,9 @@ class Job:
     # The attempt that ended a succeeded job: attempt, started and due (epoch s; due None when
     # not known), duration (s), worker.
     last_attempt: dict | None = field(default=None, repr=False)
+    # schedule(expires=...): not started by then (Redis's clock at its claim), it is never
+    # run and ends "expired"; None: it never expires.
+    expires_at: datetime | None = None
 
     @property
     def attempt_history(self) -> list[AttemptRecord]:
@@ -209,6 +213,9 @@ def make_job(
             "finished_at": to_datetime(kept.ended_at) if kept else None,
             "last_attempt": kept.last_attempt if kept else None,
             "args_not_kept": kept.cut if kept else None,
+            "expires_at": None
+            if fields.expires_at is None
+            else to_datetime(fields.expires_at / 1000),
         }
     )
 

@@ -30,6 +30,17 @@ the digits, as before; a new flag letter keeps the format at 3.
 A record of 0.1 (a JSON array, format 2, or object, format 1) is still decoded here;
 scripts treat it as having no unique key and the ``MAX_RETRIES`` setting.
 
+A job scheduled with ``expires=`` (since 0.8) has flag ``x`` and its expiry (epoch ms,
+absolute) at the very end of the record, in the last :data:`EXPIRY_WIDTH` bytes: the number
+in base 4, most significant first, one of the JSON whitespace bytes ``' ' '\\t' '\\r'
+'\\n'`` a digit (:func:`expiry_trailer`). JSON allows whitespace before the closing ``]``
+that every reader puts around the argument text, so a reader that does not know flag ``x``
+(0.7.0's workers, during a rolling deploy) decodes the same task and arguments and runs the
+job, as it would have run it without an expiry (tests/test_expiry.py runs 0.7.0's decoder
+on such a record). No script reads it: the worker decides from the record a claim returns
+(worker/expiry.py). A record kept cut to its header and task line (a finished job above
+64 KiB) has lost it: :func:`decode_record` then reads no expiry.
+
 What changes as the job runs lives beside the record (:mod:`django_delayq.jobs.state`).
 """
 
@@ -50,6 +61,44 @@ FLAG_LINKED = "l"  # a link beside the record: a batch member or chain step (lua
 FLAG_LONG_TOMBSTONE = "e"  # with 'i': the tombstone is kept a day (a callback, a next step)
 FLAG_GROUPED = "g"  # a group beside the record (schedule(group=...), lua/_lib.lua's A)
 FLAG_TRACED = "t"  # a trace context beside the record (OpenTelemetry, lua/_lib.lua's O)
+FLAG_EXPIRES = "x"  # an expiry at the end of the record (expiry_trailer)
+
+EXPIRY_WIDTH = 24  # base-4 digits: up to 2**48 ms, past the year 10000
+_DIGITS = b" \t\r\n"  # JSON whitespace, digit values 0..3
+_DIGIT_OF = {byte: value for value, byte in enumerate(_DIGITS)}
+
+
+def expiry_trailer(expires_ms: int) -> bytes:
+    """The last bytes of a record whose job expires at ``expires_ms`` (epoch ms): whitespace
+    every JSON reader skips (see the module docstring)."""
+    out = bytearray(EXPIRY_WIDTH)
+    for i in range(EXPIRY_WIDTH - 1, -1, -1):
+        out[i] = _DIGITS[expires_ms & 3]
+        expires_ms >>= 2
+    return bytes(out)
+
+
+def read_expiry(record: bytes) -> int | None:
+    """The expiry (epoch ms) at the end of a record with flag 'x'; None when its last bytes
+    are not one (a kept record cut to its header)."""
+    if len(record) < EXPIRY_WIDTH:
+        return None
+    value = 0
+    for byte in record[-EXPIRY_WIDTH:]:
+        digit = _DIGIT_OF.get(byte)
+        if digit is None:
+            return None
+        value = value * 4 + digit
+    return value
+
+
+def expires_of(record: bytes) -> int | None:
+    """The expiry (epoch ms) of a record, None for one without flag 'x' (one regex match on
+    its first bytes: what a worker pays per claimed job)."""
+    match = _HEADER.match(record)
+    if match is None or b"x" not in match.group(2):
+        return None
+    return read_expiry(record)
 
 
 def encode_record(
@@ -60,8 +109,10 @@ def encode_record(
     max_retries: int = 0,
     flags: str = "",
     priority: int = 0,
+    expires_ms: int | None = None,
 ) -> bytes:
-    """Encode a job record (format 3), refusing arguments that would not come back equal.
+    """Encode a job record (format 3), refusing arguments that would not come back equal;
+    ``expires_ms``: flag 'x' and the expiry's trailer (see the module docstring).
 
     One ``dumps`` and one ``loads`` (both in C) decide, the ``loads`` only when an argument
     is not a plain str/int/bool/None/finite float; only when they disagree is the structure
@@ -81,6 +132,9 @@ def encode_record(
         raise refusal(task, args, kwargs)
     if kwargs:
         flags += FLAG_KWARGS
+    if expires_ms is not None:
+        flags += FLAG_EXPIRES
+        data += expiry_trailer(expires_ms)
     head = f"{max_retries}{flags}".encode()
     if key is not None:
         raw_key = key.encode()
@@ -118,6 +172,7 @@ class JobSpec:
     linked: bool = False
     grouped: bool = False
     traced: bool = False
+    expires_ms: int | None = None  # flag 'x': not run once Redis's clock passed it
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,7 +210,14 @@ def encode_job(spec: JobSpec) -> Encoded:
     if spec.traced:
         flags += FLAG_TRACED
     data = encode_record(
-        spec.task, spec.args, spec.kwargs, spec.key, spec.max_retries, flags, spec.priority
+        spec.task,
+        spec.args,
+        spec.kwargs,
+        spec.key,
+        spec.max_retries,
+        flags,
+        spec.priority,
+        spec.expires_ms,
     )
     lean = spec.key is None and not spec.priority and _NOT_PLAIN.isdisjoint(flags)
     return Encoded(
@@ -176,8 +238,9 @@ class Fields:
     kwargs: dict
     key: str | None = None
     max_retries: int | None = None  # None only for records of 0.1 (the setting applies)
-    flags: str = ""
+    flags: str = ""  # without 'k' and 'x' (neither concerns a script)
     priority: int = 0
+    expires_at: int | None = None  # epoch ms (flag 'x'), None: never expires
 
     @property
     def info(self) -> str:
@@ -193,6 +256,12 @@ def traced(record: bytes) -> bool:
     """Whether a trace context is stored beside the record (flag 't')."""
     match = _HEADER.match(record)
     return match is not None and b"t" in match.group(2)
+
+
+def record_flags(record: bytes) -> bytes:
+    """The flags of a record's header as stored (b'' for a record without a header)."""
+    match = _HEADER.match(record)
+    return b"" if match is None else match.group(2)
 
 
 def undecided(record: bytes) -> bool:
@@ -263,13 +332,14 @@ def decode_record(raw: bytes | str) -> Fields:
             kwargs_end = raw.index(b"\n", rest)
             kwargs = json.loads(raw[rest:kwargs_end])
             rest = kwargs_end + 1
+        expires = read_expiry(raw) if FLAG_EXPIRES in flags else None
         args = json.loads(b"[" + raw[rest:] + b"]")
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError and JSON errors too
         raise CorruptJob(f"job record cannot be decoded ({exc}): {raw[:80]!r}") from None
     if not task or not isinstance(kwargs, dict):
         raise CorruptJob(f"job record has malformed fields: {raw[:80]!r}")
-    flags = flags.replace(FLAG_KWARGS, "")
-    return Fields(task, args, kwargs, key, max_retries, flags, priority)
+    flags = flags.replace(FLAG_KWARGS, "").replace(FLAG_EXPIRES, "")
+    return Fields(task, args, kwargs, key, max_retries, flags, priority, expires)
 
 
 def _decode_legacy(raw: bytes) -> Fields:

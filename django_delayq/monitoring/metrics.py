@@ -9,7 +9,8 @@ gauges   ``delayq_pending_jobs``, ``delayq_due_jobs``, ``delayq_running_jobs``,
          ``django_delayq.pause`` holds the queue)
 counters ``delayq_jobs_done_total``, ``delayq_attempts_failed_total``,
          ``delayq_attempts_retried_total``, ``delayq_jobs_dead_lettered_total``,
-         ``delayq_jobs_recovered_total``, ``delayq_jobs_limited_total`` (kept in Redis by the
+         ``delayq_jobs_recovered_total``, ``delayq_jobs_expired_total`` (not started before
+         their ``expires``, never run), ``delayq_jobs_limited_total`` (kept in Redis by the
          scripts since the queue began; the last counts hold-backs, not jobs: its name is
          kept for the dashboards that use it)
 
@@ -84,6 +85,11 @@ COUNTERS = (
         "delayq_jobs_recovered",
         "Jobs taken back from workers that stopped heartbeating.",
         "recovered",
+    ),
+    (
+        "delayq_jobs_expired",
+        "Jobs not started before their expiry (schedule(expires=...)): ended, never run.",
+        "expired",
     ),
     (
         "delayq_jobs_limited",

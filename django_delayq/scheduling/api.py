@@ -74,9 +74,11 @@ def schedule(task: Task | str, /, *args: Any, **kwargs: Any) -> Job:
     Options (taken out of ``kwargs``): ``delay`` (timedelta or seconds) or ``at``
     (aware datetime); ``key`` (unique key) with ``on_conflict`` ("replace" or
     "keep"); ``queue``; ``max_retries``; ``priority`` (an int from -100 to 100, default
-    the task's or 0: among due jobs, higher runs first); ``on_commit`` (True, or a database alias:
-    store when the current transaction commits). Returns the Job; its ``outcome``
-    says whether it was created, replaced, kept, or deferred to the commit.
+    the task's or 0: among due jobs, higher runs first); ``expires`` (seconds or a timedelta,
+    counted from this call, not from the due time; or an aware datetime; default the task's:
+    a job not started by then is never run, it ends with status "expired"); ``on_commit``
+    (True, or a database alias: store when the current transaction commits). Returns the
+    Job; its ``outcome`` says whether it was created, replaced, kept, or deferred to the commit.
 
     An option named like one of the task's parameters raises TypeError: give such a task's
     arguments with :func:`call` (``call(task, *args, **kwargs).schedule(**options)``).
@@ -141,8 +143,9 @@ def schedule_many(
     """Schedule many jobs of one task, one round trip per 1,000.
 
     Each call is a tuple/list of positional arguments, or a dict with ``args``,
-    ``kwargs`` and per-job ``delay`` / ``at`` / ``key`` / ``priority`` / ``group`` overriding
-    ``options``.
+    ``kwargs`` and per-job ``delay`` / ``at`` / ``key`` / ``priority`` / ``group`` /
+    ``expires`` overriding ``options`` (a relative ``expires`` counts from this call, the
+    same moment for every job of it).
     Every call is validated before anything is stored. Jobs without a unique key
     go to Redis in one script call per queue and chunk (schedule_many.lua), jobs
     with one through schedule.lua, all in the chunk's one round trip. A chunk whose
@@ -178,7 +181,7 @@ def _schedule_many(
         else:
             args, kwargs, merged = _split_call(call, options)
             plan = base if merged is options else cached_plan(task, merged)
-        prepared.append(Prepared(plan, args, kwargs, outbox=plan.far(now), trace=trace))
+        prepared.append(Prepared(plan, args, kwargs, outbox=plan.far(now), trace=trace, now=now))
         if plan is base and not kwargs and isinstance(call, (tuple, list)):
             first = prepared[-1]
     keys = [p.plan.key for p in prepared if p.plan.key is not None]
@@ -237,7 +240,16 @@ def _split_call(call: Any, options: dict[str, Any]) -> tuple[tuple, dict, dict]:
     """(args, kwargs, options) of one schedule_many() call; ``options`` itself when the
     call overrides none."""
     if isinstance(call, dict):
-        unknown = set(call) - {"args", "kwargs", "delay", "at", "key", "priority", "group"}
+        unknown = set(call) - {
+            "args",
+            "kwargs",
+            "delay",
+            "at",
+            "key",
+            "priority",
+            "group",
+            "expires",
+        }
         if unknown:
             raise TypeError(f"unknown key {sorted(unknown)[0]!r} in a schedule_many() call")
         args, kwargs = tuple(call.get("args", ())), dict(call.get("kwargs", {}))

@@ -31,6 +31,7 @@ from django.utils import timezone
 from django_delayq.conf import delayq_settings
 from django_delayq.outbox import rows as outbox
 from django_delayq.outbox.database_time import When
+from django_delayq.scheduling.expiry import check_expires
 from django_delayq.scheduling.options import check_priority, plan_group
 from django_delayq.scheduling.registry import (
     SCHEDULE_OPTIONS,
@@ -57,7 +58,7 @@ _SOON = DONE_TTL
 _SKEW = 3600.0
 
 OPTION_NAMES = frozenset(
-    {"delay", "at", "key", "on_conflict", "queue", "max_retries", "priority", "group"}
+    {"delay", "at", "key", "on_conflict", "queue", "max_retries", "priority", "group", "expires"}
 )
 
 
@@ -248,6 +249,7 @@ class Plan:
     queue, retries, unique key and due time. schedule_many() works it out once."""
 
     __slots__ = (
+        "expires",
         "group",
         "key",
         "max_retries",
@@ -298,6 +300,13 @@ class Plan:
         self.priority = check_priority(priority)
         self.when = when(options.get("delay"), options.get("at"))
         self.group = plan_group(options.get("group"), found, self.name)
+        expires = options.get("expires")
+        # ("in", s) or ("at", epoch s): made absolute by each call (Prepared), or None
+        self.expires = (
+            check_expires(expires)
+            if expires is not None
+            else (found.expires if found is not None else None)
+        )
         self.soon = due_soon(self.when)
         self.options = {**self.when, "key": key, "on_conflict": on_conflict, "group": self.group}
 

@@ -5,12 +5,14 @@ stores and the outbox need of it. Its :class:`~.plan.Plan` decided the rest."""
 from __future__ import annotations
 
 import copy
+import time
 
 from django_delayq.conf import delayq_settings
 from django_delayq.jobs.ids import new_job_id
 from django_delayq.jobs.job import DEFERRED, PENDING, Job, decode_fields, job_alike, make_job
 from django_delayq.jobs.record import Fields, JobSpec, encode_job, encode_record
 from django_delayq.scheduling import membership
+from django_delayq.scheduling.expiry import expires_ms
 from django_delayq.scheduling.options import group_in_outbox
 from django_delayq.scheduling.plan import Plan
 from django_delayq.scheduling.registry import Task
@@ -22,7 +24,18 @@ class Prepared:
     """A validated schedule() call, encoded for where it goes: Redis now, or the outbox
     (``outbox``: its record has flag 'i', see :meth:`for_outbox`)."""
 
-    __slots__ = ("args", "encoded", "id", "kwargs", "link", "outbox", "plan", "record", "trace")
+    __slots__ = (
+        "args",
+        "encoded",
+        "expires_ms",
+        "id",
+        "kwargs",
+        "link",
+        "outbox",
+        "plan",
+        "record",
+        "trace",
+    )
 
     def __init__(
         self,
@@ -33,7 +46,9 @@ class Prepared:
         link: str | None = None,
         job_id: str | None = None,
         trace: str = "",
+        now: float | None = None,
     ) -> None:
+        """``now``: the moment a relative ``expires`` counts from (this call's, by default)."""
         if plan.task is not None:
             plan.task.check_call(args, kwargs)
         self.plan = plan
@@ -46,6 +61,11 @@ class Prepared:
         # The context of the span that scheduled it (monitoring/tracing.py): never in the
         # outbox (a row has no place for it).
         self.trace = "" if outbox else trace
+        # expires=: absolute from this call on (a retry, the outbox, a relay keep it)
+        if plan.expires is None:
+            self.expires_ms = None
+        else:
+            self.expires_ms = expires_ms(plan.expires, time.time() if now is None else now)
         self.record = self._encode()
         self.id = new_job_id() if job_id is None else job_id
 
@@ -69,6 +89,7 @@ class Prepared:
                 linked=bool(self.link),
                 grouped=plan.group is not None and not self.outbox,
                 traced=bool(self.trace),
+                expires_ms=self.expires_ms,
             )
         )
         return self.encoded.data
@@ -83,8 +104,16 @@ class Prepared:
         other = Prepared.__new__(Prepared)
         other.plan, other.outbox, other.link, other.trace = plan, self.outbox, self.link, self.trace
         other.args, other.kwargs, other.encoded = list(args), {}, self.encoded
+        other.expires_ms = self.expires_ms
         other.record = encode_record(
-            plan.name, other.args, {}, plan.key, plan.max_retries, self.encoded.flags, plan.priority
+            plan.name,
+            other.args,
+            {},
+            plan.key,
+            plan.max_retries,
+            self.encoded.flags,
+            plan.priority,
+            self.expires_ms,
         )
         other.id = new_job_id()
         return other
@@ -129,7 +158,13 @@ class Prepared:
         """The Job this call stored (or kept)."""
         plan = self.plan
         fields = Fields(
-            plan.name, self.args, self.kwargs, plan.key, plan.max_retries, priority=plan.priority
+            plan.name,
+            self.args,
+            self.kwargs,
+            plan.key,
+            plan.max_retries,
+            priority=plan.priority,
+            expires_at=self.expires_ms,
         )
         if result is not None and result.record:  # kept: describe the existing job
             fields = decode_fields(result.record)

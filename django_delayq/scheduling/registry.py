@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, overload
 
 from django_delayq.exceptions import TaskNotFound
 from django_delayq.scheduling.calls import Call
+from django_delayq.scheduling.expiry import check_expires
 from django_delayq.scheduling.options import check_concurrency, check_priority, parse_rate
 from django_delayq.storage.queues import check_queue_name
 from django_delayq.wording import closest
@@ -27,7 +28,18 @@ if TYPE_CHECKING:
 # schedule()'s own keyword arguments: a task parameter with one of these names cannot be
 # given by keyword to schedule(task, ...) (Task.call(...).schedule(...) can give it).
 SCHEDULE_OPTIONS = frozenset(
-    {"delay", "at", "key", "on_conflict", "on_commit", "queue", "max_retries", "priority", "group"}
+    {
+        "delay",
+        "at",
+        "key",
+        "on_conflict",
+        "on_commit",
+        "queue",
+        "max_retries",
+        "priority",
+        "group",
+        "expires",
+    }
 )
 
 _registry: dict[str, Task] = {}
@@ -54,6 +66,7 @@ class Task:
         timeout: float | None = None,
         group_concurrency: int | None = None,
         group_rate: str | None = None,
+        expires: Any = None,
     ) -> None:
         if not callable(func):
             raise TypeError(f"@task needs a function, got {func!r}")
@@ -75,6 +88,8 @@ class Task:
         self.group_concurrency = check_concurrency(group_concurrency, "group_concurrency")
         self.group_rate = parse_rate(group_rate, "group_rate")
         self.timeout = check_timeout(timeout)
+        # The default of schedule(expires=...): ("in", s) or ("at", epoch s), or None.
+        self.expires = check_expires(expires, "@task(expires=...)")
         self.func = func
         self.name = name or f"{func.__module__}.{func.__qualname__}"
         self.queue = check_queue_name(queue) if queue is not None else None
@@ -156,6 +171,7 @@ def task(
     timeout: float | None = ...,
     group_concurrency: int | None = ...,
     group_rate: str | None = ...,
+    expires: Any = ...,
 ) -> Callable[[Callable[..., Any]], Task]: ...
 
 
@@ -205,8 +221,10 @@ TASK_OPTIONS = (
     "timeout",
     "group_concurrency",
     "group_rate",
+    "expires",
 )
 ELSEWHERE = {
+    "ttl": "expires",
     "retry_delay": "retry_backoff",
     "default_retry_delay": "retry_backoff",
     "retries": "max_retries",

@@ -6,12 +6,12 @@ hash per queue and :data:`SPAN` minutes, ``{prefix}:{<queue>}:history:<first min
 (``<first minute>``: the epoch minute the span starts, a multiple of SPAN), each flush also
 setting the key's EXPIREAT to the end of its span plus :data:`KEEP_HOURS` and
 :data:`MARGIN_HOURS`, so at most 445 keys exist per queue and the size is bounded without a
-trimmer. Fields are ``<minute in the span><kind>``: ``7d`` jobs done in the span's minute 7,
-``7f`` attempts failed, ``7x`` jobs dead, ``7l<b>`` attempts whose lateness fell in bucket
-``b`` (:func:`bucket_of`); only counts above 0 are written. Ten minutes a key keep even a
-queue with 40 lateness buckets a minute under Redis's ``hash-max-listpack-entries`` (512 by
-default): a compact listpack; hour keys of a busy queue (about 640 fields) became hash
-tables of five times the bytes (benchmarks/history.py).
+trimmer. Fields are ``<minute in the span><kind>``: ``7d`` jobs done in the span's minute 7, ``7f``
+attempts failed, ``7x`` jobs dead, ``7e`` jobs expired (not started before their expiry), ``7l<b>``
+attempts whose lateness fell in bucket ``b`` (:func:`bucket_of`); only counts above 0 are written.
+Ten minutes a key keep even a queue with 40 lateness buckets a minute under Redis's
+``hash-max-listpack-entries`` (512 by default): a compact listpack; hour keys of a busy queue (about
+640 fields) became hash tables of five times the bytes (benchmarks/history.py).
 
 Lateness buckets are log-scale, :data:`STEPS` per doubling: bucket 0 holds lateness under
 1 ms (or negative: started before due), bucket ``b >= 1`` holds [2^((b-1)/4), 2^(b/4)) ms. A
@@ -42,7 +42,7 @@ STEPS = 4  # lateness buckets per doubling
 MAX_BUCKET = 127  # 2^(126/4) ms: about 34 days; anything later shares it
 ERROR_BOUND = 2 ** (1 / (2 * STEPS)) - 1  # a percentile's largest relative error
 BAND = int(lib_constant("BAND"))  # a ranked score is (100 - priority) * BAND + due
-KINDS = ("d", "f", "x")  # jobs done, attempts failed, jobs dead
+KINDS = ("d", "f", "x", "e")  # jobs done, attempts failed, jobs dead, jobs expired
 ONCE = Policy.ONCE
 
 
@@ -85,6 +85,7 @@ class Point:
     failed: int = 0
     dead: int = 0
     lateness: dict[int, int] = field(default_factory=dict)  # bucket -> attempts
+    expired: int = 0  # jobs not started before their expiry: never run
 
     @property
     def p50(self) -> float | None:
@@ -186,5 +187,7 @@ class History(Calls):
             point.failed += count
         elif kind == "x":
             point.dead += count
+        elif kind == "e":
+            point.expired += count
         elif kind[:1] == "l" and (bucket := _int(kind[1:])) is not None:
             point.lateness[bucket] = point.lateness.get(bucket, 0) + count

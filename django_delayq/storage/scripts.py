@@ -48,6 +48,7 @@ SCRIPTS = (
     "claim_plain",  # claim.lua's path for a queue without features (worker/claiming.py)
     "ack",
     "fail",
+    "expire",  # jobs not started before their expiry (storage/expiry.py)
     "extend",
     "settle",
     "recover",

@@ -28,6 +28,7 @@ from django_delayq.storage.finished import Keep, attempt_summary, keep_setting
 from django_delayq.storage.store import Claim, Store
 from django_delayq.worker.delivery import Results
 from django_delayq.worker.execution import Attempt, Outcome
+from django_delayq.worker.expiry import sift as sift_expired
 from django_delayq.worker.holdings import Holdings
 from django_delayq.worker.limits import publish_limits
 from django_delayq.worker.prefetch import Prefetch
@@ -229,11 +230,14 @@ class Exchange:
             attempts = [
                 Attempt(queue, c.id, token, c.record, c.attempt, due=c.due) for c in claim.jobs
             ]
+            attempts = sift_expired(
+                self.store, self.results, queue, attempts, claim.now, self.keep[queue]
+            )
             if tracer is not None:
                 received(tracer, self.store, queue, started, attempts)
             recurring_claimed(self.store, claim.now, attempts, self.now())
             for_loop = self.holdings.add(attempts)
-            self.prefetch.claimed(len(claim.jobs), for_loop)
+            self.prefetch.claimed(len(attempts), for_loop)
 
     def _note(self, claim: Claim, limit: int, wanted: int, found: Found) -> None:
         """What a claim says of the prefetch and of the jobs it left behind."""

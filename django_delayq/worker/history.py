@@ -44,7 +44,7 @@ class HistoryCounts:
         self._counts: Counts = {}
 
     def add(self, queue: str, kind: str, count: int = 1, at: float | None = None) -> None:
-        """``count`` more of ``kind`` ("d" done, "f" failed, "x" dead) in the minute of
+        """``count`` more of ``kind`` ("d" done, "f" failed, "x" dead, "e" expired) in the minute of
         ``at`` (epoch s; now when None)."""
         minute = int((self.clock() if at is None else at) // 60)
         with self._lock:

@@ -1,7 +1,7 @@
 -- batch_ended.lua: members of a batch ended; decide its callbacks.
 -- KEYS: batch ended members
 -- ARGV[1] now (epoch milliseconds) or '' for Redis TIME
--- ARGV[2..] pairs: member job id, outcome ('succeeded', 'dead' or 'cancelled')
+-- ARGV[2..] pairs: member job id, outcome ('succeeded', 'dead', 'cancelled' or 'expired')
 -- A member's last outcome counts (pairs in the order the member ended them): one that was
 -- dead and ends again (requeued from the admin) moves to its new outcome; its death still
 -- decides 'death'.

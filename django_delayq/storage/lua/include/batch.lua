@@ -9,8 +9,9 @@
 --                    "cancelled" -> when cancel_batch() ran; "fire:<kind>" -> when the
 --                    callback was decided (its job id is derived from it), "placed:<kind>"
 --                    -> when its job was stored (batches/forwarding.py)
---   ended      hash  member id -> 'succeeded' | 'dead' | 'cancelled' (the last outcome: a
---                    requeued dead member that then succeeds moves to 'succeeded')
+--   ended      hash  member id -> 'succeeded' | 'dead' | 'cancelled' | 'expired' (the last
+--                    outcome: a requeued dead member that then succeeds moves to 'succeeded';
+--                    'expired': not started before its expiry, expire.lua)
 --   members    hash  member id -> its queue (written by batch_seal.lua)
 -- A finished batch (every member ended and every decided callback placed, or cancelled with
 -- none left to place) expires BATCH_TTL (seconds) later. decide() calls one unsealed a day
@@ -21,13 +22,15 @@ local ABANDONED = 86400000
 
 -- Decide the batch's callbacks: 'death' at its first dead member (`saw_dead`: one was recorded
 -- by this call, though a later outcome of the same call moved it on), 'success' once every
--- member succeeded, 'complete' once every member ended (none after a cancel). A decision is taken
+-- member succeeded, 'complete' once every member ended (none after a cancel; an expired member
+-- ended as a cancelled one did: it counts for 'complete', never for 'success' or 'death'). A decision is taken
 -- once ("fire:<kind>" keeps its time); a decided callback is returned until Python marks it
 -- placed. Returns {finished (0|1), kind, decided ms, call, kind, ...}.
 local function decide(now, saw_dead)
-  local f = redis.call('HMGET', batch, 'total', 'cancelled', 'n:succeeded', 'n:dead', 'n:cancelled')
+  local f = redis.call('HMGET', batch, 'total', 'cancelled', 'n:succeeded', 'n:dead', 'n:cancelled', 'n:expired')
   local total, cancelled = tonumber(f[1]), f[2]
-  local s, d, c = tonumber(f[3] or '0'), tonumber(f[4] or '0'), tonumber(f[5] or '0')
+  local s, d = tonumber(f[3] or '0'), tonumber(f[4] or '0')
+  local c = tonumber(f[5] or '0') + tonumber(f[6] or '0')  -- cancelled or expired: ended, not run
   local due = {}
   if not cancelled then
     due.death = d > 0 or saw_dead == true

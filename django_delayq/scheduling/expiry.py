@@ -1,0 +1,66 @@
+"""``expires=`` of schedule() and @task: when a job not started yet is no longer worth running.
+
+Celery's ``expires``, RQ's ``ttl`` and huey's ``expires`` are the models. A number of seconds
+or a timedelta counts from the schedule() call (not from the due time, as Celery's does); an
+aware datetime is a moment. The absolute expiry (epoch ms) goes into the job's record (flag
+'x', jobs/record.py), so a retry, a relay from the outbox or a requeue carries it; the worker
+that claims the job after it never runs it (worker/expiry.py).
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.utils import timezone
+
+# As due times (plan.py): before 2200, and at most 100 years ahead.
+LATEST = datetime(2200, 1, 1, tzinfo=UTC)
+MAX_SECONDS = 100 * 365.25 * 24 * 3600
+
+Expires = tuple[str, float] | None  # ("in", seconds) or ("at", epoch s); None: never
+
+
+def check_expires(expires: Any, where: str = "expires=") -> Expires:
+    """``expires`` checked: ("in", seconds) for a positive number of seconds or timedelta,
+    ("at", epoch s) for an aware datetime, None for None; else an error naming the value."""
+    if expires is None:
+        return None
+    if isinstance(expires, datetime):
+        if timezone.is_naive(expires):
+            raise ValueError(
+                f"{where} got the naive datetime {expires!r}: pass an aware one "
+                "(django.utils.timezone.now() + timedelta(...), or timezone.make_aware(...)), "
+                "or a number of seconds or a timedelta counted from the schedule() call"
+            )
+        if expires >= LATEST:
+            raise ValueError(f"{where}{expires!r} is too far ahead: expiries are before 2200")
+        return ("at", expires.timestamp())
+    if isinstance(expires, timedelta):
+        seconds = expires.total_seconds()
+    elif isinstance(expires, (int, float)) and not isinstance(expires, bool):
+        try:
+            seconds = float(expires)
+        except OverflowError:
+            seconds = math.inf
+    else:
+        raise TypeError(
+            f"{where} must be a number of seconds, a timedelta or an aware datetime, got "
+            f"{type(expires).__name__} {expires!r}"
+        )
+    if not math.isfinite(seconds) or not 0 < seconds <= MAX_SECONDS:
+        raise ValueError(
+            f"{where} must be more than 0 seconds and at most 100 years ({MAX_SECONDS:.0f} s), "
+            f"got {expires!r}"
+        )
+    return ("in", seconds)
+
+
+def expires_ms(expires: Expires, now: float) -> int | None:
+    """The absolute expiry (epoch ms) of ``expires`` for a schedule() call at ``now`` (epoch
+    s, this process's clock), None for none."""
+    if expires is None:
+        return None
+    kind, value = expires
+    return int((value if kind == "at" else now + value) * 1000)
