@@ -64,13 +64,15 @@ def _talks_to_the_real_server(item: pytest.Item) -> bool:
 
 
 def _longest_first(item: pytest.Item) -> int:
-    """The real-time scenarios (tests/reliability), then the other slow tests, then the rest,
-    each group in file order: with ``--dist load`` (./runtests) every process takes the next
-    test as it frees, so the minute-long scenarios start first and overlap the short tests,
-    and no process is left running a queue of them alone at the end."""
-    return (0 if item.get_closest_marker("reliability") else 2) - bool(
-        item.get_closest_marker("slow")
-    )
+    """The slow tests (minute-long scenarios, the longest state machines), then the rest of
+    the reliability suite (real worker processes, seconds each), then the rest, each group in
+    file order: with ``--dist load`` (./runtests) every process takes the next test as it
+    frees, so the longest start first and overlap the short tests, and no process is left
+    running one of them alone at the end (test_api_model, 40-90 s a database, started after
+    the reliability suite, ended the run a minute after the others)."""
+    if item.get_closest_marker("slow"):
+        return 0
+    return 1 if item.get_closest_marker("reliability") else 2
 
 
 def pytest_collection_modifyitems(config, items):

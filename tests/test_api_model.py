@@ -504,6 +504,7 @@ def world(request):
             connections.close_all()
 
 
+@pytest.mark.slow  # the suite's longest test (40-90 s a database): started first
 def test_api_model(world):
     print(
         f"hypothesis: max_examples={SETTINGS.max_examples} "

@@ -173,6 +173,7 @@ class OutboxBatchMachine(RuleBasedStateMachine):
             assert len(runs(self.tag)) >= list(self.members.values()).count("commit")
 
 
+@pytest.mark.slow  # a state machine of 20 s a client: started first
 def test_the_outbox_batch_machine(store):
     with more_settings(store, HORIZON=60):
         # Most examples on the real server (what users run; fakeredis costs each script

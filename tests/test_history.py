@@ -99,6 +99,7 @@ def test_hour_keys_expire_after_the_kept_hours_and_garbage_is_skipped(store, red
     assert not redis_client.exists(store.history_key(Q, old - old % SPAN))
 
 
+@pytest.mark.slow  # 80 hours of minutes written: started first
 def test_the_size_is_bounded_by_the_hour_keys_of_72_hours(store, redis_client):
     """Every minute of 80 hours written: only the keys of the last KEEP_HOURS +
     MARGIN_HOURS hours (and the current span) live, each with at most SPAN * (fields used
