@@ -143,6 +143,21 @@ def test_a_stale_first_due_naming_another_job_is_not_used(store, t_ms):
     assert score(store, first.id) == t_ms(35)  # counted from its own due, 10
 
 
+def test_a_retry_waiting_starts_its_debounce_over(store, t_ms):
+    """The job ran once and failed: its retry is a new wait, capped from its own due time
+    (not from the first schedule's, long past: it would be due at once)."""
+    from tests.test_store import fail
+
+    first = put(store, 0, 0)
+    claim(store, now=T0 + 1)
+    fail(store, first.id, delay=60, now=T0 + 2)  # retry due at 62
+    assert score(store, first.id) == t_ms(62)
+    put(store, 100, 10)  # not 0 + 25 (past): counted from 62
+    assert score(store, first.id) == t_ms(87)
+    put(store, 101, 100)
+    assert score(store, first.id) == t_ms(87)  # the first due kept: 62
+
+
 # The API --------------------------------------------------------------------------------
 
 

@@ -41,7 +41,8 @@
 --         created without max_wait, when a replace with it first met it): that first due
 --         time is kept in `keys` under the field "\0d" .. key as "<job id>|<ms>" (written
 --         only by calls with ARGV[14]; a field naming another job than the key's is stale
---         and overwritten; ack.lua deletes it with a job whose record has flag 'd').
+--         and overwritten; ack.lua deletes it with a job whose record has flag 'd'; a job
+--         attempted before, a retry waiting, counts from its due time as it is met).
 --         A new job under the key records its own due time there. Read only with ARGV[14].
 -- A job whose record's header has a priority ('^<n>', see include/base.lua) waits in `ranked`, others
 -- in `pending`; a replace moves the key's job to where its new record's priority puts it.
@@ -116,7 +117,8 @@ local wait_mark, first_due = max_wait and ukey ~= '' and ('\0d' .. ukey), nil
 if wait_mark and score and existing ~= id and on_conflict ~= 'keep' and not adopt then
   local held = redis.call('HGET', unique_keys, wait_mark)
   local held_id, held_due = string.match(held or '', '^(.*)|(%d+)$')
-  first_due = held_id == existing and tonumber(held_due) or score
+  -- A job attempted already (a retry waiting) ran once: its debounce starts over from now.
+  first_due = held_id == existing and state_of(existing) == 0 and tonumber(held_due) or score
   due = math.min(due, first_due + max_wait)
   at = int(due)
 end
