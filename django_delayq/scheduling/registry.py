@@ -95,10 +95,8 @@ class Task:
         self.group_concurrency = check_concurrency(group_concurrency, "group_concurrency")
         self.group_rate = parse_rate(group_rate, "group_rate")
         self.timeout = check_timeout(timeout)
-        # The default of schedule(expires=...): ("in", s) or ("at", epoch s), or None.
-        self.expires = check_expires(expires, "@task(expires=...)")
-        # The default of schedule(max_wait=...) for its keyed calls that replace (seconds).
-        self.max_wait = check_max_wait(max_wait, "@task(max_wait=...)")
+        self.expires = check_expires(expires, "@task(expires=...)")  # ("in"|"at", s) or None
+        self.max_wait = check_max_wait(max_wait, "@task(max_wait=...)")  # keyed replaces' default
         self.func = func
         self.name = name or f"{func.__module__}.{func.__qualname__}"
         self.queue = check_queue_name(queue) if queue is not None else None
