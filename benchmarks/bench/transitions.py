@@ -189,6 +189,21 @@ def current_cases(keeps: dict[str, Any]) -> list[Case]:
             lambda ctx: (_loop(n, lambda i: _stored(ctx, i, key=f"k{i}", delay=3600)), n),
         ),
         Case(
+            "schedule_replace",
+            "schedule(key='k', delay=3600+i) replacing one keyed job: no wake (schedule.lua)",
+            lambda ctx: _with_one(ctx),
+            lambda ctx: (_loop(n, lambda i: _stored(ctx, i, key="k", delay=3600 + i)), n),
+        ),
+        Case(
+            "schedule_replace_max_wait",
+            "the same with max_wait=600 (debounce, capped; a ref without it: uncapped)",
+            lambda ctx: _with_one(ctx),
+            lambda ctx: (
+                _loop(n, lambda i: _stored(ctx, i, key="k", delay=3600 + i, max_wait=600)),
+                n,
+            ),
+        ),
+        Case(
             "reschedule_id",
             "reschedule(id, delay=7200) of a plain job due in an hour: no wake",
             lambda ctx: _later_ids(_with_one(ctx), n),

@@ -19,7 +19,10 @@ scheduled), flags (``i``: keep a tombstone when it finishes, see ``store.py``; `
 keyword arguments; ``u``: max_retries undecided, see below; ``l``: linked, a member of a batch
 or a step of a chain, its link stored beside the record; ``e``: its tombstone is kept a day;
 ``g``: scheduled with ``group=``, its group stored beside the record, for the task's limits
-per group) and the unique key.
+per group; ``d``: scheduled with ``max_wait=``, its first due time kept in ``keys`` beside its
+unique key, which ack.lua deletes with it; a reader that does not know it, 0.7.0's, leaves
+the entry, which names this job and so is overwritten by the key's next debounced schedule)
+and the unique key.
 
 A process that schedules a task by name without importing it (``CHECK_NAMES`` off) does not
 know the task's ``max_retries``: it writes its ``MAX_RETRIES`` setting and flag ``u``, and
@@ -62,6 +65,7 @@ FLAG_LONG_TOMBSTONE = "e"  # with 'i': the tombstone is kept a day (a callback, 
 FLAG_GROUPED = "g"  # a group beside the record (schedule(group=...), lua/_lib.lua's A)
 FLAG_TRACED = "t"  # a trace context beside the record (OpenTelemetry, lua/_lib.lua's O)
 FLAG_EXPIRES = "x"  # an expiry at the end of the record (expiry_trailer)
+FLAG_DEBOUNCED = "d"  # scheduled with max_wait=: its first due time kept beside its key
 
 EXPIRY_WIDTH = 24  # base-4 digits: up to 2**48 ms, past the year 10000
 _DIGITS = b" \t\r\n"  # JSON whitespace, digit values 0..3
@@ -173,6 +177,7 @@ class JobSpec:
     grouped: bool = False
     traced: bool = False
     expires_ms: int | None = None  # flag 'x': not run once Redis's clock passed it
+    debounced: bool = False  # flag 'd': max_wait= (ack.lua drops its first due time)
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,6 +214,8 @@ def encode_job(spec: JobSpec) -> Encoded:
         flags += FLAG_LINKED
     if spec.traced:
         flags += FLAG_TRACED
+    if spec.debounced:
+        flags += FLAG_DEBOUNCED
     data = encode_record(
         spec.task,
         spec.args,

@@ -9,6 +9,8 @@ its group limits hold for each group (a string key such as ``"shop:42"``) on its
 
 from __future__ import annotations
 
+import math
+from datetime import timedelta
 from typing import Any
 
 from django_delayq.jobs import job as _job
@@ -118,3 +120,61 @@ def _group_lookup(queue: str, job_id: str) -> str | None:
 
 
 _job.group_lookup = _group_lookup
+
+
+MAX_WAIT_MAX = 100 * 365.25 * 24 * 3600  # as delays (plan.py): at most 100 years
+
+
+def check_max_wait(max_wait: Any, where: str = "max_wait=") -> float | None:
+    """``max_wait`` (a debounce's cap: a replace never moves the key's job past its first due
+    time plus this) as seconds > 0, None for None; else an error naming the value."""
+    if max_wait is None:
+        return None
+    if isinstance(max_wait, timedelta):
+        seconds = max_wait.total_seconds()
+    elif isinstance(max_wait, (int, float)) and not isinstance(max_wait, bool):
+        try:
+            seconds = float(max_wait)
+        except OverflowError:
+            seconds = math.inf
+    else:
+        raise TypeError(
+            f"{where} must be a number of seconds or a timedelta, got "
+            f"{type(max_wait).__name__} {max_wait!r}"
+        )
+    if not math.isfinite(seconds) or not 0 < seconds <= MAX_WAIT_MAX:
+        raise ValueError(
+            f"{where} must be more than 0 seconds and at most 100 years "
+            f"({MAX_WAIT_MAX:.0f} s), got {max_wait!r}"
+        )
+    return seconds
+
+
+def plan_max_wait(given: Any, task: Any, key: str | None, on_conflict: str) -> float | None:
+    """A schedule() call's ``max_wait``: given, it needs ``key=`` and ``on_conflict="replace"``
+    (a debounce replaces); the task's default (``@task(max_wait=...)``) applies to its keyed
+    calls that replace, and to no other."""
+    if given is None:
+        default = getattr(task, "max_wait", None)
+        return default if key is not None and on_conflict == "replace" else None
+    seconds = check_max_wait(given)
+    if key is None:
+        raise ValueError(
+            f"max_wait={given!r} needs key=: it caps how far replacing the key's pending job "
+            "pushes it back (a debounce); give the job a unique key, or drop max_wait"
+        )
+    if on_conflict != "replace":
+        raise ValueError(
+            f"max_wait={given!r} needs on_conflict='replace' (a debounce replaces the key's "
+            f"pending job), got on_conflict={on_conflict!r}"
+        )
+    return seconds
+
+
+def max_wait_unsupported(name: str, where: str) -> str:
+    """Why a job with max_wait cannot go ``where`` (yet)."""
+    return (
+        f"max_wait= (task {name}) cannot be used {where} yet: schedule the job with "
+        "schedule() or aschedule(), stored in Redis now (on_commit=False, due within "
+        "DELAYQ['HORIZON'])"
+    )

@@ -32,7 +32,7 @@ from django_delayq.conf import delayq_settings
 from django_delayq.outbox import rows as outbox
 from django_delayq.outbox.database_time import When
 from django_delayq.scheduling.expiry import check_expires
-from django_delayq.scheduling.options import check_priority, plan_group
+from django_delayq.scheduling.options import check_priority, plan_group, plan_max_wait
 from django_delayq.scheduling.registry import (
     SCHEDULE_OPTIONS,
     Task,
@@ -58,7 +58,18 @@ _SOON = DONE_TTL
 _SKEW = 3600.0
 
 OPTION_NAMES = frozenset(
-    {"delay", "at", "key", "on_conflict", "queue", "max_retries", "priority", "group", "expires"}
+    {
+        "delay",
+        "at",
+        "key",
+        "on_conflict",
+        "queue",
+        "max_retries",
+        "priority",
+        "group",
+        "expires",
+        "max_wait",
+    }
 )
 
 
@@ -253,6 +264,7 @@ class Plan:
         "group",
         "key",
         "max_retries",
+        "max_wait",
         "name",
         "options",
         "priority",
@@ -309,6 +321,10 @@ class Plan:
         )
         self.soon = due_soon(self.when)
         self.options = {**self.when, "key": key, "on_conflict": on_conflict, "group": self.group}
+        # max_wait= (seconds): a debounce's cap, computed by schedule.lua on Redis's clock
+        self.max_wait = plan_max_wait(options.get("max_wait"), found, key, on_conflict)
+        if self.max_wait is not None:
+            self.options["max_wait"] = self.max_wait
 
     def due(self, now: float) -> float:
         """The due time (epoch seconds) as this process's clock sees it."""

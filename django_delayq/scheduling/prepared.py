@@ -13,7 +13,7 @@ from django_delayq.jobs.job import DEFERRED, PENDING, Job, decode_fields, job_al
 from django_delayq.jobs.record import Fields, JobSpec, encode_job, encode_record
 from django_delayq.scheduling import membership
 from django_delayq.scheduling.expiry import expires_ms
-from django_delayq.scheduling.options import group_in_outbox
+from django_delayq.scheduling.options import group_in_outbox, max_wait_unsupported
 from django_delayq.scheduling.plan import Plan
 from django_delayq.scheduling.registry import Task
 from django_delayq.storage.bulk import Entry
@@ -73,6 +73,8 @@ class Prepared:
         plan = self.plan
         if self.outbox and plan.group is not None:
             raise ValueError(group_in_outbox(plan.name, plan.group))
+        if self.outbox and plan.max_wait is not None:
+            raise ValueError(max_wait_unsupported(plan.name, "through the database outbox"))
         # A record bound for the outbox may be relayed twice: flag 'i' makes a finished job
         # leave a tombstone, so the second relay never stores it again.
         self.encoded = encode_job(
@@ -90,6 +92,7 @@ class Prepared:
                 grouped=plan.group is not None and not self.outbox,
                 traced=bool(self.trace),
                 expires_ms=self.expires_ms,
+                debounced=plan.max_wait is not None,
             )
         )
         return self.encoded.data

@@ -18,7 +18,12 @@ from typing import TYPE_CHECKING, Any, overload
 from django_delayq.exceptions import TaskNotFound
 from django_delayq.scheduling.calls import Call
 from django_delayq.scheduling.expiry import check_expires
-from django_delayq.scheduling.options import check_concurrency, check_priority, parse_rate
+from django_delayq.scheduling.options import (
+    check_concurrency,
+    check_max_wait,
+    check_priority,
+    parse_rate,
+)
 from django_delayq.storage.queues import check_queue_name
 from django_delayq.wording import closest
 
@@ -39,6 +44,7 @@ SCHEDULE_OPTIONS = frozenset(
         "priority",
         "group",
         "expires",
+        "max_wait",
     }
 )
 
@@ -67,6 +73,7 @@ class Task:
         group_concurrency: int | None = None,
         group_rate: str | None = None,
         expires: Any = None,
+        max_wait: Any = None,
     ) -> None:
         if not callable(func):
             raise TypeError(f"@task needs a function, got {func!r}")
@@ -88,8 +95,8 @@ class Task:
         self.group_concurrency = check_concurrency(group_concurrency, "group_concurrency")
         self.group_rate = parse_rate(group_rate, "group_rate")
         self.timeout = check_timeout(timeout)
-        # The default of schedule(expires=...): ("in", s) or ("at", epoch s), or None.
-        self.expires = check_expires(expires, "@task(expires=...)")
+        self.expires = check_expires(expires, "@task(expires=...)")  # ("in"|"at", s) or None
+        self.max_wait = check_max_wait(max_wait, "@task(max_wait=...)")  # keyed replaces' default
         self.func = func
         self.name = name or f"{func.__module__}.{func.__qualname__}"
         self.queue = check_queue_name(queue) if queue is not None else None
@@ -172,6 +179,7 @@ def task(
     group_concurrency: int | None = ...,
     group_rate: str | None = ...,
     expires: Any = ...,
+    max_wait: Any = ...,
 ) -> Callable[[Callable[..., Any]], Task]: ...
 
 
@@ -222,6 +230,7 @@ TASK_OPTIONS = (
     "group_concurrency",
     "group_rate",
     "expires",
+    "max_wait",
 )
 ELSEWHERE = {
     "ttl": "expires",

@@ -97,6 +97,7 @@ class Store(PlainSchedule, Reschedule, Reads, History, ManualOps, OldLayout):
         link: str = "",
         group: str | None = None,
         trace: str = "",
+        max_wait: float | None = None,
     ) -> Op:
         """``remember``: the script adds the queue to ``{prefix}:queues`` (one Redis only).
         ``relay``: the job may have reached Redis before (an outbox row relayed again after
@@ -107,12 +108,16 @@ class Store(PlainSchedule, Reschedule, Reads, History, ManualOps, OldLayout):
         one taking the key under ``job_id`` (the row took the key in the database).
         ``link``: the job's link (batches/links.py; its record has flag 'l'), stored beside
         it in the same script; ``group``: its group (flag 'g', lua/claim.lua), and ``trace``
-        its creation context (flag 't', storage/traces.py): the same."""
+        its creation context (flag 't', storage/traces.py): the same. ``max_wait`` (seconds,
+        with ``key``, record flag 'd'): a replace moves the key's job no later than its first
+        due time plus this (schedule.lua's ARGV[14], on Redis's clock)."""
         mode, value = ("delay", delay or 0.0) if at is None else ("at", at)
         argv = (job_id, record, mode, ms(value), key or "", on_conflict, now_arg(now))
         first, last, more = "1" if relay else "", "1" if adopt else "", link or group or trace
         tail = (last, queue, link) if remember else (last, "", link) if more else (last,)
         tail = (*tail, group or "", trace) if trace else (*tail, group) if group else tail
+        if max_wait is not None:
+            tail = (last, queue if remember else "", link, group or "", trace, ms(max_wait))
         return self.op(
             "schedule",
             queue,

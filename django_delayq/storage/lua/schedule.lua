@@ -35,6 +35,15 @@
 -- ARGV[13] the context of the span that scheduled the job (JSON, see `trace` in include/base.lua), or
 --         '' or absent for none; its record then has flag 't'. Written under the id that
 --         holds the record, as ARGV[11] (a replace drops the holder's). Not written for 'kept'.
+-- ARGV[14] max_wait (milliseconds, a debounce's cap), or '' or absent for none: with a unique
+--         key, a replace moves the key's job to min(its due time asked, first + max_wait),
+--         first being the due time the key's job had when it was created (or, for a job
+--         created without max_wait, when a replace with it first met it): that first due
+--         time is kept in `keys` under the field "\0d" .. key as "<job id>|<ms>" (written
+--         only by calls with ARGV[14]; a field naming another job than the key's is stale
+--         and overwritten; ack.lua deletes it with a job whose record has flag 'd'; a job
+--         attempted before, a retry waiting, counts from its due time as it is met).
+--         A new job under the key records its own due time there. Read only with ARGV[14].
 -- A job whose record's header has a priority ('^<n>', see include/base.lua) waits in `ranked`, others
 -- in `pending`; a replace moves the key's job to where its new record's priority puts it.
 -- Returns {outcome, id, due_at, record}: outcome 'created' | 'replaced' | 'kept' | 'done';
@@ -61,6 +70,7 @@ local now = clock(ARGV[7])
 local adopt = ARGV[9] == '1'
 local link = ARGV[11] or ''
 local trace_ctx = ARGV[13] or ''
+local max_wait = tonumber(ARGV[14] or '')
 if KEYS[15] then redis.call('SADD', KEYS[15], ARGV[10]) end
 -- The reply, with the id marked as relayed in relay mode.
 local function finish(reply)
@@ -100,9 +110,19 @@ if ARGV[8] == '1' then
 end
 -- Reads before writes: is a pending job due before this one (if not, wake a worker: its
 -- sleep may be too long; the read also checks the pending key's type), the key's holder.
-local earliest = #redis.call('ZRANGEBYSCORE', pending, '-inf', '(' .. at, 'LIMIT', 0, 1) == 0
 local existing = ukey ~= '' and redis.call('HGET', unique_keys, ukey)
 local score = existing and pending_due(existing)
+-- A debounce (ARGV[14]): a replace never moves the key's job past its first due + max_wait.
+local wait_mark, first_due = max_wait and ukey ~= '' and ('\0d' .. ukey), nil
+if wait_mark and score and existing ~= id and on_conflict ~= 'keep' and not adopt then
+  local held = redis.call('HGET', unique_keys, wait_mark)
+  local held_id, held_due = string.match(held or '', '^(.*)|(%d+)$')
+  -- A job attempted already (a retry waiting) ran once: its debounce starts over from now.
+  first_due = held_id == existing and state_of(existing) == 0 and tonumber(held_due) or score
+  due = math.min(due, first_due + max_wait)
+  at = int(due)
+end
+local earliest = #redis.call('ZRANGEBYSCORE', pending, '-inf', '(' .. at, 'LIMIT', 0, 1) == 0
 if score then
   if existing == id then return finish({'created', id, tonumber(score), ''}) end
   if on_conflict == 'keep' then
@@ -140,6 +160,7 @@ if score then
   -- The replaced job may finish before this call, sent again after a lost reply, arrives:
   -- this call's id then answers 'done' (a tombstone, like a finished job's).
   if has(flags, 'i') then tombstone({id}, now) end
+  if first_due then redis.call('HSET', unique_keys, wait_mark, existing .. '|' .. int(first_due)) end
   if earliest then wake_worker() end
   return finish({'replaced', existing, due, ''})
 end
@@ -154,6 +175,7 @@ if redis.call('HSETNX', jobs, id, record) == 0 then
   return redis.error_reply('DELAYQ_DUPLICATE_ID ' .. id)
 end
 if ukey ~= '' then redis.call('HSET', unique_keys, ukey, id) end
+if wait_mark then redis.call('HSET', unique_keys, wait_mark, id .. '|' .. at) end
 if link ~= '' then redis.call('HSET', links, id, link) end
 if trace_ctx ~= '' then redis.call('HSET', trace, id, trace_ctx) end
 pend(id, due, priority)

@@ -73,7 +73,11 @@ local function ack_from(first, now, out, released, keep)
     if held and t == token then
       local eq = string.find(info, '=', 1, true)
       local flags = eq and string.sub(info, 1, eq - 1) or info
-      release_key(eq and string.sub(info, eq + 1) or '', id)
+      if eq then
+        local ukey = string.sub(info, eq + 1)
+        release_key(ukey, id)
+        if has(flags, 'd') then release_wait(ukey, id) end
+      end
       table.insert(acked_ids, id)
       if keep then summaries[id] = ARGV[i + 3] or '' end
       if has(flags, 'i') then table.insert(marked, id) end

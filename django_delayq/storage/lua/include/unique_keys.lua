@@ -5,6 +5,15 @@ local function release_key(ukey, id)
   if ukey ~= '' and redis.call('HGET', unique_keys, ukey) == id then redis.call('HDEL', unique_keys, ukey) end
 end
 
+-- A debounced job (flag 'd', schedule.lua's ARGV[14]) ends: the first due time kept for its key
+-- goes, unless it names another job (the key's next one).
+local function release_wait(ukey, id)
+  if ukey == '' then return end
+  local mark = '\0d' .. ukey
+  local held = redis.call('HGET', unique_keys, mark)
+  if held and string.sub(held, 1, #id + 1) == id .. '|' then redis.call('HDEL', unique_keys, mark) end
+end
+
 -- A job going back to pending (retry, recovery, release, requeue) takes its unique key back,
 -- so the key names at most one pending job. False when another pending job holds the key
 -- (it was scheduled with that key while this one ran or lay dead): the caller dead-letters
