@@ -163,6 +163,7 @@ def test_a_bad_queue_is_refused_with_its_name(fake_store, queue):
         (lambda: t.add.schedule(1, 2, at=dt.datetime(2030, 1, 1)), ValueError, "naive datetime"),
         (lambda: t.add.schedule(1, 2, at="2030-01-01"), TypeError, "at= must be a datetime"),
         (lambda: t.add.schedule(1, 2, key=""), TypeError, "key= must be a non-empty string"),
+        (lambda: t.add.schedule(1, 2, key="\0dk"), ValueError, "may not start with a NUL"),
         (lambda: t.add.schedule(1, 2, key="k", on_conflict="merge"), ValueError, "on_conflict"),
         (lambda: t.add.schedule(1, 2, queue="a b"), ValueError, "invalid queue name"),
         (lambda: t.add.schedule(1, 2, max_retries=-1), ValueError, "max_retries"),

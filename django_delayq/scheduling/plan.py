@@ -186,6 +186,11 @@ def check_key(key: Any, on_conflict: Any) -> None:
             key.encode()
         except UnicodeEncodeError:
             raise TypeError(f"key= must be encodable as UTF-8, got {key!r}") from None
+        if key.startswith("\0"):  # the keys hash's own fields ("\0d" + key: max_wait's)
+            raise ValueError(
+                f"key= may not start with a NUL character (reserved for django-delayq's own"
+                f" fields), got {key!r}"
+            )
     if on_conflict not in ("replace", "keep"):
         raise ValueError(f"on_conflict= must be 'replace' or 'keep', got {on_conflict!r}")
 
