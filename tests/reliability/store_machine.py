@@ -98,6 +98,10 @@ class StoreMachine(RuleBasedStateMachine):
         keys = list(self.store.client.scan_iter(match=f"{self.store.prefix}:*", count=1000))
         if keys:
             self.store.client.delete(*keys)
+        # Each example's Store holds a connection of the shared client's pool for its
+        # re-sendable ops (reschedule's, expire's): given back now, not when the collector
+        # finds the Store (150 examples outran redis-py's pool of 100: MaxConnectionsError).
+        self.store.transport.close()
 
     # -- helpers ------------------------------------------------------------------
 
