@@ -500,7 +500,12 @@ class StoreMachine(RuleBasedStateMachine):
     def reschedule_sent_again(self, data: st.DataObject) -> None:
         """A reschedule whose reply was lost, sent again (possibly long after, past its
         mark's DONE_TTL: then it runs as a first send)."""
-        op, call_id, job_id, key, mode, value = data.draw(st.sampled_from(self.moves))
+        _, call_id, job_id, key, mode, value = data.draw(st.sampled_from(self.moves))
+        # Built again at this step's now (a real re-send's now is Redis's TIME then), with
+        # the first send's call id.
+        op = self.store.reschedule_op(
+            Q, job_id, key, now=self.now, call_id=call_id, **{mode: value}
+        )
         got = self.store.call(Op(op.resend_args, op.parse, op.policy, op.route, op.script))
         first = self.marks.get(call_id)
         if key is not None and key not in self.index:
