@@ -1,21 +1,27 @@
 """A model-based test of the public API (issue 17): hypothesis drives random sequences of
-schedule / cancel / replace / keep / get_job, inside and outside transactions (commit,
-rollback, nested savepoints), with DELAYQ["HORIZON"] turned on and off between steps while rows
-wait, worker relay turns, burst worker runs on an injected clock, and injected faults (a lost
-reply of a schedule, Redis down at a commit, a refused DELETE of a relayed row), on the real
-Redis (a unique prefix, through a fault proxy) and SQLite, then PostgreSQL. After every step
-it checks the public answers against the plain model of tests/api_model.py (the outbox's
-promises I1-I9 in docs/internals.rst):
+schedule (expires= too) / cancel / replace / keep / reschedule / get_job, inside and outside
+transactions (commit, rollback, nested savepoints), with DELAYQ["HORIZON"] turned on and off
+between steps while rows wait, worker relay turns, burst worker runs on an injected clock,
+and injected faults (a lost reply of a schedule or a reschedule, Redis down at a commit, a
+refused DELETE of a relayed row), on the real Redis (a unique prefix, through a fault
+proxy) and SQLite, then PostgreSQL. After every step it checks the public answers against
+the plain model of tests/api_model.py (the outbox's promises I1-I9 in docs/internals.rst):
 
 - schedule() returns the id the model says (the existing job's for a replace of a row, a
   replace of a Redis job outside a transaction and a keep; a fresh one otherwise) and the
   job's arguments;
 - cancel() returns True iff the model had the job (by id or key) pending;
+- reschedule(id / key=, delay= / at=) returns the job the model has pending (by key a row
+  holding it first) with its id, arguments and the new due time, or None when the model has
+  none; a row moves in the caller's transaction (a rollback puts its old due time back), a
+  Redis job at once; a lost reply's re-send answers the first send;
 - get_job(id) of every pending job (the transaction's own rows too, I1; rows whatever
   HORIZON is, I8) answers with the model's arguments, key and due time; of every other id
   ever returned it answers None (or a finished job);
 - a worker run runs only pending jobs, with the model's arguments, never before their due
-  time on the injected clock, each once; every Redis job due on that clock runs;
+  time on the injected clock, each once, never one whose expires= passed before the run
+  began; every Redis job due on that clock runs or, past its expiry, ends "expired"
+  (get_job(id, finished=True)), never both;
 - at the end (rolled back, HORIZON off, a relay turn, a worker far in the future) every job
   the model has pending runs exactly once with its arguments, and nothing else ever ran.
 
