@@ -30,6 +30,7 @@ class MJob:
     far: bool  # waits beyond the horizon: a commit hook does not relay it (I2)
     place: str  # "row" | "redis"
     stale: bool = False  # in Redis while its relayed row stays (a refused DELETE)
+    expires: float | None = None  # epoch seconds: not started by then (a claim's clock), never
 
 
 @dataclass
@@ -40,6 +41,7 @@ class Model:
     savepoints: list[dict[str, MJob]] = field(default_factory=list)
     issued: set[str] = field(default_factory=set)
     ran: dict[str, int] = field(default_factory=dict)
+    expired: set[str] = field(default_factory=set)  # ended "expired" by a worker, never run
 
     # -- reading --------------------------------------------------------------------------
 
@@ -99,19 +101,19 @@ class Model:
         return {redis[0].id}, redis[0], "update"  # the Redis job keeps its id
 
     def apply_schedule(
-        self, how: str, job_id: str, target: MJob | None, key, args, due, far, in_tx
+        self, how: str, job_id: str, target: MJob | None, key, args, due, far, in_tx, expires=None
     ) -> None:
         if how == "keep":
             return
         if how == "update":
             assert target is not None
-            target.args, target.due, target.far = args, due, far
+            target.args, target.due, target.far, target.expires = args, due, far, expires
             if target.place == "row" and in_tx:
                 self.rows[target.id] = target  # the update is in the transaction
             return
         self.issued.add(job_id)
         place = "row" if how == "create-row" else "redis"
-        job = MJob(job_id, key, args, due, far, place)
+        job = MJob(job_id, key, args, due, far, place, expires=expires)
         (self.rows if place == "row" else self.redis)[job_id] = job
 
     def cancel(self, job_id: str | None, key: str | None) -> bool:
@@ -121,6 +123,26 @@ class Model:
             self.rows.pop(j.id, None)
             self.redis.pop(j.id, None)
         return bool(gone)
+
+    def to_reschedule(self, job_id: str | None, key: str | None) -> MJob | None:
+        """The job reschedule(id) / reschedule(key=K) moves: by key a row holding it first
+        (the key's job), then Redis; None when no pending job answers (nothing moves)."""
+        if job_id is not None:
+            return self.pending().get(job_id)
+        holders = sorted(self.holders(key), key=lambda j: j.place != "row")
+        return holders[0] if holders else None
+
+    def reschedule(self, job: MJob, due: float, far: bool) -> None:
+        """Its due time moved where it waits: a row in the caller's transaction (a rollback
+        puts the old one back: the savepoints hold copies), Redis at once (I5). A Redis job
+        moved beyond the horizon stays in Redis; a row brought within it is relayed when the
+        transaction commits (observed by :meth:`sync`)."""
+        job.due, job.far = due, far and job.place == "row"
+
+    def expire(self, job_id: str) -> None:
+        self.rows.pop(job_id, None)
+        self.redis.pop(job_id, None)
+        self.expired.add(job_id)
 
     def finished(self, job_id: str) -> None:
         self.rows.pop(job_id, None)

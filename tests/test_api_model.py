@@ -1,21 +1,27 @@
 """A model-based test of the public API (issue 17): hypothesis drives random sequences of
-schedule / cancel / replace / keep / get_job, inside and outside transactions (commit,
-rollback, nested savepoints), with DELAYQ["HORIZON"] turned on and off between steps while rows
-wait, worker relay turns, burst worker runs on an injected clock, and injected faults (a lost
-reply of a schedule, Redis down at a commit, a refused DELETE of a relayed row), on the real
-Redis (a unique prefix, through a fault proxy) and SQLite, then PostgreSQL. After every step
-it checks the public answers against the plain model of tests/api_model.py (the outbox's
-promises I1-I9 in docs/internals.rst):
+schedule (expires= too) / cancel / replace / keep / reschedule / get_job, inside and outside
+transactions (commit, rollback, nested savepoints), with DELAYQ["HORIZON"] turned on and off
+between steps while rows wait, worker relay turns, burst worker runs on an injected clock,
+and injected faults (a lost reply of a schedule or a reschedule, Redis down at a commit, a
+refused DELETE of a relayed row), on the real Redis (a unique prefix, through a fault
+proxy) and SQLite, then PostgreSQL. After every step it checks the public answers against
+the plain model of tests/api_model.py (the outbox's promises I1-I9 in docs/internals.rst):
 
 - schedule() returns the id the model says (the existing job's for a replace of a row, a
   replace of a Redis job outside a transaction and a keep; a fresh one otherwise) and the
   job's arguments;
 - cancel() returns True iff the model had the job (by id or key) pending;
+- reschedule(id / key=, delay= / at=) returns the job the model has pending (by key a row
+  holding it first) with its id, arguments and the new due time, or None when the model has
+  none; a row moves in the caller's transaction (a rollback puts its old due time back), a
+  Redis job at once; a lost reply's re-send answers the first send;
 - get_job(id) of every pending job (the transaction's own rows too, I1; rows whatever
   HORIZON is, I8) answers with the model's arguments, key and due time; of every other id
   ever returned it answers None (or a finished job);
 - a worker run runs only pending jobs, with the model's arguments, never before their due
-  time on the injected clock, each once; every Redis job due on that clock runs;
+  time on the injected clock, each once, never one whose expires= passed before the run
+  began; every Redis job due on that clock runs or, past its expiry, ends "expired"
+  (get_job(id, finished=True)), never both;
 - at the end (rolled back, HORIZON off, a relay turn, a worker far in the future) every job
   the model has pending runs exactly once with its arguments, and nothing else ever ran.
 
@@ -44,6 +50,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import redis
@@ -56,7 +63,7 @@ from hypothesis.stateful import RuleBasedStateMachine, precondition, rule, run_s
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from django_delayq import cancel, get_job, signals
+from django_delayq import cancel, get_job, reschedule, signals
 from django_delayq.exceptions import DelayQError
 from django_delayq.models import OutboxJob
 from django_delayq.outbox import relay as relaying
@@ -79,6 +86,8 @@ DELAYS = (0.0, 30.0, 3600.0)  # 3600 > HORIZON: beyond the horizon when it is on
 ADVANCES = (0.0, 40.0, 4000.0)  # seconds the worker's clock moves on before a run
 SLACK = 5.0  # seconds between the model's clock and the code's (same machine)
 KEYS = ("k1", "k2")
+# schedule(expires=...): none, passed by a worker 40 s ahead (ADVANCES), not by one 40 s ahead.
+EXPIRES = (None, None, 20.0, 600.0)
 SETTINGS = settings(
     max_examples=60,
     stateful_step_count=25,
@@ -222,6 +231,11 @@ class APIMachine(RuleBasedStateMachine):
             due = got.due_at.timestamp()
             if abs(due - job.due) > SLACK:
                 self.fail(f"get_job({job.id}) is due at {due:.0f}; the model says {job.due:.0f}")
+            expires = None if got.expires_at is None else got.expires_at.timestamp()
+            if (expires is None) != (job.expires is None) or (
+                expires is not None and abs(expires - job.expires) > SLACK
+            ):
+                self.fail(f"get_job({job.id}) expires at {expires}; the model says {job.expires}")
         for job_id in self.m.issued - set(pending):
             got = get_job(job_id)
             if got is not None and got.status == "pending":
@@ -242,18 +256,20 @@ class APIMachine(RuleBasedStateMachine):
         delay=st.sampled_from(DELAYS),
         on_commit=st.booleans(),
         keep=st.booleans(),
+        expires=st.sampled_from(EXPIRES),
     )
-    def schedule_keyed(self, key, delay, on_commit, keep):
+    def schedule_keyed(self, key, delay, on_commit, keep, expires=None):
         """The same as schedule() with a unique key: replaces and keeps are what break."""
-        self.schedule(key=key, delay=delay, on_commit=on_commit, keep=keep)
+        self.schedule(key=key, delay=delay, on_commit=on_commit, keep=keep, expires=expires)
 
     @rule(
         key=st.sampled_from((None, *KEYS)),
         delay=st.sampled_from(DELAYS),
         on_commit=st.booleans(),
         keep=st.booleans(),
+        expires=st.sampled_from(EXPIRES),
     )
-    def schedule(self, key, delay, on_commit, keep):
+    def schedule(self, key, delay, on_commit, keep, expires=None):
         in_tx = on_commit and self._tx()
         if key is not None and (self.m.stale_key(key) or (self._tx() and not on_commit)):
             # Not generated: a key whose relayed row stays (the spec does not say which of the
@@ -280,12 +296,15 @@ class APIMachine(RuleBasedStateMachine):
         options = {"key": key, "delay": delay}
         if keep:
             options["on_conflict"] = "keep"
+        if expires is not None:
+            options["expires"] = expires
         due = time.time() + delay
+        expires_at = None if expires is None else time.time() + expires
         job = t.remember.schedule(args, on_commit=self.w.alias if on_commit else False, **options)
         self.last = job.id
         self.note(
             f"schedule(args={args}, key={key!r}, delay={delay:.0f}, on_commit={on_commit}, "
-            f"keep={keep}) -> {job.id}  [{how}{', far' if far else ''}]"
+            f"keep={keep}, expires={expires}) -> {job.id}  [{how}{', far' if far else ''}]"
         )
         fresh = job.id not in self.m.pending() and job.id not in self.m.issued
         if not (job.id in expected or (NEW in expected and fresh)):
@@ -299,7 +318,7 @@ class APIMachine(RuleBasedStateMachine):
         else:
             if job.args != [args]:
                 self.fail(f"schedule() returned args {job.args}, not {[args]}")
-            self.m.apply_schedule(how, job.id, target, key, args, due, far, in_tx)
+            self.m.apply_schedule(how, job.id, target, key, args, due, far, in_tx, expires_at)
         self._after()
 
     @rule(data=st.data(), by=st.sampled_from(("pending id", "key", "any id")))
@@ -322,6 +341,49 @@ class APIMachine(RuleBasedStateMachine):
         self.note(f"cancel({job_id or f'key={key!r}'}) -> {got}")
         if got != expected:
             self.fail(f"cancel returned {got}; the model says {expected}")
+        self._after()
+
+    @rule(
+        data=st.data(),
+        by=st.sampled_from(("pending id", "key", "any id")),
+        delay=st.sampled_from(DELAYS),
+        at=st.booleans(),
+    )
+    def reschedule(self, data, by, delay, at):
+        """reschedule(id / key=, delay= or at=) inside and outside transactions (savepoints
+        too: a rollback puts a row's old due time back); None when nothing is pending."""
+        if by == "key":
+            key, job_id = data.draw(st.sampled_from(KEYS), label="key"), None
+        else:
+            ids = sorted(self.m.pending() if by == "pending id" else self.m.issued)
+            if not ids:
+                return
+            key, job_id = None, data.draw(st.sampled_from(ids), label="job id")
+        job = self.m.to_reschedule(job_id, key)
+        if self.m.stale_key(key) or (job is not None and job.stale):
+            return  # not generated: a relayed row left behind (which of the two moves: open)
+        due = time.time() + delay
+        when = {"at": datetime.now(UTC) + timedelta(seconds=delay)} if at else {"delay": delay}
+        got = reschedule(job_id, key=key, **when)
+        self.note(
+            f"reschedule({job_id or f'key={key!r}'}, {'at' if at else 'delay'}={delay:.0f}) -> "
+            f"{None if got is None else got.id}"
+        )
+        if job is None:
+            if got is not None:
+                self.fail(f"reschedule returned {got.id} (due {got.due_at}); the model has none")
+            return
+        if got is None:
+            self.fail(f"reschedule returned None; the model has {job.id} pending ({job.place})")
+            return
+        if (got.id, got.outcome, got.args) != (job.id, "rescheduled", [job.args]):
+            self.fail(
+                f"reschedule returned {got.id} {got.outcome} args {got.args}; the model says "
+                f"{job.id} rescheduled args {[job.args]}"
+            )
+        if abs(got.due_at.timestamp() - due) > SLACK:
+            self.fail(f"reschedule returned due {got.due_at}; the model says {due:.0f}")
+        self.m.reschedule(job, due, self.w.horizon_on and delay > HORIZON)
         self._after()
 
     # -- transactions ---------------------------------------------------------------------------
@@ -398,14 +460,36 @@ class APIMachine(RuleBasedStateMachine):
         clock = self.w.run_worker(advance)
         runs = self.w.ran[start:]
         self.note(f"worker burst, clock +{self.w.clock_offset:.0f} s -> ran {[r[0] for r in runs]}")
-        self._check_runs(runs)
+        self._check_runs(runs, clock)
+        self._check_expired(clock)
         self._sync()  # a row the worker's relay turn moved adopts its key: the holder is gone
         for job_id, due in before.items():
             if due + SLACK <= clock and job_id in self.m.redis:
                 self.fail(f"job {job_id} waits in Redis, due on this clock, and did not run")
         self._after()
 
-    def _check_runs(self, runs) -> None:
+    def _check_expired(self, started: float) -> None:
+        """After a worker run whose clock began at ``started``: each pending job with an
+        expiry that a worker ended is "expired" (kept as finished), and it had expired by the
+        run's clock; one whose expiry passed before the run began and was claimed must be
+        one of them (a due Redis job is claimed: the caller checks what waits)."""
+        end = time.time() + self.w.clock_offset
+        for job in list(self.m.pending().values()):
+            if job.expires is None:
+                continue
+            kept = get_job(job.id, finished=True)
+            if kept is None or kept.status != "expired":
+                continue
+            if job.expires > end + SLACK or job.due > end + SLACK:
+                self.fail(
+                    f"job {job.id} ended expired; the model has it expiring at "
+                    f"{job.expires:.0f}, due at {job.due:.0f}, the run's clock ended {end:.0f}"
+                )
+            self.note(f"  {job.id} expired (never ran)")
+            self.m.expire(job.id)
+
+    def _check_runs(self, runs, started: float) -> None:
+        """``started``: the worker's clock when the run began (every claim's is later)."""
         for job_id, args, at in runs:
             job = self.m.pending().get(job_id)
             if job is None:
@@ -416,6 +500,8 @@ class APIMachine(RuleBasedStateMachine):
                 self.fail(f"job {job_id} ran with args {args}; the model says {[job.args]}")
             if job.due > at + SLACK:
                 self.fail(f"job {job_id} ran {job.due - at:.0f} s early")
+            if job.expires is not None and job.expires + SLACK <= started:
+                self.fail(f"job {job_id} ran {started - job.expires:.0f} s after its expiry")
             if job.place == "row" and job.key is not None:  # relayed by the worker: it
                 for other in self.m.holders(job.key):  # adopted its key from a Redis job
                     if other.place == "redis":
@@ -427,9 +513,12 @@ class APIMachine(RuleBasedStateMachine):
     @rule(kind=st.sampled_from(("lost reply", "Redis down at commit", "refused delete")))
     def fault(self, kind):
         """One rule for the three faults, so that schedule() and cancel() stay frequent."""
-        if kind == "lost reply":  # the next schedule/relay runs in Redis, its reply is lost
+        if kind == "lost reply":  # the next schedule/relay/reschedule runs, its reply is lost
             self.w.proxy.add_rule(
-                lambda c: script("schedule")(c) or script("schedule_many")(c), drop_reply()
+                lambda c: (
+                    script("schedule")(c) or script("schedule_many")(c) or script("reschedule")(c)
+                ),
+                drop_reply(),
             )
         elif kind == "Redis down at commit":  # the next outermost commit's fast path fails
             self.w.down_at_commit = True
@@ -459,10 +548,11 @@ class APIMachine(RuleBasedStateMachine):
             time.sleep(0.2)
             self.relay()
         start = len(self.w.ran)
-        self.w.run_worker(10**6)
+        clock = self.w.run_worker(10**6)
         runs = self.w.ran[start:]
         self.note(f"drain: worker far ahead -> ran {[r[0] for r in runs]}")
-        self._check_runs(runs)
+        self._check_runs(runs, clock)
+        self._check_expired(clock)  # every job with an expiry left: far past it
         left = self.m.pending()
         if left:
             self.fail(f"after the drain, jobs never ran: {sorted(left)}")

@@ -1,7 +1,8 @@
 """A hypothesis state machine over the store: random schedule / re-sent schedule / claim /
 re-sent claim / start mark / ack / fail / extend / recover / release / cancel / requeue /
-run_now / delete / tick sequences, checked after every step against a model of the documented
-semantics (lua/*.lua headers) and against invariants that hold whatever the model says:
+run_now / delete / reschedule / re-sent reschedule / expire / tick sequences, checked after
+every step against a model of the documented semantics (lua/*.lua headers) and against
+invariants that hold whatever the model says:
 
 - each job id is in at most one of pending, running, dead;
 - the job records are exactly the ids of those sets (no orphan record, no id without one),
@@ -9,7 +10,11 @@ semantics (lua/*.lua headers) and against invariants that hold whatever the mode
 - the unique-key index points only at pending or running jobs whose record carries that key,
   and no two pending jobs carry the same key;
 - a finished job with flag 'i' is never stored again by a re-sent schedule while its
-  tombstone lasts.
+  tombstone lasts;
+- a reschedule moves only a pending job (by id or by key), and a re-sent one answers its
+  first send's due time without moving anything again while its mark lasts (the marks share
+  ``done`` with the tombstones, and their trim);
+- an expire ends only a job still held under the claim's lease token.
 
 Time is passed to every script (``now=``) in steps of 0.5 s, so scores are exact.
 """
@@ -30,6 +35,7 @@ from django_delayq.jobs.ids import new_job_id
 from django_delayq.jobs.job import RESERVED
 from django_delayq.jobs.record import decode_record, encode_record
 from django_delayq.jobs.state import parse_state
+from django_delayq.storage.expiry import EXPIRED, GONE, NOT_HELD, expire_op
 from django_delayq.storage.ops import Op
 from django_delayq.storage.store import DONE_TTL, Store
 
@@ -76,6 +82,11 @@ class StoreMachine(RuleBasedStateMachine):
         self.tombstones: dict[str, float] = {}
         self.sent: list[tuple[str, bytes, float]] = []  # keyless schedules, to re-send
         self.last_claim: tuple[str, int, list[str]] | None = None  # token, limit, ids
+        self.gone: list[str] = []  # ids of jobs finished (acked, cancelled, expired, deleted)
+        # Reschedule calls sent (to re-send): (op, call id, job id or None, key or None,
+        # mode, value in seconds: a delay, or an epoch for mode "at").
+        self.moves: list[tuple[Op, str, str | None, str | None, str, float]] = []
+        self.marks: dict[str, float] = {}  # call id -> when it moved a job ('r:<id>' in done)
         # The limits published: "none" (no control hash), "other" (OTHER's rate: TASK's
         # jobs are plain, claim.lua says so once it read one), "own" (TASK's rate: a claim
         # reading TASK's jobs is general, claim_plain.lua answers 'features').
@@ -87,6 +98,10 @@ class StoreMachine(RuleBasedStateMachine):
         keys = list(self.store.client.scan_iter(match=f"{self.store.prefix}:*", count=1000))
         if keys:
             self.store.client.delete(*keys)
+        # Each example's Store holds a connection of the shared client's pool for its
+        # re-sendable ops (reschedule's, expire's): given back now, not when the collector
+        # finds the Store (150 examples outran redis-py's pool of 100: MaxConnectionsError).
+        self.store.transport.close()
 
     # -- helpers ------------------------------------------------------------------
 
@@ -134,10 +149,17 @@ class StoreMachine(RuleBasedStateMachine):
         flagged = [j for j in jobs if "i" in j.flags]
         for job in jobs:
             del self.jobs[job.id]
+            self.gone.append(job.id)
         if flagged:
             for job in flagged:
                 self.tombstones[job.id] = self.now
-            self.tombstones = {i: t for i, t in self.tombstones.items() if t >= self.now - DONE_TTL}
+            self._trim_done()
+
+    def _trim_done(self) -> None:
+        """`done` trimmed (by a tombstone's write, or a reschedule's mark): tombstones and
+        reschedule marks older than DONE_TTL go, both."""
+        self.tombstones = {i: t for i, t in self.tombstones.items() if t >= self.now - DONE_TTL}
+        self.marks = {c: t for c, t in self.marks.items() if t >= self.now - DONE_TTL}
 
     def _info(self, job: Model) -> str:
         return job.flags if job.key is None else f"{job.flags}={job.key}"
@@ -432,6 +454,96 @@ class StoreMachine(RuleBasedStateMachine):
         assert self.store.delete_dead(Q, [job.id], now=self.now) == [dead]
         if dead:
             self._finished([job])
+
+    @precondition(lambda self: self.jobs or self.gone)
+    @rule(
+        data=st.data(),
+        by_key=st.booleans(),
+        mode=st.sampled_from(["delay", "at"]),
+        value=st.sampled_from([-1.0, 0.0, 2.0, 5.0]),
+    )
+    def reschedule(self, data: st.DataObject, by_key: bool, mode: str, value: float) -> None:
+        """By key, or by the id of any job (pending, claimed, running, dead), of a finished
+        one or of one never stored; ``value`` a delay, or for "at" seconds from now (-1: a
+        time past, which means now)."""
+        key = job_id = None
+        if by_key:
+            key = data.draw(st.sampled_from(KEYS))
+        else:
+            known = sorted(self.jobs) + sorted(set(self.gone[-4:]))
+            job_id = data.draw(st.sampled_from([*known, "never-stored"]))
+        if mode == "at":
+            value = self.now + value
+        call_id = new_job_id()
+        op = self.store.reschedule_op(
+            Q, job_id, key, now=self.now, call_id=call_id, **{mode: value}
+        )
+        self.moves.append((op, call_id, job_id, key, mode, value))
+        self._moved(self.store.call(op), call_id, job_id, key, mode, value)
+
+    def _moved(
+        self, got: Any, call_id: str, job_id: str | None, key: str | None, mode: str, value: float
+    ) -> None:
+        """A first send's answer (or a re-send's that found no mark: it runs as one)."""
+        job = self.jobs.get(self.index.get(key, "") if key else job_id or "")
+        if job is None or job.status != "pending":
+            assert got is None, (got, job)
+            return
+        due = self.now + max(value, 0.0) if mode == "delay" else max(value, self.now)
+        assert (got.id, got.due_at, got.record) == (job.id, due, job.record)
+        job.score = due
+        self.marks[call_id] = self.now
+        self._trim_done()
+
+    @precondition(lambda self: self.moves)
+    @rule(data=st.data())
+    def reschedule_sent_again(self, data: st.DataObject) -> None:
+        """A reschedule whose reply was lost, sent again (possibly long after, past its
+        mark's DONE_TTL: then it runs as a first send)."""
+        _, call_id, job_id, key, mode, value = data.draw(st.sampled_from(self.moves))
+        # Built again at this step's now (a real re-send's now is Redis's TIME then), with
+        # the first send's call id.
+        op = self.store.reschedule_op(
+            Q, job_id, key, now=self.now, call_id=call_id, **{mode: value}
+        )
+        got = self.store.call(Op(op.resend_args, op.parse, op.policy, op.route, op.script))
+        first = self.marks.get(call_id)
+        if key is not None and key not in self.index:
+            assert got is None, got  # the key names no job now: nothing to answer for
+            return
+        if first is None:
+            self._moved(got, call_id, job_id, key, mode, value)
+            return
+        # The first send moved a job: the same answer, nothing moved again (by key, the
+        # key's holder now, which the first send moved unless it finished since).
+        target = self.index[key] if key is not None else job_id
+        due = first + max(value, 0.0) if mode == "delay" else max(value, first)
+        job = self.jobs.get(target)
+        assert (got.id, got.due_at, got.record) == (target, due, job.record if job else b"")
+
+    @precondition(lambda self: self.jobs or self.gone)
+    @rule(data=st.data(), stale=st.booleans())
+    def expire(self, data: st.DataObject, stale: bool) -> None:
+        """expire.lua as the worker sends it for a claimed job it has not started (whose
+        expiry passed by the claim's clock: the worker decides; the script only fences by
+        the lease token): a job held under that token ends, any other is left as it is."""
+        unstarted = [j for j in self.jobs.values() if not (j.status == "running" and j.started)]
+        choices = sorted(j.id for j in unstarted) + sorted(set(self.gone[-4:]))
+        if not choices:
+            return
+        target = data.draw(st.sampled_from(choices))
+        job = self.jobs.get(target)
+        token = "stale#0" if job is None else self._token(job, stale)
+        due = None if job is None else job.score
+        (got,) = self.store.call(expire_op(self.store, Q, [(target, token, due)], now=self.now))
+        if job is None:
+            assert got == GONE
+        elif self._owned(job, token):
+            assert got == EXPIRED
+            self._release_key(job.key, job.id)
+            self._finished([job])
+        else:
+            assert got == NOT_HELD
 
     @rule(seconds=st.sampled_from([0.5, 1.0, 4.0, DONE_TTL]))
     def tick(self, seconds: float) -> None:
