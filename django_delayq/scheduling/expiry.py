@@ -9,15 +9,15 @@ that claims the job after it never runs it (worker/expiry.py).
 
 from __future__ import annotations
 
-import math
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from django.utils import timezone
 
-# As due times (plan.py): before 2200, and at most 100 years ahead.
+from django_delayq.scheduling.options import positive_seconds
+
+# As due times (plan.py): before 2200, and at most 100 years ahead (options.positive_seconds).
 LATEST = datetime(2200, 1, 1, tzinfo=UTC)
-MAX_SECONDS = 100 * 365.25 * 24 * 3600
 
 Expires = tuple[str, float] | None  # ("in", seconds) or ("at", epoch s); None: never
 
@@ -37,24 +37,8 @@ def check_expires(expires: Any, where: str = "expires=") -> Expires:
         if expires >= LATEST:
             raise ValueError(f"{where}{expires!r} is too far ahead: expiries are before 2200")
         return ("at", expires.timestamp())
-    if isinstance(expires, timedelta):
-        seconds = expires.total_seconds()
-    elif isinstance(expires, (int, float)) and not isinstance(expires, bool):
-        try:
-            seconds = float(expires)
-        except OverflowError:
-            seconds = math.inf
-    else:
-        raise TypeError(
-            f"{where} must be a number of seconds, a timedelta or an aware datetime, got "
-            f"{type(expires).__name__} {expires!r}"
-        )
-    if not math.isfinite(seconds) or not 0 < seconds <= MAX_SECONDS:
-        raise ValueError(
-            f"{where} must be more than 0 seconds and at most 100 years ({MAX_SECONDS:.0f} s), "
-            f"got {expires!r}"
-        )
-    return ("in", seconds)
+    kinds = "a number of seconds, a timedelta or an aware datetime"
+    return ("in", positive_seconds(expires, where, kinds))
 
 
 def expires_ms(expires: Expires, now: float) -> int | None:

@@ -122,32 +122,35 @@ def _group_lookup(queue: str, job_id: str) -> str | None:
 _job.group_lookup = _group_lookup
 
 
-MAX_WAIT_MAX = 100 * 365.25 * 24 * 3600  # as delays (plan.py): at most 100 years
+MAX_SECONDS = 100 * 365.25 * 24 * 3600  # as delays (plan.py): at most 100 years
+
+
+def positive_seconds(
+    value: Any, where: str, kinds: str = "a number of seconds or a timedelta"
+) -> float:
+    """``value`` (a number of seconds or a timedelta) as seconds, more than 0 and at most 100
+    years; else an error naming ``where`` and the value (``kinds``: what ``where`` takes)."""
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            seconds = float(value)
+        except OverflowError:
+            seconds = math.inf
+    else:
+        raise TypeError(f"{where} must be {kinds}, got {type(value).__name__} {value!r}")
+    if not math.isfinite(seconds) or not 0 < seconds <= MAX_SECONDS:
+        raise ValueError(
+            f"{where} must be more than 0 seconds and at most 100 years "
+            f"({MAX_SECONDS:.0f} s), got {value!r}"
+        )
+    return seconds
 
 
 def check_max_wait(max_wait: Any, where: str = "max_wait=") -> float | None:
     """``max_wait`` (a debounce's cap: a replace never moves the key's job past its first due
     time plus this) as seconds > 0, None for None; else an error naming the value."""
-    if max_wait is None:
-        return None
-    if isinstance(max_wait, timedelta):
-        seconds = max_wait.total_seconds()
-    elif isinstance(max_wait, (int, float)) and not isinstance(max_wait, bool):
-        try:
-            seconds = float(max_wait)
-        except OverflowError:
-            seconds = math.inf
-    else:
-        raise TypeError(
-            f"{where} must be a number of seconds or a timedelta, got "
-            f"{type(max_wait).__name__} {max_wait!r}"
-        )
-    if not math.isfinite(seconds) or not 0 < seconds <= MAX_WAIT_MAX:
-        raise ValueError(
-            f"{where} must be more than 0 seconds and at most 100 years "
-            f"({MAX_WAIT_MAX:.0f} s), got {max_wait!r}"
-        )
-    return seconds
+    return None if max_wait is None else positive_seconds(max_wait, where)
 
 
 def plan_max_wait(given: Any, task: Any, key: str | None, on_conflict: str) -> float | None:

@@ -57,20 +57,8 @@ MAX_DELAY = 100 * 365.25 * 24 * 3600
 _SOON = DONE_TTL
 _SKEW = 3600.0
 
-OPTION_NAMES = frozenset(
-    {
-        "delay",
-        "at",
-        "key",
-        "on_conflict",
-        "queue",
-        "max_retries",
-        "priority",
-        "group",
-        "expires",
-        "max_wait",
-    }
-)
+# The options a Plan takes: schedule()'s own, but on_commit (where the plan is sent).
+OPTION_NAMES = SCHEDULE_OPTIONS - {"on_commit"}
 
 
 def mixed_plan(task: Any, kwargs: dict[str, Any]) -> tuple[Plan, bool | str]:
