@@ -210,18 +210,22 @@ async def amark(tag: str, value: str, seconds: float = 0.2) -> None:
 
 
 @task(retry_backoff=0, max_retries=20, group_concurrency=2)
-def grouped_span(tag: str, group_id: str, value: str, seconds: float) -> None:
+def grouped_span(tag: str, group_id: str, value: str, seconds: float, gated: bool = False) -> None:
     """One job of group ``group_id`` (scheduled with group=group_id; a parameter named
     ``group`` would shadow the option, check W006): how many of its group run at once
     as it starts (runs:<tag>:peak, "<group> <count>"), then its end (runs:<tag>, "<value>
     <group>"), counted in the runs Redis across worker processes. ``seconds`` < 0: an hour
-    on the first attempt (its worker is to be SIGKILLed), 50 ms on a retry."""
+    on the first attempt (its worker is to be SIGKILLed), 50 ms on a retry. ``gated``: it
+    waits, running, until the test opens runs:<tag>:gate (at most 90 s), then ``seconds``."""
     client = runs_client()
     job = current_job()
     if seconds < 0:  # a worker to SIGKILL: its first attempt stays until then
         seconds = 3600.0 if job is not None and job.attempts == 1 else 0.05
     running = client.incr(f"runs:{tag}:now:{group_id}")
     client.rpush(f"runs:{tag}:peak", f"{group_id} {running}")
+    if gated:
+        client.blpop([f"runs:{tag}:gate"], timeout=90)
+        client.rpush(f"runs:{tag}:gate", "open")  # for the next gated job
     time.sleep(seconds)
     client.decr(f"runs:{tag}:now:{group_id}")
     client.rpush(f"runs:{tag}", f"{value} {group_id}")

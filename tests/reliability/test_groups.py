@@ -3,7 +3,8 @@ each) against a redis-server of their own run jobs of a task with
 ``@task(group_concurrency=2)``: one hot group with a long backlog, many cold groups behind
 it. No group ever runs more than 2 jobs at once (the task counts itself in the runs Redis),
 and the hot group's backlog does not hold up the cold groups (they all finish while the hot
-group still has most of its jobs to run)."""
+group still has most of its jobs to run: every hot job waits, running, until all 40 cold jobs
+have run, so with a backlog that held them up none would ever run)."""
 
 from __future__ import annotations
 
@@ -26,7 +27,13 @@ def test_group_limit_across_three_worker_processes(
     store = Store(data.client(), prefix)
     env = worker_env(data.url, runs_server.url, prefix)
     procs = [workers.start(env, "--concurrency", "4", name=f"g{i}") for i in range(3)]
-    hot = [{"args": [tag, "hot", f"h{i}", 0.3], "group": "hot"} for i in range(16)]
+    # The hot jobs hold their 2 slots until the test opens the gate, once all 40 cold jobs
+    # ran: the cold groups ran beside the hot one's backlog by construction, whatever the
+    # machine's load, or never (a backlog that holds them up times out below).
+    hot = [
+        {"args": [tag, "hot", f"h{i}", 0.3], "kwargs": {"gated": True}, "group": "hot"}
+        for i in range(16)
+    ]
     cold = [{"args": [tag, f"cold:{i}", f"c{i}", 0.02], "group": f"cold:{i}"} for i in range(40)]
     warm = [
         {"args": [tag, f"warm:{i % 2}", f"w{i}", 0.2], "group": f"warm:{i % 2}"} for i in range(12)
@@ -34,6 +41,12 @@ def test_group_limit_across_three_worker_processes(
     jobs = len(hot) + len(cold) + len(warm)
     with installed(store):
         schedule_many(grouped_span, hot + warm + cold)  # the hot backlog is due first
+
+    def cold_ran() -> int:
+        return sum(1 for line in runs(runs_client, tag) if " cold:" in line)
+
+    wait_until(lambda: cold_ran() >= len(cold), 90, "the cold jobs to run beside the hot ones")
+    runs_client.rpush(f"runs:{tag}:gate", "open")
     wait_until(lambda: len(runs(runs_client, tag)) >= jobs, 180, f"all {jobs} jobs to run")
     for proc in procs:
         proc.signal(signal.SIGTERM)
@@ -62,9 +75,9 @@ def test_group_limit_across_three_worker_processes(
     # of the two overlaps its own jobs depends on the scheduling of 12 slots: warm:0 alone
     # once peaked at 1 on a loaded machine, its limit then untested, not exceeded).
     assert peaks["hot"] == 2 and max(peaks["warm:0"], peaks["warm:1"]) == 2, peaks
-    # The cold groups ran beside the hot one, not after its backlog: all 40 finished before
-    # the hot group had run half of its 16 jobs.
-    assert sum(1 for i in hot_done if i < last_cold) < 8, done
+    # The cold groups ran beside the hot one, not after its backlog: all 40 finished while
+    # the hot group's first two jobs were still running (held at the gate).
+    assert sum(1 for i in hot_done if i < last_cold) == 0, done
     assert store.client.zcard(store.key("default", "parked")) == 0
     assert not store.client.exists(store.key("default", "groups"))
 
