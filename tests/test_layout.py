@@ -223,6 +223,8 @@ def test_the_documented_paths_import_without_a_warning():
     [
         ("django_delayq.storage.batches", "batches", "BatchStore"),
         ("django_delayq.storage.control", "control", "ControlStore"),
+        ("django_delayq.storage.recurring", "recurring", "RecurringStore"),
+        ("django_delayq.storage.traces", "traces", "TraceStore"),
     ],
 )
 def test_a_0_7_free_function_of_storage_still_imports_and_calls_its_subject_store(

@@ -620,7 +620,6 @@ def test_a_successor_of_the_old_definition_stored_after_a_change_is_refused(sim_
     from django_delayq.recurring.ids import occurrence_id
     from django_delayq.recurring.occurrences import encoded
     from django_delayq.recurring.reconcile import version_of
-    from django_delayq.storage.recurring import occur
 
     start = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
     sim = sim_at(start)
@@ -634,10 +633,11 @@ def test_a_successor_of_the_old_definition_stored_after_a_change_is_refused(sim_
     straggler = occurrence_id("db", version_of(old_state), ms(start) + 10_000)
     record, queue = encoded(old_definition)
     sim.t += 5
-    late = occur(sim.store, queue, [(straggler, record, ms(start) + 10_000)], ms(start), sim.t)
+    occur = sim.store.recurring.occur
+    late = occur(queue, [(straggler, record, ms(start) + 10_000)], ms(start), sim.t)
     assert late == ["done"]
     sim.t += 61  # a decision over a minute old is refused whole
-    assert occur(sim.store, queue, [("X" * 26, record, ms(start))], ms(start), sim.t) == ["stale"]
+    assert occur(queue, [("X" * 26, record, ms(start))], ms(start), sim.t) == ["stale"]
 
 
 @pytest.mark.parametrize("cron", ["30 2 * * *", "0 * * * *", "*/7 1-3 * * 0", "15 3 29 2 *"])
@@ -675,7 +675,6 @@ def test_an_occurrence_keeps_its_tasks_priority(real_store):
     the next pass without occur.lua."""
     from django_delayq.jobs.ids import new_job_id
     from django_delayq.jobs.record import encode_record
-    from django_delayq.storage.recurring import pending_due
     from tests.conftest import more_settings as settings_of
 
     spec = {"task": "tests.recurring.urgent", "every": 60, "kwargs": {"tag": "x"}}
@@ -698,7 +697,7 @@ def test_an_occurrence_keeps_its_tasks_priority(real_store):
             m.decode() for m in real_store.client.zrange(real_store.key("default", "ranked"), 0, -1)
         ]
         assert parse_occurrence_id(occurrence_id)[0] == fire
-        assert pending_due(real_store, "default", [occurrence_id, plain[0], "nope"]) == [
+        assert real_store.recurring.pending_due("default", [occurrence_id, plain[0], "nope"]) == [
             fire / 1000,
             fire / 1000,
             None,

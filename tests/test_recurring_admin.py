@@ -213,13 +213,12 @@ def test_settings_schedules_need_the_view_permission(store, client):
 def test_a_note_when_workers_follow_other_settings(store, admin_client):
     """deploys: the version a worker ran last is current; the admin only reads it."""
     from django_delayq.recurring import definitions, deploys
-    from django_delayq.storage.recurring import schedule_set_times
 
     changelist = reverse("admin:django_delayq_schedule_changelist")
     now = int(time.time() * 1000)
     with more_settings(store, SCHEDULES={"nightly-sweep": SETTINGS["nightly-sweep"]}):
         assert b'id="dq-settings-version"' not in admin_client.get(changelist).content
-        assert schedule_set_times(store) == {}  # reading recorded nothing
+        assert store.recurring.schedule_set_times() == {}  # reading recorded nothing
         ours = deploys.settings_version(definitions.from_settings()[0])
         deploys.is_current(store, ours, now - 5000)  # a worker of this code
         assert b'id="dq-settings-version"' not in admin_client.get(changelist).content
@@ -227,7 +226,7 @@ def test_a_note_when_workers_follow_other_settings(store, admin_client):
         page = admin_client.get(changelist).content.decode()
         assert 'id="dq-settings-version"' in page
         assert "The workers follow another version of DELAYQ" in page
-        assert set(schedule_set_times(store)) == {ours, "another-deploy"}
+        assert set(store.recurring.schedule_set_times()) == {ours, "another-deploy"}
 
 
 def test_the_page_goes_on_without_the_note_when_redis_cannot_say(

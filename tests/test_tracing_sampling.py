@@ -32,7 +32,6 @@ from opentelemetry.sdk.trace.sampling import (
 
 from django_delayq import schedule, schedule_many
 from django_delayq.monitoring import tracing
-from django_delayq.worker import traced as worker_traced
 from tests.test_tracing import RAN, ok, run_burst
 
 
@@ -50,13 +49,15 @@ def _provider(monkeypatch, sampler) -> InMemorySpanExporter:
 def reads(monkeypatch):
     """The HMGETs of stored contexts the worker sends (the ids of each)."""
     calls: list[list[str]] = []
-    real = worker_traced.read_traces
+    from django_delayq.storage.traces import TraceStore
 
-    def counted(store, queue, ids):
+    real = TraceStore.read
+
+    def counted(self, queue, ids):
         calls.append(list(ids))
-        return real(store, queue, ids)
+        return real(self, queue, ids)
 
-    monkeypatch.setattr(worker_traced, "read_traces", counted)
+    monkeypatch.setattr(TraceStore, "read", counted)
     return calls
 
 

@@ -20,11 +20,6 @@ import logging
 
 from django_delayq.exceptions import DelayQError
 from django_delayq.recurring.definitions import Definition
-from django_delayq.storage.recurring import (
-    forget_schedule_sets,
-    schedule_set_times,
-    schedule_sets,
-)
 from django_delayq.storage.store import Store
 
 logger = logging.getLogger("django_delayq.recurring")
@@ -44,13 +39,13 @@ def is_current(store: Store, version: str, now_ms: int) -> bool:
     """Record that this worker runs ``version`` and say whether it is the current one (True
     when Redis cannot say: a worker alone with Redis down keeps its own schedules)."""
     try:
-        sets = schedule_sets(store, version, now_ms)
+        sets = store.recurring.schedule_sets(version, now_ms)
     except DelayQError as exc:
         logger.warning("recurring schedules: cannot compare settings versions: %s", exc)
         return True
     stale = [name for name, (_, seen) in sets.items() if seen < now_ms - FORGET_MS]
     if stale:
-        forget_schedule_sets(store, stale)
+        store.recurring.forget_schedule_sets(stale)
     newest = _newest(sets, now_ms) or version
     if newest != version:
         logger.debug("recurring schedules: settings version %s is current, not ours", newest)
@@ -60,7 +55,7 @@ def is_current(store: Store, version: str, now_ms: int) -> bool:
 def current_version(store: Store, now_ms: int) -> str | None:
     """The version workers follow now, recording nothing (the admin asks it); None when no
     worker ran any in the last ALIVE_MS. Raises DelayQError when Redis cannot say."""
-    return _newest(schedule_set_times(store), now_ms)
+    return _newest(store.recurring.schedule_set_times(), now_ms)
 
 
 def _newest(sets: dict[str, tuple[int, int]], now_ms: int) -> str | None:

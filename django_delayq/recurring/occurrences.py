@@ -13,7 +13,6 @@ from django_delayq.jobs.record import JobSpec, encode_job
 from django_delayq.recurring.definitions import Definition, ScheduleError, parse
 from django_delayq.recurring.ids import occurrence_id
 from django_delayq.scheduling.registry import find_task
-from django_delayq.storage.recurring import occur, pending_due
 from django_delayq.storage.store import Store
 
 CHUNK = 500  # occurrences per occur.lua call
@@ -115,11 +114,11 @@ class Occurrences:
         Raises the DelayQError of a call Redis did not answer."""
         items = [(job_id, record, fire) for job_id, (record, fire) in self.by_queue[queue].items()]
         if skip_pending:
-            scores = pending_due(store, queue, [item[0] for item in items])
+            scores = store.recurring.pending_due(queue, [item[0] for item in items])
             items = [item for item, score in zip(items, scores, strict=True) if score is None]
             outcomes = ["exists"] * (len(scores) - len(items))
         else:
             outcomes = []
         for start in range(0, len(items), CHUNK):
-            outcomes += occur(store, queue, items[start : start + CHUNK], decided_ms, now)
+            outcomes += store.recurring.occur(queue, items[start : start + CHUNK], decided_ms, now)
         return outcomes

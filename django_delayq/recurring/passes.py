@@ -31,7 +31,6 @@ from django_delayq.recurring.claims import successors_lost as wanted
 from django_delayq.recurring.claims import write_outcomes
 from django_delayq.recurring.reconcile import Reconciler
 from django_delayq.recurring.tables import migrated_tables
-from django_delayq.storage.recurring import reconciled
 from django_delayq.storage.store import Store
 
 logger = logging.getLogger("django_delayq.recurring")
@@ -74,9 +73,8 @@ class PassLoop:
         now = fingerprint()
         since = time.monotonic() - self.last_full
         stale = since >= max(self.reconciler.interval, self.cost / self.full_share)
-        return stale or now != self.seen or wanted.is_set() or not reconciled(
-            self.reconciler.store
-        ), now
+        lost = not self.reconciler.store.recurring.reconciled()
+        return stale or now != self.seen or wanted.is_set() or lost, now
 
     def run_once(self) -> bool:
         """One look, and a full pass when due; whether a pass ran. Each look also writes the

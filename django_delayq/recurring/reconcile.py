@@ -35,7 +35,6 @@ from django_delayq.recurring.occurrences import (
 )
 from django_delayq.recurring.policy import LATE_GRACE_MS, MISSED_ALL
 from django_delayq.storage.connection import get_store
-from django_delayq.storage.recurring import mark_reconciled, server_time_ms
 from django_delayq.storage.store import Store
 
 logger = logging.getLogger("django_delayq.recurring")
@@ -126,7 +125,7 @@ class Reconciler:
     def now_ms(self) -> int:
         if self.clock is not None:
             return round(self.clock() * 1000)
-        return server_time_ms(self.store)
+        return self.store.recurring.server_time_ms()
 
     def run_pass(self) -> PassResult:
         from django_delayq.models import ScheduleState
@@ -156,7 +155,7 @@ class Reconciler:
             result.created += outcomes.count("created")
             result.existing += outcomes.count("exists")
             result.refused += len(outcomes) - outcomes.count("created") - outcomes.count("exists")
-        mark_reconciled(self.store)
+        self.store.recurring.mark_reconciled()
         return result
 
     def _drop_hash_clashes(self, found: dict[str, Definition], result: PassResult) -> None:

@@ -21,7 +21,6 @@ from django_delayq.recurring.ids import occurrence_id
 from django_delayq.recurring.occurrences import queue_of
 from django_delayq.recurring.reconcile import version_of
 from django_delayq.recurring.tables import migrated_tables
-from django_delayq.storage.recurring import exists, server_time_ms
 from django_delayq.storage.store import Store
 
 logger = logging.getLogger("django_delayq.recurring")
@@ -44,7 +43,7 @@ class ScheduleStatus:
 def report(store: Store, now_ms: int | None = None) -> list[ScheduleStatus]:
     from django_delayq.models import ScheduleState
 
-    now = server_time_ms(store) if now_ms is None else now_ms
+    now = store.recurring.server_time_ms() if now_ms is None else now_ms
     found, errors = definitions.load()
     states = {s.name: s for s in ScheduleState.objects.filter(name__in=list(found))}
     errors_of = _errors(errors)
@@ -80,7 +79,7 @@ def _status(
     floor = max(state.since_ms, state.last_fire_ms or 0)
     nxt = fire_after(definition, max(now, floor))
     job_id = occurrence_id(name, version_of(state), nxt)
-    missing = not exists(store, queue_of(definition), [job_id])[0]
+    missing = not store.recurring.exists(queue_of(definition), [job_id])[0]
     due = fires_between(definition, state.since_ms, now - OVERDUE_AFTER_MS, 1)
     overdue = bool(due) and (state.last_fire_ms is None or state.last_fire_ms < due[-1])
     last = state.last_fire_ms

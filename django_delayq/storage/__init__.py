@@ -21,10 +21,10 @@ The Store's public surface (``store.Store``), by the module that defines it (its
 tests/test_store.py compares this list with the class. A subject store is an attribute
 holding one subject's operations (``store.batches.ended_op(...)``), built on first use:
 batches.py's BatchStore, control.py's ControlStore, roster.py's Roster, finished.py's
-FinishedStore. ``recurring``, ``traces`` and ``bulk`` are modules of free functions taking a
-store:
+FinishedStore, recurring.py's RecurringStore, traces.py's TraceStore (``bulk`` builds the
+round trip of many schedules from a store):
 
-- subject stores (store.py): batches, control, roster, finished
+- subject stores (store.py): batches, control, roster, finished, recurring, traces
 - transitions (store.py): schedule, schedule_op, schedule_with_result, schedule_many_op,
   unmark_relayed_op, claim, claim_op, ack, ack_op, fail, fail_op, mark_op, marker, settle,
   extend, recover, release, forget_worker, cancel, cancel_op, wait_for_wake,

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from django_delayq.storage.store import Op, Scheduled, Store
-from django_delayq.storage.traces import write_traces_op
 
 
 @dataclass(slots=True)
@@ -69,7 +68,7 @@ class Batch:
             if group:
                 traces = {e.id: e.trace for e in group if e.trace}
                 if traces:  # before the jobs: never an entry for a job already finished
-                    self.ops.append(write_traces_op(store, queue, traces))
+                    self.ops.append(store.traces.write_op(queue, traces))
                     self._owners.append([])
                 jobs = [(e.id, e.record, e.when, e.link) for e in group]
                 self.ops.append(store.schedule_many_op(queue, jobs, relay=relay))

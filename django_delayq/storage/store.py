@@ -30,6 +30,7 @@ from django_delayq.storage.old_layout import OldLayout
 from django_delayq.storage.ops import Op, Policy
 from django_delayq.storage.plain import PlainSchedule
 from django_delayq.storage.reads import Reads
+from django_delayq.storage.recurring import RecurringStore
 from django_delayq.storage.replies import (  # the reply types are part of the store's interface
     Claim,
     Recovered,
@@ -47,6 +48,7 @@ from django_delayq.storage.replies import (  # the reply types are part of the s
 from django_delayq.storage.reschedule import Reschedule
 from django_delayq.storage.roster import Roster
 from django_delayq.storage.scripts import lib_constant
+from django_delayq.storage.traces import TraceStore
 
 RECOVER_LIMIT = 100
 # How long (seconds) a finished job's tombstone is kept (lua/include/base.lua, in milliseconds): a
@@ -61,10 +63,6 @@ def _quadruples(entries: Iterable[tuple[str, ...]]) -> list[str]:
     return [part for entry in entries for part in (entry if len(entry) == 4 else (*entry, ""))]
 
 
-def _is_one(reply: Any) -> bool:
-    return int(reply) == 1
-
-
 class Store(PlainSchedule, Reschedule, Reads, History, ManualOps, OldLayout):
     """Byte-level access to one Redis (or Redis Cluster) for one key prefix."""
 
@@ -73,6 +71,8 @@ class Store(PlainSchedule, Reschedule, Reads, History, ManualOps, OldLayout):
     control = cached_property(ControlStore)  # pause, ranked set, published limits (control.py)
     roster = cached_property(Roster)  # the live workers (roster.py)
     finished = cached_property(FinishedStore)  # finished jobs kept (finished.py)
+    recurring = cached_property(RecurringStore)  # occurrences, schedule versions (recurring.py)
+    traces = cached_property(TraceStore)  # trace contexts beside traced jobs (traces.py)
 
     def marker(self) -> StartMarks:
         """Start marks for one worker (a connection of their own; see mark_op)."""
@@ -298,7 +298,7 @@ class Store(PlainSchedule, Reschedule, Reads, History, ManualOps, OldLayout):
         """Write the task's ``max_retries`` into an undecided record (flag 'u') and mark the
         job started (lua/settle.lua); False when the token no longer holds the job."""
         argv = (job_id, token, int(max_retries), ms(lease_until))
-        return self.call(self.op("settle", queue, argv, _is_one), WORKER_BUDGET)
+        return self.call(self.op("settle", queue, argv, lambda one: int(one) == 1), WORKER_BUDGET)
 
     def extend(
         self,

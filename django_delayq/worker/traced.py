@@ -13,7 +13,6 @@ from django_delayq.exceptions import DelayQError
 from django_delayq.jobs.record import traced as has_trace
 from django_delayq.monitoring import tracing
 from django_delayq.storage.store import Store
-from django_delayq.storage.traces import read_traces
 from django_delayq.worker.execution import Attempt, Outcome
 
 logger = logging.getLogger("django_delayq.worker")
@@ -55,7 +54,7 @@ def read_contexts(store: Store, queue: str, attempts: Sequence[Attempt]) -> None
     if not flagged:
         return
     try:
-        found = read_traces(store, queue, [a.id for a in flagged])
+        found = store.traces.read(queue, [a.id for a in flagged])
     except DelayQError as exc:
         logger.warning("could not read the trace contexts of %d jobs: %s", len(flagged), exc)
         return
