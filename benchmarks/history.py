@@ -58,7 +58,7 @@ def _round(store: Any, own: Any, jobs: int, on: bool) -> dict[str, float]:
         assert Worker(["default"], burst=True).run() == 0
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
         redis_cpu = rediscpu.process_cpu(own) - redis_cpu
-    done = sum(p.done for p in store.history("default", time.time(), minutes=10))
+    done = sum(p.done for p in store.history.points("default", time.time(), minutes=10))
     assert done == (jobs if on else 0), (done, jobs, on)
     return {
         "drain jobs/s": jobs / wall,
@@ -95,7 +95,7 @@ def bytes_per_queue(store: Any, own: Any, kind: str) -> tuple[int, int, int, str
     first = now - HOURS * 60 + 1 + (now % 60)  # whole hours, the current one included
     for hour_start in range(first - first % 60, now + 1, 60):
         counts = {(queue, m): _minute(kind, rng) for m in range(hour_start, hour_start + 60)}
-        store.flush_history(counts)
+        store.history.flush(counts)
     keys = list(own.scan_iter(match=f"{store.prefix}:{{{queue}}}:history:*", count=1000))
     memory = sum(own.memory_usage(k, samples=0) or 0 for k in keys)
     fields = sum(own.hlen(k) for k in keys)

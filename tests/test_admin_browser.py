@@ -95,7 +95,7 @@ def _history(store, minutes: int = 60) -> None:
     for ago in range(0, minutes, 3):
         late = f"l{bucket_of(20 + ago * 40)}"
         counts[(Q, now - ago)] = {"d": 3 + ago % 7, "f": ago % 4, "x": int(ago == 9), late: 3}
-    store.flush_history(counts)
+    store.history.flush(counts)
 
 
 def _dead(store: Store) -> str:

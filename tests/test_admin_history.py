@@ -30,7 +30,7 @@ def test_the_dashboard_draws_each_queues_history(store, admin_client):
     testtasks.add.schedule(1, 2, delay=60)  # the queue exists
     minute = int(store.server_time() // 60)
     late = f"l{bucket_of(1500)}"
-    store.flush_history({("default", minute): {"d": 12, "f": 3, "x": 1, late: 15}})
+    store.history.flush({("default", minute): {"d": 12, "f": 3, "x": 1, late: 15}})
     response = admin_client.get(url("changelist"))
     assert response.status_code == 200
     [chart] = [h for h in response.context["history"] if h["name"] == "default"]
@@ -49,7 +49,7 @@ def test_each_window_shows_its_points(store, admin_client, window):
     testtasks.add.schedule(1, 2, delay=60)
     now = store.server_time()
     old = int(now // 60) - window.minutes + window.step  # inside the window, far back
-    store.flush_history({("default", old): {"d": 4}})
+    store.history.flush({("default", old): {"d": 4}})
     response = admin_client.get(url("changelist", history=window.key))
     [chart] = [h["chart"] for h in response.context["history"] if h["name"] == "default"]
     assert len(chart["bars"]) == window.minutes // window.step
@@ -60,7 +60,7 @@ def test_each_window_shows_its_points(store, admin_client, window):
 def test_values_from_the_url_and_redis_are_escaped(store, admin_client, redis_client):
     testtasks.add.schedule(1, 2, delay=60)
     minute = int(store.server_time() // 60)
-    store.flush_history({("default", minute): {"d": 1}})
+    store.history.flush({("default", minute): {"d": 1}})
     redis_client.hset(
         store.history_key("default", minute - minute % 10), XSS, XSS
     )  # garbage: skipped

@@ -260,8 +260,8 @@ def test_a_job_claimed_after_its_expiry_never_runs_and_is_kept_as_expired(store)
     assert get_job(in_time.id, finished=True).status == "succeeded"
     assert store.totals(Q)["expired"] == 1
     now = time.time() + 120
-    assert sum(point.expired for point in store.history(Q, now, minutes=5)) == 1
-    assert sum(point.done for point in store.history(Q, now, minutes=5)) == 2
+    assert sum(point.expired for point in store.history.points(Q, now, minutes=5)) == 1
+    assert sum(point.done for point in store.history.points(Q, now, minutes=5)) == 2
 
 
 def test_a_job_claimed_before_its_expiry_runs(store):

@@ -51,9 +51,9 @@ def test_flushed_counts_come_back_per_minute_and_per_point(store):
         (Q, minute - 1): {"d": 5, f"l{bucket_of(2000)}": 1},
         ("other", minute): {"d": 7},
     }
-    left, error = store.flush_history(counts)
+    left, error = store.history.flush(counts)
     assert left == {} and error is None
-    points = store.history(Q, now, minutes=3)
+    points = store.history.points(Q, now, minutes=3)
     assert [p.minutes for p in points] == [1, 1, 1]
     assert points[-1].start == minute * 60
     assert (points[-1].done, points[-1].failed, points[-1].dead) == (3, 2, 1)
@@ -65,17 +65,17 @@ def test_flushed_counts_come_back_per_minute_and_per_point(store):
     )
     assert points[0].done == 0 and points[0].p50 is None
     # flushed again (a second worker): added, not replaced
-    store.flush_history({(Q, minute): {"d": 1}})
-    [wide] = store.history(Q, now, minutes=2, step=2)
+    store.history.flush({(Q, minute): {"d": 1}})
+    [wide] = store.history.points(Q, now, minutes=2, step=2)
     assert wide.minutes == 2 and wide.done == 3 + 1 + 5
     assert wide.p99 == bucket_value(bucket_of(2000))  # 5 samples: the 99th is the last
-    assert store.history("other", now, minutes=1)[0].done == 7
+    assert store.history.points("other", now, minutes=1)[0].done == 7
 
 
 def test_hour_keys_expire_after_the_kept_hours_and_garbage_is_skipped(store, redis_client):
     now = time.time()
     minute = int(now // 60)
-    store.flush_history({(Q, minute): {"d": 1}})
+    store.history.flush({(Q, minute): {"d": 1}})
     key = store.history_key(Q, minute - minute % SPAN)
     assert key.startswith(f"{store.prefix}:{{{Q}}}:")  # in the queue's slot
     ttl = redis_client.ttl(key)
@@ -91,11 +91,11 @@ def test_hour_keys_expire_after_the_kept_hours_and_garbage_is_skipped(store, red
         "12345d": 9,
     }
     redis_client.hset(key, mapping=garbage)
-    [point] = store.history(Q, now, minutes=1)
+    [point] = store.history.points(Q, now, minutes=1)
     assert point.done == 1 and point.lateness == {}
     # counts older than the kept hours expire at once: nothing is stored
     old = minute - (KEEP_HOURS + MARGIN_HOURS + 1) * 60
-    store.flush_history({(Q, old): {"d": 1}})
+    store.history.flush({(Q, old): {"d": 1}})
     assert not redis_client.exists(store.history_key(Q, old - old % SPAN))
 
 
@@ -107,13 +107,13 @@ def test_the_size_is_bounded_by_the_hour_keys_of_72_hours(store, redis_client):
     now = time.time()
     minute = int(now // 60)
     counts = {(Q, minute - m): {"d": 9, "f": 1, "l10": 3, "l30": 1} for m in range(80 * 60)}
-    store.flush_history(counts)
+    store.history.flush(counts)
     keys = list(redis_client.scan_iter(match=f"{store.prefix}:{{{Q}}}:history:*"))
     assert len(keys) <= (KEEP_HOURS + MARGIN_HOURS) * 60 // SPAN + 1
     for key in keys:
         assert 0 < redis_client.ttl(key) <= (KEEP_HOURS + MARGIN_HOURS) * 3600 + SPAN * 60
         assert redis_client.hlen(key) <= SPAN * 4
-    points = store.history(Q, now, minutes=KEEP_HOURS * 60 + 500, step=60)
+    points = store.history.points(Q, now, minutes=KEEP_HOURS * 60 + 500, step=60)
     assert len(points) == KEEP_HOURS  # the window is capped at the kept hours
     assert sum(p.done for p in points) == 9 * KEEP_HOURS * 60
 
@@ -130,8 +130,10 @@ def test_the_claim_returns_each_job_s_due_time_from_pending_and_ranked(store):
 
 def test_a_failed_flush_keeps_its_counts_for_the_next(store):
     class Broken:
-        def flush_history(self, counts):
-            raise ConnectionError("down")
+        class history:  # the store's subject
+            @staticmethod
+            def flush(counts):
+                raise ConnectionError("down")
 
     counts = HistoryCounts(time.time)
     counts.add(Q, "d", 2)
@@ -141,8 +143,8 @@ def test_a_failed_flush_keeps_its_counts_for_the_next(store):
     flush.store = store
     flush.flush()
     assert (
-        store.history(Q, time.time(), minutes=2)[-1].done
-        + store.history(Q, time.time(), minutes=2)[0].done
+        store.history.points(Q, time.time(), minutes=2)[-1].done
+        + store.history.points(Q, time.time(), minutes=2)[0].done
         == 2
     )
 
@@ -161,7 +163,7 @@ def test_a_burst_worker_flushes_what_happened_and_its_lateness(store, redis_clie
     assert redis_client.zadd(store.key(Q, "ranked"), {jobs[5].id: ranked}, xx=True, ch=True)
     worker = Worker([Q], burst=True)
     assert worker.run() == 0
-    points = store.history(Q, time.time(), minutes=15)
+    points = store.history.points(Q, time.time(), minutes=15)
     done, failed, dead = (sum(getattr(p, k) for p in points) for k in ("done", "failed", "dead"))
     assert (done, failed, dead) == (5, 2, 1)
     merged: dict[int, int] = {}
@@ -180,7 +182,7 @@ def test_no_history_is_written_when_the_setting_is_off(store, redis_client):
     with more_settings(store, HISTORY=False):
         assert Worker([Q], burst=True).run() == 0
     assert not list(redis_client.scan_iter(match=f"{store.prefix}:*history*"))
-    assert sum(p.done for p in store.history(Q, time.time(), minutes=5)) == 0
+    assert sum(p.done for p in store.history.points(Q, time.time(), minutes=5)) == 0
 
 
 def _overdue(store, redis_client, kind: str, seconds: float, priority: int = 0) -> str:
@@ -222,7 +224,7 @@ def test_recovery_counts_the_attempts_it_fails_and_the_jobs_it_dead_letters(stor
     worker = Worker([Q], clock=lambda: time.time() + 5)
     assert worker.parts.recovery.run_pass() == 2
     worker.parts.history.flush()
-    [point] = store.history(Q, time.time(), minutes=1)
+    [point] = store.history.points(Q, time.time(), minutes=1)
     assert (point.done, point.failed, point.dead) == (0, 2, 1)
 
 
@@ -237,7 +239,7 @@ def test_a_job_its_worker_hands_back_into_the_dead_letter_set_is_counted_dead(st
     assert worker._release([Attempt(Q, old.id, "w#1", claimed.record, 1)], "stopping")
     assert store.fetch(Q, old.id).status == "dead"
     worker.parts.history.flush()
-    [point] = store.history(Q, time.time(), minutes=1)
+    [point] = store.history.points(Q, time.time(), minutes=1)
     assert (point.done, point.failed, point.dead) == (0, 0, 1)
 
 
@@ -247,3 +249,13 @@ def test_an_attempt_s_lateness_is_counted_in_the_minute_it_started():
     counts.settled([(a, "d", False)])
     [(where, fields)] = counts.take().items()
     assert where == (Q, 30_000_000) and fields == {"d": 1, f"l{bucket_of(30_000)}": 1}
+
+
+def test_0_7_s_store_history_call_still_reads_the_points_with_a_warning(store):
+    """store.history(queue, now) was a Store method until 0.8: it still answers, warning
+    that it is store.history.points(...) now."""
+    now = time.time()
+    store.history.flush({(Q, int(now // 60)): {"d": 3}})
+    with pytest.warns(DeprecationWarning, match=r"store\.history\.points\("):
+        points = store.history(Q, now, minutes=1)
+    assert [p.done for p in points] == [3]

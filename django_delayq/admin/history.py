@@ -145,7 +145,7 @@ def history_context(store: Store, queues: list[str], now: float, chosen: str | N
     window = window_of(chosen)
     charts = []
     for queue in queues:
-        points = store.history(queue, now, minutes=window.minutes, step=window.step)
+        points = store.history.points(queue, now, minutes=window.minutes, step=window.step)
         charts.append({"name": queue, "chart": history_chart(points)})
     return {
         "history_off": delayq_settings.HISTORY is not True,

@@ -21,10 +21,11 @@ The Store's public surface (``store.Store``), by the module that defines it (its
 tests/test_store.py compares this list with the class. A subject store is an attribute
 holding one subject's operations (``store.batches.ended_op(...)``), built on first use:
 batches.py's BatchStore, control.py's ControlStore, roster.py's Roster, finished.py's
-FinishedStore, recurring.py's RecurringStore, traces.py's TraceStore (``bulk`` builds the
+FinishedStore, recurring.py's RecurringStore, traces.py's TraceStore, history.py's
+HistoryStore (``bulk`` builds the
 round trip of many schedules from a store):
 
-- subject stores (store.py): batches, control, roster, finished, recurring, traces
+- subject stores (store.py): batches, control, roster, finished, recurring, traces, history
 - transitions (store.py): schedule, schedule_op, schedule_with_result, schedule_many_op,
   unmark_relayed_op, claim, claim_op, ack, ack_op, fail, fail_op, mark_op, marker, settle,
   extend, recover, release, forget_worker, cancel, cancel_op, wait_for_wake,
@@ -39,6 +40,5 @@ round trip of many schedules from a store):
   remember_queue_op, relayed, relayed_op, old_relayed, save_result, load_result,
   result_op, read_timeout
 - admin actions (manual.py): requeue, run_now, delete_dead, purge_dead
-- history (history.py): history, history_ops, flush_history
 - the 0.1 layout (old_layout.py): old_data, confirmed_old, upgrade_step
 """

@@ -26,11 +26,11 @@ attempt's lateness is counted, at no cost beyond one ``ZMSCORE`` inside the clai
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from django_delayq.storage.calls import Calls
 from django_delayq.storage.ops import Op, Policy
 from django_delayq.storage.replies import pairs
 from django_delayq.storage.scripts import lib_constant
@@ -44,6 +44,9 @@ ERROR_BOUND = 2 ** (1 / (2 * STEPS)) - 1  # a percentile's largest relative erro
 BAND = int(lib_constant("BAND"))  # a ranked score is (100 - priority) * BAND + due
 KINDS = ("d", "f", "x", "e")  # jobs done, attempts failed, jobs dead, jobs expired
 ONCE = Policy.ONCE
+
+if TYPE_CHECKING:
+    from django_delayq.storage.calls import Calls
 
 
 def bucket_of(lateness_ms: float) -> int:
@@ -104,10 +107,23 @@ def _int(value: Any) -> int | None:
     return number if 0 <= number < 2**53 else None
 
 
-class History(Calls):
-    """The history keys of a Store (a mixin of :class:`~.store.Store`)."""
+class HistoryStore:
+    """A Store's history (``store.history``): the per-minute counts workers flush, and the
+    points the dashboard reads."""
 
-    def history_ops(
+    def __init__(self, store: Calls) -> None:
+        self._store = store
+
+    def __call__(self, queue: str, now: float, minutes: int = 60, step: int = 1) -> list[Point]:
+        """0.7's ``store.history(queue, now, ...)``: :meth:`points`, with a warning."""
+        warnings.warn(
+            "store.history(queue, now, ...) is store.history.points(queue, now, ...) since 0.8",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.points(queue, now, minutes, step)
+
+    def ops(
         self, counts: Mapping[tuple[str, int], Mapping[str, int]]
     ) -> tuple[list[Op], list[tuple[str, int, str, int]]]:
         """HINCRBY of ``counts`` ((queue, epoch minute) -> field -> count, field one of
@@ -118,30 +134,32 @@ class History(Calls):
         spans: dict[str, int] = {}
         for (queue, minute), fields in counts.items():
             span = minute - minute % SPAN
-            key = self.history_key(queue, span)
+            key = self._store.history_key(queue, span)
             for name, count in fields.items():
                 if count > 0:
                     field_name = f"{minute - span}{name}"
                     ops.append(
-                        self.command(b"HINCRBY", key, field_name, count, route=key, policy=ONCE)
+                        self._store.command(
+                            b"HINCRBY", key, field_name, count, route=key, policy=ONCE
+                        )
                     )
                     adds.append((queue, minute, name, count))
             spans[key] = span
         for key, span in spans.items():
             until = (span + SPAN) * 60 + (KEEP_HOURS + MARGIN_HOURS) * 3600
-            ops.append(self.command(b"EXPIREAT", key, until, route=key))
+            ops.append(self._store.command(b"EXPIREAT", key, until, route=key))
         return ops, adds
 
-    def flush_history(
+    def flush(
         self, counts: Mapping[tuple[str, int], Mapping[str, int]]
     ) -> tuple[dict[tuple[str, int], dict[str, int]], Exception | None]:
-        """Write ``counts`` (see :meth:`history_ops`) in one round trip per node: the
+        """Write ``counts`` (see :meth:`ops`) in one round trip per node: the
         counts Redis did not take (a reply lost after Redis ran one: counted again by
         the next flush, the rare double count a metric may have) and the first error."""
-        ops, adds = self.history_ops(counts)
+        ops, adds = self.ops(counts)
         left: dict[tuple[str, int], dict[str, int]] = {}
         error: Exception | None = None
-        results = self.run(ops) if ops else []
+        results = self._store.run(ops) if ops else []
         for (queue, minute, name, count), result in zip(adds, results, strict=False):
             if isinstance(result, Exception):
                 error = error or result
@@ -151,7 +169,7 @@ class History(Calls):
                 error = error or result
         return left, error
 
-    def history(self, queue: str, now: float, minutes: int = 60, step: int = 1) -> list[Point]:
+    def points(self, queue: str, now: float, minutes: int = 60, step: int = 1) -> list[Point]:
         """The last ``minutes`` minutes of ``queue`` up to ``now`` (epoch s, its minute
         included), oldest first, ``step`` minutes a point. Garbage fields are skipped."""
         minutes = max(1, min(minutes, KEEP_HOURS * 60))
@@ -160,8 +178,8 @@ class History(Calls):
         first = last - -(-minutes // step) * step + 1  # whole points, the last one ends now
         points = [Point(m * 60.0, step) for m in range(first, last + 1, step)]
         spans = list(range(first - first % SPAN, last + 1, SPAN))
-        keys = [self.history_key(queue, span) for span in spans]
-        replies = self.run([self.command(b"HGETALL", key, route=key) for key in keys])
+        keys = [self._store.history_key(queue, span) for span in spans]
+        replies = self._store.run([self._store.command(b"HGETALL", key, route=key) for key in keys])
         for span, reply in zip(spans, replies, strict=True):
             if isinstance(reply, Exception):
                 raise reply

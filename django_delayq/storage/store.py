@@ -22,7 +22,7 @@ from django_delayq.storage.batches import BatchStore
 from django_delayq.storage.calls import API_BUDGET, WORKER_BUDGET
 from django_delayq.storage.control import ControlStore
 from django_delayq.storage.finished import FinishedStore, Keep, keep_setting
-from django_delayq.storage.history import History
+from django_delayq.storage.history import HistoryStore
 from django_delayq.storage.manual import PURGE_CHUNK, ManualOps  # noqa: F401 (PURGE_CHUNK: its 0.6 path)
 from django_delayq.storage.marks import StartMarks
 from django_delayq.storage.milliseconds import ms, now_arg
@@ -63,7 +63,7 @@ def _quadruples(entries: Iterable[tuple[str, ...]]) -> list[str]:
     return [part for entry in entries for part in (entry if len(entry) == 4 else (*entry, ""))]
 
 
-class Store(PlainSchedule, Reschedule, Reads, History, ManualOps, OldLayout):
+class Store(PlainSchedule, Reschedule, Reads, ManualOps, OldLayout):
     """Byte-level access to one Redis (or Redis Cluster) for one key prefix."""
 
     # -- subject stores, each built on first use and sending through this Store ----------
@@ -73,6 +73,7 @@ class Store(PlainSchedule, Reschedule, Reads, History, ManualOps, OldLayout):
     finished = cached_property(FinishedStore)  # finished jobs kept (finished.py)
     recurring = cached_property(RecurringStore)  # occurrences, schedule versions (recurring.py)
     traces = cached_property(TraceStore)  # trace contexts beside traced jobs (traces.py)
+    history = cached_property(HistoryStore)  # per-minute counts, kept 72 h (history.py)
 
     def marker(self) -> StartMarks:
         """Start marks for one worker (a connection of their own; see mark_op)."""

@@ -117,7 +117,7 @@ class HistoryFlush:
         if not counts:
             return
         try:
-            left, error = self.store.flush_history(counts)
+            left, error = self.store.history.flush(counts)
         except Exception:
             self.counts.give_back(counts)
             raise
