@@ -333,7 +333,7 @@ def test_a_call_hands_out_a_bounded_size_of_records(store):
         )
         for i in range(3)
     ]
-    step = store.upgrade_step(Q, 10)
+    step = store.old_layout.step(Q, 10)
     assert [job_id for job_id, _ in step.legacy] == ids[:2]
     report = upgrade_queue(store, Q)
     assert (report.pending, report.records) == (3, 3)
@@ -364,7 +364,7 @@ def test_running_it_twice_changes_nothing(store):
     assert (again.converted, again.records, again.orphans, again.calls) == (0, 0, 0, 1)
     assert not again.found.found
     assert snapshot(store) == converted
-    step = store.upgrade_step(Q, 10)
+    step = store.old_layout.step(Q, 10)
     assert (step.left, step.legacy) == (0, [])
     assert snapshot(store) == converted
 
@@ -402,10 +402,10 @@ def test_an_interrupted_run_converges_to_what_one_run_gives(store):
     # One entry per call, then killed: the records the last call handed out are lost.
     records: list = []
     for _ in range(5):
-        step = store.upgrade_step("parts", 1, records)
+        step = store.old_layout.step("parts", 1, records)
         records = [(job_id, old, reencode(old)) for job_id, old in step.legacy]
         assert step.left > 0
-    middle = store.old_data(["parts"])[0]
+    middle = store.old_layout.data(["parts"])[0]
     assert middle.found and middle.pending < 4  # some entries converted, others not
     report = upgrade_queue(store, "parts", limit=1)
     assert report.calls > 7
@@ -418,10 +418,10 @@ def test_a_record_is_replaced_only_while_the_job_holds_the_old_one(store):
     now = time.time()
     old = Old(store)
     job_id = old.job("01OLDSWAP0000000000000000A", "pending", now + 60, short(REMEMBER, 1))
-    (handed,) = store.upgrade_step(Q, 10).legacy
+    (handed,) = store.old_layout.step(Q, 10).legacy
     assert handed == (job_id, short(REMEMBER, 1))
     old.client.hset(old.key("jobs"), job_id, short(REMEMBER, 2))  # changed meanwhile
-    step = store.upgrade_step(Q, 10, [(job_id, handed[1], reencode(handed[1]))])
+    step = store.old_layout.step(Q, 10, [(job_id, handed[1], reencode(handed[1]))])
     assert step.records == 0 and step.legacy == [(job_id, short(REMEMBER, 2))]
     assert old.client.hget(old.key("jobs"), job_id) == short(REMEMBER, 2)
     upgrade_queue(store, Q)
@@ -452,7 +452,7 @@ def test_each_kind_of_old_entry_is_detected_alone(store):
     for kind in ("pending", "running", "dead"):
         Old(store, kind).job("01OLD" + kind.upper().ljust(21, "0"), kind, now, short(REMEMBER))
     Old(store, "meta").client.hset(Old(store, "meta").key("meta"), "x", "{}")
-    found = store.old_data(["pending", "running", "dead", "meta", "fresh"])
+    found = store.old_layout.data(["pending", "running", "dead", "meta", "fresh"])
     assert [d.found for d in found] == [True, True, True, True, False]
     assert refusal(store, ["fresh"]) is None
     assert "queues 'pending'" in refusal(store, ["pending", "dead"])
@@ -469,7 +469,7 @@ def test_orphans_and_broken_keys_are_not_taken_for_0_1(store):
     client.zadd(store.key(Q, "dead"), {current.id: 5})  # a record of this layout
     t.remember.schedule(2)
     client.set(store.key("broken", "pending"), "not a sorted set")
-    assert [d.found for d in store.old_data([Q, "broken"])] == [True, False]
+    assert [d.found for d in store.old_layout.data([Q, "broken"])] == [True, False]
     assert refusal(store, [Q, "broken"]) is None
     assert Worker([Q], burst=True).run() == 0  # it started, ran the job, dead-lettered orphans
     assert [args for args, _ in t.CALLS] == [(2,)]
@@ -526,7 +526,7 @@ def test_verbosity_0_prints_nothing_and_still_exits_1(store, capsys):
         call_command("delayq_upgrade", "--dry-run", verbosity=0)
     assert exited.value.code == 1 and capsys.readouterr().out == ""
     call_command("delayq_upgrade", verbosity=0)
-    assert capsys.readouterr().out == "" and not store.old_data([Q])[0].found
+    assert capsys.readouterr().out == "" and not store.old_layout.data([Q])[0].found
 
 
 def test_command_refuses_a_bad_queue_name(store):

@@ -2,7 +2,8 @@
 
 - ``store``: the Store, the state transitions of jobs (schedule, claim, ack, fail, cancel...)
   in ids, bytes and scores; ``reads`` its read views (a job, pages, counts) and ``roster``
-  the live workers (``store.roster``); ``old_layout`` the 0.1 layout, read by the upgrade.
+  the live workers (``store.roster``); ``old_layout`` the 0.1 layout, read by the upgrade
+  (``store.old_layout``).
 - ``keys``: every key name; ``queues``: what a valid queue name is.
 - ``calls``, ``ops``, ``transport``: building ops and the one way to send them (routing,
   pipelining, NOSCRIPT reload); ``async_transport`` the same on ``redis.asyncio``, both
@@ -22,10 +23,11 @@ tests/test_store.py compares this list with the class. A subject store is an att
 holding one subject's operations (``store.batches.ended_op(...)``), built on first use:
 batches.py's BatchStore, control.py's ControlStore, roster.py's Roster, finished.py's
 FinishedStore, recurring.py's RecurringStore, traces.py's TraceStore, history.py's
-HistoryStore (``bulk`` builds the
+HistoryStore, old_layout.py's OldLayoutStore (``bulk`` builds the
 round trip of many schedules from a store):
 
-- subject stores (store.py): batches, control, roster, finished, recurring, traces, history
+- subject stores (store.py): batches, control, roster, finished, recurring, traces, history,
+  old_layout
 - transitions (store.py): schedule, schedule_op, schedule_with_result, schedule_many_op,
   unmark_relayed_op, claim, claim_op, ack, ack_op, fail, fail_op, mark_op, marker, settle,
   extend, recover, release, forget_worker, cancel, cancel_op, wait_for_wake,
@@ -40,5 +42,4 @@ round trip of many schedules from a store):
   remember_queue_op, relayed, relayed_op, old_relayed, save_result, load_result,
   result_op, read_timeout
 - admin actions (manual.py): requeue, run_now, delete_dead, purge_dead
-- the 0.1 layout (old_layout.py): old_data, confirmed_old, upgrade_step
 """

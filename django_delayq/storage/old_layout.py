@@ -1,10 +1,11 @@
 """Redis layout 1 (django-delayq 0.1) in a queue: finding it, and converting it with
 ``lua/upgrade.lua``.
 
-A base of :class:`~django_delayq.storage.store.Store`, like :mod:`.reads`: key names come from
-:mod:`.keys`. This module deals in counts, ids and record bytes; re-encoding a record is
-:mod:`.upgrade`'s (it needs job.py and the task registry), and so is the loop that calls
-:meth:`OldLayout.upgrade_step` until a queue is converted.
+``store.old_layout`` (:class:`OldLayoutStore`), a subject store of
+:class:`~django_delayq.storage.store.Store`: key names come from :mod:`.keys`. This module
+deals in counts, ids and record bytes; re-encoding a record is :mod:`.upgrade`'s (it needs
+job.py and the task registry), and so is the loop that calls
+:meth:`OldLayoutStore.step` until a queue is converted.
 
 Layout 1 is told apart by its scores: float epoch seconds, below ``OLD_SCORES`` (10^11),
 where this layout's are epoch milliseconds (above 10^12 since 2001) or, for reserved leases,
@@ -15,13 +16,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from django_delayq.storage.calls import Calls
 from django_delayq.storage.scripts import lib_constant
 
 OLD_SCORES = int(lib_constant("OLD_SCORES", "upgrade"))  # milliseconds, see upgrade.lua
 OLD_SETS = ("pending", "running", "dead")
+
+if TYPE_CHECKING:
+    from django_delayq.storage.calls import Calls
 
 
 @dataclass(frozen=True)
@@ -69,27 +72,30 @@ def _parse_step(reply: list) -> UpgradeStep:
     )
 
 
-class OldLayout(Calls):
-    """The 0.1 layout's half of the Store: detection (worker start, system check, dry run)
-    and conversion."""
+class OldLayoutStore:
+    """A Store's 0.1 layout (``store.old_layout``): detection (worker start, system check,
+    dry run) and conversion."""
 
-    def old_data(self, queues: Sequence[str]) -> list[OldData]:
+    def __init__(self, store: Calls) -> None:
+        self._store = store
+
+    def data(self, queues: Sequence[str]) -> list[OldData]:
         """Per queue, its layout-1 entries (``ZCOUNT <set> 0 (10^11``, O(log N)) and meta
         fields (``HLEN``, O(1)): one round trip for all of them. Raises DelayQError when
         Redis cannot be read."""
         ops = []
         for queue in queues:
             for kind in OLD_SETS:
-                key = self.key(queue, kind)
-                ops.append(self.command(b"ZCOUNT", key, 0, b"(%d" % OLD_SCORES, route=key))
-            meta = self.key(queue, "meta")
-            ops.append(self.command(b"HLEN", meta, route=meta))
-        results = self.run(ops, 2.0) if ops else []
+                key = self._store.key(queue, kind)
+                ops.append(self._store.command(b"ZCOUNT", key, 0, b"(%d" % OLD_SCORES, route=key))
+            meta = self._store.key(queue, "meta")
+            ops.append(self._store.command(b"HLEN", meta, route=meta))
+        results = self._store.run(ops, 2.0) if ops else []
         counts = [_count(r) for r in results]
         return [OldData(queue, *counts[i * 4 : i * 4 + 4]) for i, queue in enumerate(queues)]
 
-    def confirmed_old(self, found: Sequence[OldData], sample: int = 20) -> list[OldData]:
-        """Of ``found`` (old_data's counts), the queues that really hold layout 1: a meta
+    def confirmed(self, found: Sequence[OldData], sample: int = 20) -> list[OldData]:
+        """Of ``found`` (:meth:`data`'s counts), the queues that really hold layout 1: a meta
         hash, or a low-scored entry (among the first ``sample`` of each set) whose record is
         layout-1 JSON. Low-scored ids without a record (orphans, garbage) or with this
         layout's records are not 0.1 data: the worker's own paths deal with them. At most two
@@ -100,16 +106,16 @@ class OldLayout(Calls):
         for data in suspects:
             for kind in OLD_SETS:
                 if getattr(data, kind):
-                    key = self.key(data.queue, kind)
+                    key = self._store.key(data.queue, kind)
                     limit = (b"LIMIT", 0, sample)
                     ops.append(
-                        self.command(
+                        self._store.command(
                             b"ZRANGEBYSCORE", key, 0, b"(%d" % OLD_SCORES, *limit, route=key
                         )
                     )
                     owners.append(data)
         ids: dict[str, list[bytes]] = {}
-        for data, reply in zip(owners, self.run(ops, 2.0) if ops else [], strict=True):
+        for data, reply in zip(owners, self._store.run(ops, 2.0) if ops else [], strict=True):
             if isinstance(reply, Exception):
                 _count(reply)  # raises unless the key is of the wrong type
                 continue
@@ -117,9 +123,9 @@ class OldLayout(Calls):
         ops = []
         asked = [d for d in suspects if ids.get(d.queue)]
         for data in asked:
-            jobs = self.key(data.queue, "jobs")
-            ops.append(self.command(b"HMGET", jobs, *ids[data.queue], route=jobs))
-        for data, records in zip(asked, self.run(ops, 2.0) if ops else [], strict=True):
+            jobs = self._store.key(data.queue, "jobs")
+            ops.append(self._store.command(b"HMGET", jobs, *ids[data.queue], route=jobs))
+        for data, records in zip(asked, self._store.run(ops, 2.0) if ops else [], strict=True):
             if isinstance(records, Exception):
                 _count(records)
                 continue
@@ -127,7 +133,7 @@ class OldLayout(Calls):
                 confirmed.append(data)
         return confirmed
 
-    def upgrade_step(
+    def step(
         self, queue: str, limit: int, records: Sequence[tuple[str, bytes, bytes]] = ()
     ) -> UpgradeStep:
         """One upgrade.lua call: replace the ``records`` (id, old record, new record or
@@ -138,7 +144,7 @@ class OldLayout(Calls):
         argv: list[Any] = [limit]
         for job_id, old, new in records:
             argv += (job_id, old, new)
-        return self.call(self.op("upgrade", queue, argv, _parse_step))
+        return self._store.call(self._store.op("upgrade", queue, argv, _parse_step))
 
 
 def _count(reply: Any) -> int:

@@ -5,9 +5,7 @@ models or signals. Every multi-step state change is one Lua script in ``lua/`` (
 header documents its KEYS, ARGV, reply and how it answers when sent twice; the script's
 contract is beside each method here). Transitions are built as :class:`~.ops.Op` objects
 (:mod:`.calls`), so the worker can send several (failures, acks and the next claim) in one
-round trip.
-
-Its public surface is listed in ``storage/__init__.py``.
+round trip. Its public surface is listed in ``storage/__init__.py``.
 """
 
 from __future__ import annotations
@@ -26,7 +24,7 @@ from django_delayq.storage.history import HistoryStore
 from django_delayq.storage.manual import PURGE_CHUNK, ManualOps  # noqa: F401 (PURGE_CHUNK: its 0.6 path)
 from django_delayq.storage.marks import StartMarks
 from django_delayq.storage.milliseconds import ms, now_arg
-from django_delayq.storage.old_layout import OldLayout
+from django_delayq.storage.old_layout import OldLayoutStore
 from django_delayq.storage.ops import Op, Policy
 from django_delayq.storage.plain import PlainSchedule
 from django_delayq.storage.reads import Reads
@@ -63,7 +61,7 @@ def _quadruples(entries: Iterable[tuple[str, ...]]) -> list[str]:
     return [part for entry in entries for part in (entry if len(entry) == 4 else (*entry, ""))]
 
 
-class Store(PlainSchedule, Reschedule, Reads, ManualOps, OldLayout):
+class Store(PlainSchedule, Reschedule, Reads, ManualOps):
     """Byte-level access to one Redis (or Redis Cluster) for one key prefix."""
 
     # -- subject stores, each built on first use and sending through this Store ----------
@@ -74,6 +72,7 @@ class Store(PlainSchedule, Reschedule, Reads, ManualOps, OldLayout):
     recurring = cached_property(RecurringStore)  # occurrences, schedule versions (recurring.py)
     traces = cached_property(TraceStore)  # trace contexts beside traced jobs (traces.py)
     history = cached_property(HistoryStore)  # per-minute counts, kept 72 h (history.py)
+    old_layout = cached_property(OldLayoutStore)  # the 0.1 layout, for the upgrade
 
     def marker(self) -> StartMarks:
         """Start marks for one worker (a connection of their own; see mark_op)."""

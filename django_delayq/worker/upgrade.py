@@ -1,8 +1,8 @@
 """Upgrading queues from Redis layout 1 (django-delayq 0.1): what ``manage.py
 delayq_upgrade`` runs, and what a worker and the ``delayq.W004`` check look for.
 
-A queue is converted by calling ``upgrade.lua`` (through :meth:`Store.upgrade_step`) until it
-answers 0 left. The script converts scores, leases, states and errors itself; a job whose
+A queue is converted by calling ``upgrade.lua`` (through ``store.old_layout.step``) until
+it answers 0 left. The script converts scores, leases, states and errors itself; a job whose
 record is still JSON (format 1 or 2) is converted only once its record is format 3, which
 Python writes: the script hands those records out, :func:`reencode` re-encodes them here
 (Lua would have to decode and re-encode user arguments, and cjson changes numbers and empty
@@ -89,11 +89,11 @@ def upgrade_queue(
     left. Idempotent: on converted data it changes nothing; after an interrupted run it
     finishes the work. ``progress`` is called after each call. Raises DelayQError when Redis
     cannot be reached (run it again: it goes on where it stopped)."""
-    (found,) = store.old_data([queue])
+    (found,) = store.old_layout.data([queue])
     report = QueueUpgrade(queue, found)
     records: list[tuple[str, bytes, bytes]] = []
     while True:
-        step = store.upgrade_step(queue, limit, records)
+        step = store.old_layout.step(queue, limit, records)
         report.calls += 1
         report.pending += step.pending
         report.running += step.running
@@ -123,7 +123,7 @@ def refusal(store: Store, queues: Sequence[str]) -> str | None:
     """Why a worker must not serve ``queues`` (a queue holds layout-1 data, which it would
     misread), or None. One round trip of O(log N) reads, and two more when low scores are
     found: only entries whose records are 0.1's (or a meta hash) count, never orphans."""
-    old = store.confirmed_old([data for data in store.old_data(queues) if data.found])
+    old = store.old_layout.confirmed([data for data in store.old_layout.data(queues) if data.found])
     if not old:
         return None
     names = ", ".join(f"{d.queue!r} ({d.describe()})" for d in old)

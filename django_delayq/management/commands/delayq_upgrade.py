@@ -55,7 +55,7 @@ class Command(DelayQCommand):
             else:
                 queues = list(health.iter_known_queues(store))
             if options["dry_run"]:
-                data_all = store.old_data(queues)
+                data_all = store.old_layout.data(queues)
                 found = [d for d in data_all if d.found]
                 for data in data_all if verbosity >= 2 else found if verbosity else ():
                     self.stdout.write(f"{data.queue}: {data.describe()} in the 0.1 layout")
