@@ -296,3 +296,20 @@ def test_a_0_7_worker_decodes_a_throttled_record_as_the_same_call():
         3,
     )
     assert "w" in old.flags
+
+
+@pytest.mark.django_db
+def test_the_job_page_shows_unique_for_and_the_finished_job(store, admin_client):
+    from django_delayq.worker.dispatch import Worker
+    from tests.test_admin import text, url
+
+    job = schedule(t.remember, "a", key="<b>k</b>", unique_for=90.5, delay=600)
+    page = text(admin_client.get(url("detail", Q, job.id)))
+    assert 'id="dq-job-unique-for"' in page and "90.5 s after it succeeds" in page
+    assert "&lt;b&gt;k&lt;/b&gt;" in page and "<b>k</b>" not in page
+    plain = schedule(t.remember, "p", key="p", delay=600)
+    assert 'id="dq-job-unique-for"' not in text(admin_client.get(url("detail", Q, plain.id)))
+    done = schedule(t.remember, "b", key="d", unique_for=60)
+    Worker(["default"], burst=True).run()
+    page = text(admin_client.get(url("detail", Q, done.id)))
+    assert "<td>Succeeded</td>" in page and "60 s after it succeeds" in page

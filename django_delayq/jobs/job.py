@@ -100,6 +100,9 @@ class Job:
     # schedule(expires=...): not started by then (Redis's clock at its claim), it is never
     # run and ends "expired"; None: it never expires.
     expires_at: datetime | None = None
+    # schedule(unique_for=...) in seconds: once it succeeded, its key schedules nothing this
+    # long (outcome "throttled"); None: no window.
+    unique_for: float | None = None
 
     @property
     def attempt_history(self) -> list[AttemptRecord]:
@@ -220,6 +223,7 @@ def make_job(
             "expires_at": None
             if fields.expires_at is None
             else to_datetime(fields.expires_at / 1000),
+            "unique_for": None if fields.window_ms is None else fields.window_ms / 1000,
         }
     )
 
