@@ -90,7 +90,7 @@ def test_a_queue_whose_registry_entry_was_lost_is_listed_and_drained(store):
 
 
 def test_one_schedule_is_one_command_with_one_reply_off_a_cluster(store, monkeypatch):
-    """On one Redis the script adds the queue itself (schedule.lua's KEYS[15],
+    """On one Redis the script adds the queue itself (schedule.lua's KEYS[16],
     schedule_plain.lua's KEYS[5] for a plain job): schedule() sends a single EVALSHA, no
     SADD beside it."""
     sent = []
@@ -104,5 +104,5 @@ def test_one_schedule_is_one_command_with_one_reply_off_a_cluster(store, monkeyp
     head = sent[0][0].args
     assert head[2] == b"5" and head[7] == store.queues_key.encode()  # 4 keys + the registry
     head = sent[1][0].args
-    assert head[2] == b"15" and head[17] == store.queues_key.encode()  # 14 keys + the registry
+    assert head[2] == b"16" and head[18] == store.queues_key.encode()  # 15 keys + the registry
     assert {"elsewhere", "keyed"} <= set(store.queues())

@@ -38,6 +38,7 @@ CREATED = "created"
 REPLACED = "replaced"
 KEPT = "kept"
 DEFERRED = "deferred"  # on_commit=True inside a transaction: stored when it commits
+THROTTLED = "throttled"  # unique_for=: the key's job succeeded within the window, none stored
 
 # Where a pending job waits (Job.waits_in): in Redis, or as a row of the database outbox
 # (outbox/rows.py: on_commit jobs until relayed, jobs due beyond DELAYQ["HORIZON"]).
@@ -60,8 +61,11 @@ class Job:
     ``due_at`` when it was due (the attempt that succeeded was due then; a cancelled job would have
     run then).
     ``outcome`` is set only on the Job returned by ``schedule()``: ``"created"``,
-    ``"replaced"`` or ``"kept"`` (unique keys), or ``"deferred"`` (on_commit inside a
-    transaction: its row is in the transaction, Redis gets it after the commit); and on
+    ``"replaced"`` or ``"kept"`` (unique keys), ``"throttled"`` (the key's job succeeded
+    within its ``unique_for`` window: nothing stored; the Job is that finished job's id,
+    status ``"succeeded"``, with this call's task and arguments), or ``"deferred"``
+    (on_commit inside a transaction: its row is in the transaction, Redis gets it after the
+    commit); and on
     the one ``reschedule()`` returns: ``"rescheduled"``.
     ``attempts`` counts the attempts made, the one running included. ``waits_in`` is
     ``"redis"``, or ``"database"`` for a pending job that waits in the outbox table.
@@ -96,6 +100,9 @@ class Job:
     # schedule(expires=...): not started by then (Redis's clock at its claim), it is never
     # run and ends "expired"; None: it never expires.
     expires_at: datetime | None = None
+    # schedule(unique_for=...) in seconds: once it succeeded, its key schedules nothing this
+    # long (outcome "throttled"); None: no window.
+    unique_for: float | None = None
 
     @property
     def attempt_history(self) -> list[AttemptRecord]:
@@ -216,6 +223,7 @@ def make_job(
             "expires_at": None
             if fields.expires_at is None
             else to_datetime(fields.expires_at / 1000),
+            "unique_for": None if fields.window_ms is None else fields.window_ms / 1000,
         }
     )
 

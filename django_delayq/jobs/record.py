@@ -44,6 +44,10 @@ on such a record). No script reads it: the worker decides from the record a clai
 (worker/expiry.py). A record kept cut to its header and task line (a finished job above
 64 KiB) has lost it: :func:`decode_record` then reads no expiry.
 
+A keyed job with ``unique_for=`` (since 0.8) has flag ``w`` and its window (ms) in a trailer
+of the same form, before the expiry's if any; acks.lua reads it (lua/include/throttle.lua).
+0.7.0 decodes the same call (whitespace) and its scripts ignore 'w': the job runs, no window.
+
 What changes as the job runs lives beside the record (:mod:`django_delayq.jobs.state`).
 """
 
@@ -66,6 +70,7 @@ FLAG_GROUPED = "g"  # a group beside the record (schedule(group=...), lua/_lib.l
 FLAG_TRACED = "t"  # a trace context beside the record (OpenTelemetry, lua/_lib.lua's O)
 FLAG_EXPIRES = "x"  # an expiry at the end of the record (expiry_trailer)
 FLAG_DEBOUNCED = "d"  # scheduled with max_wait=: its first due time kept beside its key
+FLAG_WINDOW = "w"  # unique_for=: its window (ms) in a trailer (window_trailer)
 
 EXPIRY_WIDTH = 24  # base-4 digits: up to 2**48 ms, past the year 10000
 _DIGITS = b" \t\r\n"  # JSON whitespace, digit values 0..3
@@ -75,20 +80,16 @@ _DIGIT_OF = {byte: value for value, byte in enumerate(_DIGITS)}
 def expiry_trailer(expires_ms: int) -> bytes:
     """The last bytes of a record whose job expires at ``expires_ms`` (epoch ms): whitespace
     every JSON reader skips (see the module docstring)."""
-    out = bytearray(EXPIRY_WIDTH)
-    for i in range(EXPIRY_WIDTH - 1, -1, -1):
-        out[i] = _DIGITS[expires_ms & 3]
-        expires_ms >>= 2
-    return bytes(out)
+    return bytes(_DIGITS[(expires_ms >> 2 * i) & 3] for i in range(EXPIRY_WIDTH - 1, -1, -1))
 
 
-def read_expiry(record: bytes) -> int | None:
+def read_expiry(record: bytes, skip: int = 0) -> int | None:
     """The expiry (epoch ms) at the end of a record with flag 'x'; None when its last bytes
-    are not one (a kept record cut to its header)."""
-    if len(record) < EXPIRY_WIDTH:
+    are not one (a kept record cut to its header). ``skip``: the trailers after it (bytes)."""
+    end, value = len(record) - skip, 0
+    if end < EXPIRY_WIDTH:
         return None
-    value = 0
-    for byte in record[-EXPIRY_WIDTH:]:
+    for byte in record[end - EXPIRY_WIDTH : end]:
         digit = _DIGIT_OF.get(byte)
         if digit is None:
             return None
@@ -114,9 +115,10 @@ def encode_record(
     flags: str = "",
     priority: int = 0,
     expires_ms: int | None = None,
+    window_ms: int | None = None,
 ) -> bytes:
     """Encode a job record (format 3), refusing arguments that would not come back equal;
-    ``expires_ms``: flag 'x' and the expiry's trailer (see the module docstring).
+    ``expires_ms``, ``window_ms``: flag 'x' or 'w' and its trailer (the module docstring).
 
     One ``dumps`` and one ``loads`` (both in C) decide, the ``loads`` only when an argument
     is not a plain str/int/bool/None/finite float; only when they disagree is the structure
@@ -136,6 +138,9 @@ def encode_record(
         raise refusal(task, args, kwargs)
     if kwargs:
         flags += FLAG_KWARGS
+    if window_ms is not None:
+        flags += "" if FLAG_WINDOW in flags else FLAG_WINDOW
+        data += expiry_trailer(window_ms)
     if expires_ms is not None:
         flags += FLAG_EXPIRES
         data += expiry_trailer(expires_ms)
@@ -178,6 +183,7 @@ class JobSpec:
     traced: bool = False
     expires_ms: int | None = None  # flag 'x': not run once Redis's clock passed it
     debounced: bool = False  # flag 'd': max_wait= (ack.lua drops its first due time)
+    window_ms: int | None = None  # flag 'w': unique_for= (its success holds the key this long)
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,7 +208,7 @@ _NOT_PLAIN = frozenset(FLAG_LONG_TOMBSTONE + FLAG_LINKED + FLAG_GROUPED + FLAG_T
 def encode_job(spec: JobSpec) -> Encoded:
     """The record of ``spec`` (format 3; see :func:`encode_record` for the arguments'
     check), its flags decided here from the spec's reasons, always in the order i, e, u,
-    g, l, t (then k, for keyword arguments)."""
+    g, l, t, d, w (then k, for keyword arguments)."""
     flags = FLAG_TOMBSTONE if spec.tombstone or spec.outbox else ""
     if spec.long_tombstone:
         flags += FLAG_LONG_TOMBSTONE
@@ -216,6 +222,8 @@ def encode_job(spec: JobSpec) -> Encoded:
         flags += FLAG_TRACED
     if spec.debounced:
         flags += FLAG_DEBOUNCED
+    if spec.window_ms is not None:
+        flags += FLAG_WINDOW
     data = encode_record(
         spec.task,
         spec.args,
@@ -225,6 +233,7 @@ def encode_job(spec: JobSpec) -> Encoded:
         flags,
         spec.priority,
         spec.expires_ms,
+        spec.window_ms,
     )
     lean = spec.key is None and not spec.priority and _NOT_PLAIN.isdisjoint(flags)
     return Encoded(
@@ -248,6 +257,7 @@ class Fields:
     flags: str = ""  # without 'k' and 'x' (neither concerns a script)
     priority: int = 0
     expires_at: int | None = None  # epoch ms (flag 'x'), None: never expires
+    window_ms: int | None = None  # unique_for= in ms (flag 'w', which flags keeps: acks.lua)
 
     @property
     def info(self) -> str:
@@ -340,13 +350,15 @@ def decode_record(raw: bytes | str) -> Fields:
             kwargs = json.loads(raw[rest:kwargs_end])
             rest = kwargs_end + 1
         expires = read_expiry(raw) if FLAG_EXPIRES in flags else None
+        skip = EXPIRY_WIDTH if FLAG_EXPIRES in flags else 0  # the window: before the expiry
+        window = read_expiry(raw, skip) if FLAG_WINDOW in flags else None
         args = json.loads(b"[" + raw[rest:] + b"]")
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError and JSON errors too
         raise CorruptJob(f"job record cannot be decoded ({exc}): {raw[:80]!r}") from None
     if not task or not isinstance(kwargs, dict):
         raise CorruptJob(f"job record has malformed fields: {raw[:80]!r}")
     flags = flags.replace(FLAG_KWARGS, "").replace(FLAG_EXPIRES, "")
-    return Fields(task, args, kwargs, key, max_retries, flags, priority, expires)
+    return Fields(task, args, kwargs, key, max_retries, flags, priority, expires, window)
 
 
 def _decode_legacy(raw: bytes) -> Fields:

@@ -181,3 +181,35 @@ def max_wait_unsupported(name: str, where: str) -> str:
         "schedule() or aschedule(), stored in Redis now (on_commit=False, due within "
         "DELAYQ['HORIZON'])"
     )
+
+
+def plan_unique_for(given: Any, task: Any, key: str | None) -> int | None:
+    """A schedule() call's ``unique_for`` in milliseconds: given, it needs ``key=`` (the
+    window holds the key once the key's job succeeded); the task's default
+    (``@task(unique_for=...)``) applies to its keyed calls only."""
+    if given is None:
+        default = getattr(task, "unique_for", None)
+        return None if default is None or key is None else round(default * 1000)
+    seconds = positive_seconds(given, "unique_for=")
+    if key is None:
+        raise ValueError(
+            f"unique_for={given!r} needs key=: once the key's job succeeded, scheduling with "
+            "the key within this window stores nothing; give the job a unique key, or drop "
+            "unique_for"
+        )
+    return max(round(seconds * 1000), 1)
+
+
+def unique_for_in_outbox(name: str, window_ms: int) -> str:
+    """Why a job with unique_for cannot wait in the database outbox (yet)."""
+    return (
+        f"unique_for={window_ms / 1000:g} s (task {name}) cannot be used through the database "
+        "outbox yet (on_commit=True in a transaction, or due beyond DELAYQ['HORIZON']): the "
+        "window is checked when the job reaches Redis; schedule it with on_commit=False, due "
+        "within the horizon"
+    )
+
+
+def check_unique_for(value: Any, where: str = "@task(unique_for=...)") -> float | None:
+    """``@task(unique_for=...)`` as seconds > 0, None for None; else an error naming it."""
+    return None if value is None else positive_seconds(value, where)

@@ -32,7 +32,12 @@ from django_delayq.conf import delayq_settings
 from django_delayq.outbox import rows as outbox
 from django_delayq.outbox.database_time import When
 from django_delayq.scheduling.expiry import check_expires
-from django_delayq.scheduling.options import check_priority, plan_group, plan_max_wait
+from django_delayq.scheduling.options import (
+    check_priority,
+    plan_group,
+    plan_max_wait,
+    plan_unique_for,
+)
 from django_delayq.scheduling.registry import (
     SCHEDULE_OPTIONS,
     Task,
@@ -266,6 +271,7 @@ class Plan:
         "task",
         "undecided",
         "when",
+        "window_ms",
     )
 
     def __init__(self, task: Any, options: dict[str, Any]) -> None:
@@ -318,6 +324,8 @@ class Plan:
         self.max_wait = plan_max_wait(options.get("max_wait"), found, key, on_conflict)
         if self.max_wait is not None:
             self.options["max_wait"] = self.max_wait
+        # unique_for= (ms): rides in the record (flag 'w'); acks.lua opens the window
+        self.window_ms = plan_unique_for(options.get("unique_for"), found, key)
 
     def due(self, now: float) -> float:
         """The due time (epoch seconds) as this process's clock sees it."""

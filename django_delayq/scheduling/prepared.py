@@ -8,12 +8,25 @@ import copy
 import time
 
 from django_delayq.conf import delayq_settings
+from django_delayq.jobs.finished import SUCCEEDED
 from django_delayq.jobs.ids import new_job_id
-from django_delayq.jobs.job import DEFERRED, PENDING, Job, decode_fields, job_alike, make_job
+from django_delayq.jobs.job import (
+    DEFERRED,
+    PENDING,
+    THROTTLED,
+    Job,
+    decode_fields,
+    job_alike,
+    make_job,
+)
 from django_delayq.jobs.record import Fields, JobSpec, encode_job, encode_record
 from django_delayq.scheduling import membership
 from django_delayq.scheduling.expiry import expires_ms
-from django_delayq.scheduling.options import group_in_outbox, max_wait_unsupported
+from django_delayq.scheduling.options import (
+    group_in_outbox,
+    max_wait_unsupported,
+    unique_for_in_outbox,
+)
 from django_delayq.scheduling.plan import Plan
 from django_delayq.scheduling.registry import Task
 from django_delayq.storage.bulk import Entry
@@ -75,6 +88,8 @@ class Prepared:
             raise ValueError(group_in_outbox(plan.name, plan.group))
         if self.outbox and plan.max_wait is not None:
             raise ValueError(max_wait_unsupported(plan.name, "through the database outbox"))
+        if self.outbox and plan.window_ms is not None:
+            raise ValueError(unique_for_in_outbox(plan.name, plan.window_ms))
         # A record bound for the outbox may be relayed twice: flag 'i' makes a finished job
         # leave a tombstone, so the second relay never stores it again.
         self.encoded = encode_job(
@@ -93,6 +108,7 @@ class Prepared:
                 traced=bool(self.trace),
                 expires_ms=self.expires_ms,
                 debounced=plan.max_wait is not None,
+                window_ms=plan.window_ms,
             )
         )
         return self.encoded.data
@@ -117,6 +133,7 @@ class Prepared:
             self.encoded.flags,
             plan.priority,
             self.expires_ms,
+            plan.window_ms,
         )
         other.id = new_job_id()
         return other
@@ -171,6 +188,8 @@ class Prepared:
         )
         if result is not None and result.record:  # kept: describe the existing job
             fields = decode_fields(result.record)
+        if result is not None and result.outcome == THROTTLED:  # the finished job's id
+            return make_job(result.id, plan.queue, SUCCEEDED, fields, 0, outcome=THROTTLED)
         status = PENDING if result is None or result.outcome != "done" else "done"
         return make_job(
             result.id if result else self.id,

@@ -22,6 +22,7 @@ from django_delayq.scheduling.options import (
     check_concurrency,
     check_max_wait,
     check_priority,
+    check_unique_for,
     parse_rate,
 )
 from django_delayq.storage.queues import check_queue_name
@@ -45,6 +46,7 @@ SCHEDULE_OPTIONS = frozenset(
         "group",
         "expires",
         "max_wait",
+        "unique_for",
     }
 )
 
@@ -74,6 +76,7 @@ class Task:
         group_rate: str | None = None,
         expires: Any = None,
         max_wait: Any = None,
+        unique_for: Any = None,
     ) -> None:
         if not callable(func):
             raise TypeError(f"@task needs a function, got {func!r}")
@@ -97,11 +100,10 @@ class Task:
         self.timeout = check_timeout(timeout)
         self.expires = check_expires(expires, "@task(expires=...)")  # ("in"|"at", s) or None
         self.max_wait = check_max_wait(max_wait, "@task(max_wait=...)")  # keyed replaces' default
-        self.func = func
-        self.name = name or f"{func.__module__}.{func.__qualname__}"
+        self.unique_for = check_unique_for(unique_for)  # seconds: keyed calls' default window
+        self.func, self.name = func, name or f"{func.__module__}.{func.__qualname__}"
         self.queue = check_queue_name(queue) if queue is not None else None
-        self.max_retries = max_retries
-        self.retry_backoff = retry_backoff
+        self.max_retries, self.retry_backoff = max_retries, retry_backoff
         self.is_async = asyncio.iscoroutinefunction(func)
         # A sync task that runs some of its jobs as coroutines (run_django_task, for Django
         # Tasks defined with async def): given a job's args and kwargs, the coroutine
@@ -180,6 +182,7 @@ def task(
     group_rate: str | None = ...,
     expires: Any = ...,
     max_wait: Any = ...,
+    unique_for: Any = ...,
 ) -> Callable[[Callable[..., Any]], Task]: ...
 
 
@@ -231,6 +234,7 @@ TASK_OPTIONS = (
     "group_rate",
     "expires",
     "max_wait",
+    "unique_for",
 )
 ELSEWHERE = {
     "ttl": "expires",

@@ -36,6 +36,7 @@ KEY_KINDS = (
     "trace",  # job id -> the context of the span that scheduled it, for jobs with flag 't'
     "finished",  # jobs that succeeded or were cancelled, kept a while: id -> ended (epoch ms)
     "kept",  # job id -> what is kept of a finished job (jobs/finished.py reads it)
+    "throttled",  # unique key -> end of its unique_for= window (ms): lua/include/throttle.lua
 )
 
 # A batch's keys are ``{prefix}:{b:<batch id>}:<kind>``: a slot of their own (members may be in

@@ -1,5 +1,5 @@
 -- ack.lua: a batch of jobs finished successfully: delete them.
--- KEYS: running jobs state keys stats errors done links forward pending ranked wake groups parked holds trace finished kept
+-- KEYS: running jobs state keys stats errors done links forward pending ranked wake groups parked holds trace finished kept throttled
 -- ARGV[1] now (epoch milliseconds) or '' for Redis TIME (for the stats and tombstones)
 -- ARGV[2] finished jobs' max age (integer milliseconds; 0: keep none), see `kept` in include/base.lua
 -- ARGV[3] finished jobs' max count per queue (integer; 0: keep none)

@@ -1,5 +1,5 @@
 -- claim.lua: acknowledge a worker's finished jobs, then lease up to `limit` due jobs to it.
--- KEYS: pending running dead jobs state keys wake stats errors done claims ranked control links forward groups parked holds trace finished kept
+-- KEYS: pending running dead jobs state keys wake stats errors done claims ranked control links forward groups parked holds trace finished kept throttled
 -- ARGV[1] now (epoch milliseconds) or '' for Redis TIME
 -- ARGV[2] limit (integer >= 0; 0 only acknowledges and reports the next due time)
 -- ARGV[3] lease (integer milliseconds)

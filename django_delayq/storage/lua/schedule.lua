@@ -1,5 +1,5 @@
 -- schedule.lua: store a new job as pending, honouring its unique key.
--- KEYS: pending jobs state keys wake done errors relayed ranked links forward groups parked trace
+-- KEYS: pending jobs state keys wake done errors relayed ranked links forward groups parked trace throttled
 -- ARGV[1] job id (string, ULID)
 -- ARGV[2] job record (bytes: header "\n" body, see jobs/job.py)
 -- ARGV[3] 'delay' (ARGV[4] is milliseconds from Redis's now) or 'at' (ARGV[4] is an epoch in
@@ -19,12 +19,12 @@
 --         'i', as cancel.lua leaves) and this job is created under ARGV[1], so it runs
 --         under the id the row had; with on_conflict 'keep' the holder is kept as without
 --         ARGV[9]. Idempotent: sent again it finds its mark and changes nothing.
--- ARGV[10] the queue's name, with KEYS[15] (both optional, one Redis only; the key after the
---         declared ones): KEYS[15] is the registry
+-- ARGV[10] the queue's name, with KEYS[16] (both optional, one Redis only; the key after the
+--         declared ones): KEYS[16] is the registry
 --         of queues, {prefix}:queues, in no queue's slot (so never sent on a cluster, where
 --         the caller sends its SADD beside the script); the queue is added to it (SADD)
 --         before anything else, whatever the outcome, so a lost registry heals with the
---         queue's next job. Idempotent. ARGV[10] is '' when a later one is given without KEYS[15].
+--         queue's next job. Idempotent. ARGV[10] is '' when a later one is given without KEYS[16].
 -- ARGV[11] the job's link (JSON: its batch, its place in a chain; see `links` in include/base.lua), or
 --         '' or absent for none; its record then has flag 'l'. Written under the id that holds
 --         the record: a new job's, or a replaced key holder's (whose own link, if any, is
@@ -44,10 +44,13 @@
 --         and overwritten; ack.lua deletes it with a job whose record has flag 'd'; a job
 --         attempted before, a retry waiting, counts from its due time as it is met).
 --         A new job under the key records its own due time there. Read only with ARGV[14].
+-- A key no pending job holds, while a window of unique_for= holds it (include/throttle.lua,
+-- which also sweeps ended windows), stores nothing: {'throttled', finished job id, window end,
+-- ''} whatever on_conflict says (an outbox row's relay, ARGV[9], is not throttled).
 -- A job whose record's header has a priority ('^<n>', see include/base.lua) waits in `ranked`, others
 -- in `pending`; a replace moves the key's job to where its new record's priority puts it.
 -- Returns {outcome, id, due_at, record}: outcome 'created' | 'replaced' | 'kept' | 'done';
--- due_at in epoch milliseconds; for 'kept' the id, due_at and record are the existing job's,
+-- due_at in epoch milliseconds ('throttled': the window's end); for 'kept' the id, due_at and record are the existing job's,
 -- else record is ''.
 -- Idempotent: the same call sent again (same id and record) changes nothing and returns
 -- {'created', id, due_at of the stored job, ''} while the job waits, runs or lies dead, and
@@ -65,13 +68,14 @@
 --- @include "ends"
 --- @include "links"
 --- @include "groups"
+--- @include "throttle"
 local id, record, mode, value, ukey, on_conflict = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5], ARGV[6]
 local now = clock(ARGV[7])
 local adopt = ARGV[9] == '1'
 local link = ARGV[11] or ''
 local trace_ctx = ARGV[13] or ''
 local max_wait = tonumber(ARGV[14] or '')
-if KEYS[15] then redis.call('SADD', KEYS[15], ARGV[10]) end
+if KEYS[16] then redis.call('SADD', KEYS[16], ARGV[10]) end
 -- The reply, with the id marked as relayed in relay mode.
 local function finish(reply)
   if adopt then redis.call('ZADD', relayed, int(now), id) end
@@ -163,6 +167,10 @@ if score then
   if first_due then redis.call('HSET', unique_keys, wait_mark, existing .. '|' .. int(first_due)) end
   if earliest then wake_worker() end
   return finish({'replaced', existing, due, ''})
+end
+if ukey ~= '' and not adopt then
+  local succeeded, ends = throttle_check(ukey, now)
+  if succeeded then return finish({'throttled', succeeded, ends, ''}) end
 end
 -- A new job (the key's job, if any, is running, dead or gone: the new job takes the key).
 if earliest then lists(wake) end

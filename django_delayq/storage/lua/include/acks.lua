@@ -8,6 +8,7 @@
 --- @include "keeping"
 --- @include "ends"
 --- @include "stats"
+--- @include "throttle"
 
 -- What an entry not acknowledged answers: -1 when its job is still here under another lease
 -- or no longer running (`raw_state` as read), 0 when it is gone.
@@ -51,7 +52,7 @@ local function ack_from(first, now, out, released, keep)
   if #ids == 0 then return end
   local states = batched('HMGET', state, ids)
   zsets(running) hashes(jobs, errors, stats)
-  local keyed, flagged, linked, traced = false, false, false, false
+  local keyed, flagged, linked, traced, windowed = false, false, false, false, false
   for i = first, #ARGV, 4 do
     local info = ARGV[i + 2]
     local flags = string.match(info, '^[^=]*')
@@ -59,8 +60,10 @@ local function ack_from(first, now, out, released, keep)
     flagged = flagged or has(flags, 'i')
     linked = linked or has(flags, 'l')
     traced = traced or has(flags, 't')
+    windowed = windowed or has(flags, 'w')
   end
   if keyed then hashes(unique_keys) end
+  if windowed then zsets(throttled) end
   if flagged then zsets(done) end
   if linked then hashes(links, forward) end
   if traced then hashes(trace) end
@@ -77,6 +80,7 @@ local function ack_from(first, now, out, released, keep)
         local ukey = string.sub(info, eq + 1)
         release_key(ukey, id)
         if has(flags, 'd') then release_wait(ukey, id) end
+        if has(flags, 'w') then throttle_open(ukey, id, redis.call('HGET', jobs, id), now) end
       end
       table.insert(acked_ids, id)
       if keep then summaries[id] = ARGV[i + 3] or '' end

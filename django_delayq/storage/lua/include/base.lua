@@ -91,6 +91,9 @@
 --                          by Python: monitoring/tracing.py) of a job whose record has flag
 --                          't'. Kept while the job exists (its retries and a requeue link to
 --                          it too); forget() and ack delete it with the record
+--   throttled  sorted set  unique key -> end of its unique_for= window (epoch ms), opened when
+--                          a job with flag 'w' succeeded; `keys` holds "\0t" .. key ->
+--                          "<finished id>|<end ms>" beside it (include/throttle.lua)
 -- Times (scores, ARGV, replies) are integer epoch milliseconds: small sorted sets keep integer
 -- scores as integers, where a decimal score would be parsed on every comparison. "now" is
 -- Redis's TIME unless a test passes one. Scripts touch no other key and check the types of
