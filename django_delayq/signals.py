@@ -13,6 +13,11 @@ this process, else the task's name (a string).
 - ``job_cancelled(job)``: removed by ``cancel()`` or an admin action
 - ``job_released(job)``: a stopping worker handed it back to pending unfinished (the attempt
   is not counted; it runs again)
+- ``job_expired(job)``: a worker ended it "expired", never run: it was claimed after its
+  ``expires_at`` (``job.status == "expired"``, ``job.attempts`` the attempts made before)
+- ``job_rescheduled(job)``: ``reschedule()``, ``areschedule()`` or the admin's "Postpone" moved
+  it (``job.due_at`` the new due time, ``job.outcome == "rescheduled"``); for a job in the
+  database outbox once the move commits
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ job_failed = Signal()
 job_dead = Signal()
 job_cancelled = Signal()
 job_released = Signal()
+job_expired = Signal()
+job_rescheduled = Signal()
 
 
 # The package's own per-job hooks (recurring/hooks.py), called by send() before the

@@ -73,6 +73,18 @@ def test_replaces_push_the_job_back_but_never_past_first_due_plus_max_wait(store
     assert store.client.zcard(store.key(Q, "pending")) == 1
 
 
+def test_reschedule_is_an_explicit_move_not_capped_by_max_wait(store, t_ms):
+    """reschedule() moves the job past first due + max_wait (BullMQ's changeDelay ignores
+    the deduplication's settings) and leaves the debounce's first due time as it was: a
+    later replace is capped as before."""
+    first = put(store, 0, 10)  # first due 10, cap 35
+    moved = store.reschedule(Q, key=KEY, delay=500, now=T0 + 5)
+    assert moved.id == first.id and score(store, first.id) == t_ms(505)  # past the cap
+    assert mark(store) == f"{first.id}|{int(t_ms(10))}".encode()  # the first due kept
+    put(store, 20, 60)  # a replace asking for 80: capped at 35, as without the move
+    assert score(store, first.id) == t_ms(35)
+
+
 def test_without_max_wait_a_replace_moves_the_job_as_far_as_asked(store, t_ms):
     first = put(store, 0, 10, max_wait=None)
     for i in range(1, 7):

@@ -42,6 +42,7 @@ COUNTERS = {
     "delayq_jobs_recovered",
     "delayq_jobs_limited",
     "delayq_jobs_expired",
+    "delayq_jobs_rescheduled",
 }
 
 

@@ -766,6 +766,7 @@ def test_totals_count_every_outcome_since_the_queue_began(store):
         "recovered": 1,
         "limited": 0,
         "expired": 0,
+        "rescheduled": 0,
     }
     store.client.hset(store.key(Q, "stats"), "done", "garbage")
     assert store.totals(Q)["done"] == 0

@@ -62,6 +62,11 @@ class Action:
         return self.confirm and not self.delay_field
 
 
+# What run now and postpone say of the jobs they missed (one msgid, not two to translate).
+NO_LONGER_PENDING = ngettext_lazy(
+    "%(count)s was no longer pending", "%(count)s were no longer pending", "count"
+)
+
 ACTIONS: dict[str, Action] = {
     a.name: a
     for a in (
@@ -81,9 +86,7 @@ ACTIONS: dict[str, Action] = {
             "run_job",
             PENDING,
             ngettext_lazy("%(count)s job made due now", "%(count)s jobs made due now", "count"),
-            ngettext_lazy(
-                "%(count)s was no longer pending", "%(count)s were no longer pending", "count"
-            ),
+            NO_LONGER_PENDING,
             lands_on=PENDING,
         ),
         Action(
@@ -92,9 +95,7 @@ ACTIONS: dict[str, Action] = {
             "run_job",
             PENDING,
             ngettext_lazy("%(count)s job postponed", "%(count)s jobs postponed", "count"),
-            ngettext_lazy(
-                "%(count)s was no longer pending", "%(count)s were no longer pending", "count"
-            ),
+            NO_LONGER_PENDING,
             lands_on=PENDING,
             confirm=True,
             delay_field=True,
@@ -262,8 +263,9 @@ def _cancel(store: Store, queue: str, ids: Sequence[str]) -> Applied:
 def _postpone(store: Store, queue: str, ids: Sequence[str], delay: float) -> Applied:
     """Make ``ids`` due ``delay`` seconds from now: reschedule.lua, ACTION_CHUNK per round
     trip (each re-sent after a lost reply: it answers the same); an id not in Redis may be
-    a row of the outbox (moved as reschedule() moves it)."""
-    from django_delayq.scheduling.rescheduling import move_rows
+    a row of the outbox (moved as reschedule() moves it); job_rescheduled sent for each job
+    moved, as reschedule() does."""
+    from django_delayq.scheduling.rescheduling import announce, job_of, move_rows
 
     applied = Applied()
     for chunk in _chunks(ids, ACTION_CHUNK):
@@ -275,6 +277,7 @@ def _postpone(store: Store, queue: str, ids: Sequence[str], delay: float) -> App
                 applied.missed.append(job_id)
             else:
                 applied.done += 1
+                announce(job_of(queue, reply))
     if outbox_shown() and applied.missed:
         options = {"delay": delay}
         still = [i for i in applied.missed if move_rows(queue, i, None, options) is None]

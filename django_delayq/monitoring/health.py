@@ -14,7 +14,7 @@ A paused queue (``django_delayq.pause``) is never ``lag`` or ``no_worker``: its 
 wait on purpose.
 
 Reads only: per queue one round trip for its counts (and one for its totals, for the
-metrics), plus two for the roster.
+metrics and delayq_status's expired and rescheduled columns), plus two for the roster.
 """
 
 from __future__ import annotations

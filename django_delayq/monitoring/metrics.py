@@ -10,7 +10,8 @@ gauges   ``delayq_pending_jobs``, ``delayq_due_jobs``, ``delayq_running_jobs``,
 counters ``delayq_jobs_done_total``, ``delayq_attempts_failed_total``,
          ``delayq_attempts_retried_total``, ``delayq_jobs_dead_lettered_total``,
          ``delayq_jobs_recovered_total``, ``delayq_jobs_expired_total`` (not started before
-         their ``expires``, never run), ``delayq_jobs_limited_total`` (kept in Redis by the
+         their ``expires``, never run), ``delayq_jobs_rescheduled_total`` (pending jobs
+         moved by ``reschedule()`` or Postpone), ``delayq_jobs_limited_total`` (kept in Redis by the
          scripts since the queue began; the last counts hold-backs, not jobs: its name is
          kept for the dashboards that use it)
 
@@ -90,6 +91,11 @@ COUNTERS = (
         "delayq_jobs_expired",
         "Jobs not started before their expiry (schedule(expires=...)): ended, never run.",
         "expired",
+    ),
+    (
+        "delayq_jobs_rescheduled",
+        "Pending jobs whose due time was moved (reschedule(), the admin's Postpone).",
+        "rescheduled",
     ),
     (
         "delayq_jobs_limited",

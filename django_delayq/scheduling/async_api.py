@@ -205,7 +205,12 @@ async def areschedule(
 
         async def probe(name: str) -> Job | None:
             found = await store.reschedule(name, job_id, key, **options)
-            return None if found is None else job_of(name, found)
+            if found is None:
+                return None
+            job = job_of(name, found)
+            if job is not None:
+                await _send(signals.job_rescheduled, sender(job.task), job=job)
+            return job
 
         if (job := await _first(store, queue, probe)) is not None:
             return job

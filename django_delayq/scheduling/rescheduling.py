@@ -6,6 +6,10 @@ database outbox (an on_commit job whose transaction has not committed, a job bey
 ``DELAYQ["HORIZON"]``) the row's due time is updated in the caller's transaction, and a row
 the move brings within the horizon is relayed once that commits. A job in Redis moved
 beyond the horizon stays in Redis (it is as on time there; only its wait is longer).
+
+A job moved is announced by ``job_rescheduled`` (signals.py, ``send_robust``): once Redis
+answered, or for a row once the caller's transaction commits (never for a move rolled back).
+reschedule() is an explicit move: ``max_wait`` (a debounce's cap) does not bound it.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
+from django_delayq import signals
 from django_delayq.conf import delayq_settings
 from django_delayq.jobs.job import PENDING, Job, decode_fields, make_job
 from django_delayq.outbox import placement
@@ -22,6 +27,7 @@ from django_delayq.outbox import rows as outbox
 from django_delayq.outbox.database_time import When
 from django_delayq.scheduling.api import search_queues
 from django_delayq.scheduling.plan import beyond_horizon, relay_beyond_horizon, when
+from django_delayq.scheduling.registry import sender
 from django_delayq.storage.connection import get_store
 from django_delayq.storage.queues import check_queue_name
 from django_delayq.storage.reschedule import Rescheduled
@@ -62,6 +68,12 @@ def job_of(queue: str, moved: Rescheduled) -> Job | None:
     )
 
 
+def announce(job: Job | None) -> None:
+    """``job_rescheduled`` for a job moved (nothing for None)."""
+    if job is not None:
+        signals.send(signals.job_rescheduled, sender(job.task), job=job)
+
+
 def reschedule(
     job_id: str | None = None,
     *,
@@ -87,7 +99,9 @@ def reschedule(
         for name in search_queues(queue):
             found = get_store().reschedule(name, job_id, key, **options)
             if found is not None:
-                return job_of(name, found)
+                job = job_of(name, found)
+                announce(job)
+                return job
         if attempt == 0 and job_id is not None:
             moved = move_rows(in_queue, job_id, None, options)
             if moved is not None:
@@ -109,11 +123,15 @@ def move_rows(
     far = beyond_horizon(due - now)
     relay_at = relay_beyond_horizon(due, delay) if far else When(0.0)
 
+    def moved_job(row: outbox.Row) -> Job:
+        return placement.row_job(replace(row, due_at=max(due, now)), RESCHEDULED)
+
     def committed(alias: str, row: outbox.Row) -> None:
         if not far:  # brought within the horizon: relayed now (a worker's relay else)
             relaying.relay_now(get_store(), alias, [row.id])
+        announce(moved_job(row))
 
     moved = outbox.move(job_id, key, queue, (due_when, relay_at), placement.relayed_rows, committed)
     if not moved:
         return None
-    return placement.row_job(replace(moved[0], due_at=max(due, now)), RESCHEDULED)
+    return moved_job(moved[0])

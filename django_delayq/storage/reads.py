@@ -22,7 +22,16 @@ from django_delayq.storage.queues import check_queue_name
 from django_delayq.storage.replies import pairs as _pairs
 
 STATUS_KINDS = ("pending", "running", "dead")
-TOTALS = ("done", "failed", "retried", "dead", "recovered", "limited", "expired")
+TOTALS = (
+    "done",
+    "failed",
+    "retried",
+    "dead",
+    "recovered",
+    "limited",
+    "expired",
+    "rescheduled",
+)
 
 
 @dataclass(frozen=True)
@@ -247,7 +256,8 @@ class Reads(Calls):
     def totals(self, queue: str) -> dict[str, int]:
         """Counts since the queue began (the metrics' counters): jobs done, attempts failed,
         attempts retried, jobs dead-lettered, jobs recovered from lost workers, jobs
-        expired (not started before their expiry: lua/expire.lua)."""
+        expired (not started before their expiry: lua/expire.lua), jobs rescheduled
+        (moved by lua/reschedule.lua: reschedule(), the admin's Postpone)."""
         stats = self.key(queue, "stats")
         raw = dict(_pairs(self.call(self.command(b"HGETALL", stats, route=stats))))
         totals = {}

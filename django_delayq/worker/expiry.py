@@ -11,14 +11,27 @@ unheld: their lease lapses, recovery hands them back without counting an attempt
 never started), and the next claim sifts them again. A retry is not judged when it is
 scheduled: a failed attempt's retry whose due time falls after the expiry expires when it
 is claimed.
+
+Each job it ended is announced by ``job_expired`` (signals.py) once Redis answered, on the
+dispatcher's thread: a receiver that raises is logged (``send_robust``) and changes
+nothing, the job is expired by then. A job whose first round trip's reply was lost and
+which the re-sent one finds gone (``GONE``: this very call ended it) is announced as well,
+so a receiver may, rarely, hear of one job twice (another worker expired it after this
+one's lease lapsed), never of an expired job not at all once Redis answered.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from django_delayq import signals
+from django_delayq.jobs.finished import EXPIRED as EXPIRED_STATUS
+from django_delayq.jobs.job import Job, decode_fields, make_job
 from django_delayq.jobs.record import FLAG_LINKED, expires_of, record_flags
+from django_delayq.jobs.times import to_datetime
+from django_delayq.scheduling.registry import sender
 from django_delayq.storage.expiry import EXPIRED, GONE, expire_op
 from django_delayq.storage.finished import Keep
 
@@ -61,6 +74,7 @@ def sift(
         )
     else:
         _ended(results, queue, late, answers)
+        _announce(results, queue, late, answers, now)
     dropped = set(map(id, late))
     return [a for a in attempts if id(a) not in dropped]
 
@@ -82,3 +96,29 @@ def _ended(results: Results, queue: str, late: list[Attempt], answers: list[int]
 
 def _linked(record: bytes) -> bool:
     return FLAG_LINKED.encode() in record_flags(record)
+
+
+def _announce(
+    results: Results, queue: str, late: list[Attempt], answers: list[int], now: float
+) -> None:
+    """``job_expired`` for each attempt this call ended (see the module)."""
+    if not signals.job_expired.receivers:  # no Job to build
+        return
+    for a, answer in zip(late, answers, strict=True):
+        if answer in (EXPIRED, GONE):
+            job = expired_job(a, queue, results.default_max_retries, now)
+            signals.send(signals.job_expired, sender(job.task), job=job)
+
+
+def expired_job(attempt: Attempt, queue: str, default_max_retries: int, now: float) -> Job:
+    """The finished Job an expired ``attempt`` became (its attempts: those made before)."""
+    job = make_job(
+        attempt.id,
+        queue,
+        EXPIRED_STATUS,
+        decode_fields(attempt.record),
+        default_max_retries,
+        attempts=attempt.number - 1,
+        score=attempt.due,
+    )
+    return replace(job, finished_at=to_datetime(now))

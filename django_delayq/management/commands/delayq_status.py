@@ -23,8 +23,9 @@ from django_delayq.wording import counted
 
 HEALTHY, UNHEALTHY, UNREACHABLE = 0, 1, 2
 
-HELP = """Print, per queue: pending jobs, jobs due now, jobs in progress, dead jobs, lag (how
-long the oldest due job has waited) and the live workers serving it.
+HELP = """Print, per queue: pending jobs, jobs due now, jobs in progress, dead jobs, jobs
+expired and jobs rescheduled (totals since the queue began), lag (how long the oldest due job
+has waited) and the live workers serving it.
 
 A queue is healthy unless its lag exceeds --max-lag (when given), or it has due jobs and no
 live worker serves it; a paused queue (delayq_queue pause) is healthy and shown as paused.
@@ -85,7 +86,9 @@ class Command(DelayQCommand):
 
         def read() -> None:
             try:
-                found.append(health.report(get_store(), queues, max_lag=options["max_lag"]))
+                found.append(
+                    health.report(get_store(), queues, max_lag=options["max_lag"], totals=True)
+                )
             except DelayQError as exc:
                 found.append(exc)
 
@@ -143,6 +146,8 @@ def as_json(report: health.Report) -> dict[str, Any]:
                 "in_progress": q.running,
                 "dead": q.dead,
                 "finished": q.finished,
+                "expired_total": q.totals.get("expired", 0),
+                "rescheduled_total": q.totals.get("rescheduled", 0),
                 "lag_seconds": round(q.lag, 3),
                 "live_workers": q.workers,
                 "healthy": q.healthy,
@@ -185,7 +190,18 @@ def _problem_text(q: health.QueueHealth, report: health.Report) -> str:
 
 
 def as_text(report: health.Report) -> str:
-    header = ("queue", "pending", "due", "in progress", "dead", "lag", "workers", "status")
+    header = (
+        "queue",
+        "pending",
+        "due",
+        "in progress",
+        "dead",
+        "expired",
+        "rescheduled",
+        "lag",
+        "workers",
+        "status",
+    )
     rows = [
         (
             q.queue,
@@ -193,6 +209,8 @@ def as_text(report: health.Report) -> str:
             str(q.due),
             str(q.running),
             str(q.dead),
+            str(q.totals.get("expired", 0)),
+            str(q.totals.get("rescheduled", 0)),
             f"{q.lag:.1f} s",
             str(q.workers),
             _problem_text(q, report),

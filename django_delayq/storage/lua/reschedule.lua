@@ -1,5 +1,5 @@
 -- reschedule.lua: move a pending job's due time, the job found by id or by unique key.
--- KEYS: pending jobs keys wake done ranked groups parked
+-- KEYS: pending jobs keys wake done ranked groups parked stats
 -- ARGV[1] job id, or '' to look it up by ARGV[2]
 -- ARGV[2] unique key, or ''
 -- ARGV[3] 'delay' (ARGV[4] is milliseconds from Redis's now) or 'at' (ARGV[4] is an epoch in
@@ -14,7 +14,8 @@
 -- time, and claim.lua parks it again while its group is full). A job claimed, running,
 -- dead, finished or unknown is not pending: nothing changes. The job keeps its record,
 -- attempts, unique key, link, group and trace. A worker is woken when no job of `pending` is
--- due before the new due time (as schedule.lua wakes).
+-- due before the new due time (as schedule.lua wakes). A move is counted in `stats`
+-- ("rescheduled", the total delayq_jobs_rescheduled_total reads); a re-send is not.
 -- Returns {id, due_at, record} when the job was pending and is now due at due_at (epoch
 -- milliseconds), {} otherwise.
 -- Errors: 'DELAYQ_BAD_DUE' if the due time is not an epoch before year 2286 (nothing changes).
@@ -29,6 +30,7 @@
 --- @include "base"
 --- @include "priority"
 --- @include "wake"
+--- @include "stats"
 local mode, value = ARGV[3], tonumber(ARGV[4])
 local now = clock(ARGV[5])
 local mark = 'r:' .. ARGV[6]
@@ -58,8 +60,10 @@ if not plain then
   if not old then return {} end
 end
 -- Reads before writes: is a job of `pending` due before the new time (if not, wake a
--- worker: its sleep may be too long); the mark's ZADD comes first, so a `done` of the
--- wrong type fails the call before anything moved.
+-- worker: its sleep may be too long; the HGET fails a `stats` of the wrong type before any
+-- write); the mark's ZADD comes first, so a `done` of the wrong type fails the call before
+-- anything moved.
+redis.call('HGET', stats, 'rescheduled')
 local earliest = #redis.call('ZRANGEBYSCORE', pending, '-inf', '(' .. at, 'LIMIT', 0, 1) == 0
 if earliest then redis.call('LLEN', wake) end
 redis.call('ZADD', done, int(now), mark)
@@ -71,4 +75,5 @@ else
   pend(id, due, priority)
 end
 if earliest then wake_worker() end
+tally('rescheduled', 1)
 return {id, due, redis.call('HGET', jobs, id) or ''}
