@@ -11,7 +11,10 @@ queue's jobs run at once across all workers; claim.lua enforces it, with the slo
 first claim (``worker/limits.py``). ``finished_max_age`` (seconds) and ``finished_max_count``
 keep the queue's finished jobs longer, shorter or not at all (0), in place of
 ``DELAYQ["FINISHED_MAX_AGE"]`` and ``["FINISHED_MAX_COUNT"]`` (None: those;
-storage/finished.py). The system checks ``delayq.E012`` (a bad option value) and
+storage/finished.py). ``fair`` (a bool, default False) claims the queue's due jobs in turns,
+group by group (``group=``; jobs without a group take one turn together), in place of
+priority then due time across the whole queue (lua/include/fair.lua); workers publish it
+with the concurrency limit. The system checks ``delayq.E012`` (a bad option value) and
 ``delayq.E013`` (options that are not a dict, or an unknown option) report what
 :func:`queue_options` refuses.
 """
@@ -24,7 +27,7 @@ from typing import Any
 from django_delayq.conf import delayq_settings
 from django_delayq.exceptions import ConfigurationError
 
-OPTIONS = ("concurrency", "finished_max_age", "finished_max_count")
+OPTIONS = ("concurrency", "fair", "finished_max_age", "finished_max_count")
 MAXIMUM = 10**9  # as the number settings (checks.py)
 
 
@@ -64,7 +67,7 @@ def _keep_option(queue: str, options: dict, name: str, kinds: tuple[type, ...]) 
 
 
 def queue_options(queue: str, options: Any) -> dict[str, Any]:
-    """The options of ``queue`` as ``{"concurrency": int | None, "finished_max_age":
+    """The options of ``queue`` as ``{"concurrency": int | None, "fair": bool, "finished_max_age":
     number | None, "finished_max_count": int | None}``; ConfigurationError naming the
     queue and the bad value otherwise."""
     if options is None:
@@ -87,8 +90,16 @@ def queue_options(queue: str, options: Any) -> dict[str, Any]:
             f"the queue's jobs running at once across all workers) or None (no limit), got "
             f"{concurrency!r}"
         )
+    fair = options.get("fair", False)
+    if type(fair) is not bool:
+        raise BadQueueOption(
+            f"DELAYQ['QUEUES'][{queue!r}]['fair'] must be True (claim the queue's due jobs in "
+            f"turns, group by group) or False (the default: priority, then due time), got "
+            f"{fair!r}"
+        )
     return {
         "concurrency": concurrency,
+        "fair": fair,
         "finished_max_age": _keep_option(queue, options, "finished_max_age", (int, float)),
         "finished_max_count": _keep_option(queue, options, "finished_max_count", (int,)),
     }
@@ -116,6 +127,20 @@ def queue_limits(queues: list[str]) -> dict[str, int | None]:
         else None
         for queue in queues
     }
+
+
+def fair_queues(queues: list[str]) -> dict[str, bool]:
+    """Whether each of ``queues`` is fair (``DELAYQ['QUEUES'][q]['fair']``; False for a queue
+    the setting does not list). Raises ConfigurationError for a bad entry of those queues."""
+    return {queue: bool(own_options(queue).get("fair")) for queue in queues}
+
+
+def is_fair(queue: str) -> bool:
+    """Whether ``queue`` is fair, False for a bad entry too (the system check reports it)."""
+    try:
+        return bool(own_options(queue).get("fair"))
+    except ConfigurationError:
+        return False
 
 
 def problems() -> list[QueueSettingError]:

@@ -13,6 +13,7 @@ import math
 from datetime import timedelta
 from typing import Any
 
+from django_delayq.conf.queues import is_fair
 from django_delayq.jobs import job as _job
 from django_delayq.storage.control import PRIORITY_MAX, PRIORITY_MIN
 
@@ -87,18 +88,20 @@ def check_group(group: Any) -> str | None:
     return group
 
 
-def plan_group(group: Any, task: Any, name: str) -> str | None:
+def plan_group(group: Any, task: Any, name: str, queue: str) -> str | None:
     """A schedule() call's ``group=``, checked: a task this process imports must declare
-    limits per group (``@task(group_concurrency=..., group_rate=...)``), else the group
-    would limit nothing and is refused as a mistake. A task scheduled by name that this
+    limits per group (``@task(group_concurrency=..., group_rate=...)``) or go to a fair
+    queue (``DELAYQ['QUEUES'][queue]['fair']``: its groups take turns), else the group
+    would do nothing and is refused as a mistake. A task scheduled by name that this
     process does not import (``CHECK_NAMES`` off) is trusted: its workers know its limits."""
     group = check_group(group)
     limited = task is None or task.group_concurrency or task.group_rate
-    if group is not None and not limited:
+    if group is not None and not limited and not is_fair(queue):
         raise ValueError(
-            f"group={group!r} given for task {name}, which has no limits per group: "
-            f"declare @task(group_concurrency=N) and/or @task(group_rate='10/s') on it, "
-            f"or schedule it without group="
+            f"group={group!r} given for task {name}, which has no limits per group and whose "
+            f"queue {queue!r} is not fair: declare @task(group_concurrency=N) and/or "
+            f"@task(group_rate='10/s') on it, set DELAYQ['QUEUES'][{queue!r}]['fair'] = True "
+            f"(its groups then take turns), or schedule it without group="
         )
     return group
 

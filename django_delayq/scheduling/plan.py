@@ -310,7 +310,7 @@ class Plan:
             priority = found.priority if found is not None else 0
         self.priority = check_priority(priority)
         self.when = when(options.get("delay"), options.get("at"))
-        self.group = plan_group(options.get("group"), found, self.name)
+        self.group = plan_group(options.get("group"), found, self.name, self.queue)
         expires = options.get("expires")
         # ("in", s) or ("at", epoch s): made absolute by each call (Prepared), or None
         self.expires = (

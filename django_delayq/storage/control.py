@@ -315,6 +315,21 @@ class ControlStore:
             if isinstance(reply, Exception):
                 raise reply
 
+    def publish_fair(self, fair: dict[str, bool]) -> None:
+        """HSET ``fair`` = 1 in the control hash of each fair queue of ``fair``
+        (DELAYQ['QUEUES'][q]['fair']), HDEL it elsewhere (one round trip): claim.lua then claims
+        the queue's due jobs in turns, group by group (lua/include/fair.lua)."""
+        ops = []
+        for queue, on in fair.items():
+            key = self._store.key(queue, "control")
+            if on:
+                ops.append(self._store.command(b"HSET", key, b"fair", b"1", route=key))
+            else:
+                ops.append(self._store.command(b"HDEL", key, b"fair", route=key))
+        for reply in self._store.run(ops, budget=2.0) if ops else ():
+            if isinstance(reply, Exception):
+                raise reply
+
     def queue_limit(self, queue: str) -> tuple[int | None, int]:
         """The concurrency limit of ``queue`` as workers published it (None: none), and how many
         slots are listed as held (checked against the jobs at the next claim)."""

@@ -255,3 +255,19 @@ def timed_unless_armed(tag: str, value: str) -> None:
     if runs_client().lpop(f"runs:{tag}:armed") is not None:
         raise RuntimeError(f"{value} is armed: it fails")
     timed(tag, value)
+
+
+@task(queue="fair", retry_backoff=0, max_retries=20)
+def fair_turn(tag: str, group_id: str, value: str, seconds: float = 0.0) -> None:
+    """One job of group ``group_id`` on the queue "fair" (DELAYQ_QUEUES makes it fair or not):
+    its start (runs:<tag>:start, "<value> <group>", in the order the jobs started across
+    threads and processes), then ``seconds`` (< 0: an hour on the first attempt, its worker
+    is to be SIGKILLed; 10 ms on a retry), then its end (runs:<tag>, "<value> <group>")."""
+    client = runs_client()
+    job = current_job()
+    if seconds < 0:
+        seconds = 3600.0 if job is not None and job.attempts == 1 else 0.01
+    client.rpush(f"runs:{tag}:start", f"{value} {group_id}")
+    if seconds:
+        time.sleep(seconds)
+    client.rpush(f"runs:{tag}", f"{value} {group_id}")

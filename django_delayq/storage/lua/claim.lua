@@ -17,7 +17,7 @@
 -- the worker knows each job's lateness.
 -- A fifth element 'plain' follows when claim_plain.lua would have claimed what this call
 -- read: none of ranked, control, parked existed at its start; or, on the general path, no
--- pause, no queue limit ("qconc"), no limit applied to a job it read (hold_back's
+-- pause, no queue limit ("qconc"), not fair, no limit applied to a job it read (hold_back's
 -- `limited`), it read at least one job when `control` exists (reading none, it cannot tell
 -- whether the next are of a limited task), and neither `ranked` nor `parked` exists at its
 -- end (one EXISTS more). The worker may then send claim_plain.lua next.
@@ -40,6 +40,8 @@
 -- most 16 more) so the jobs it parks do not leave the room empty: it leases what the room
 -- allows, and the due jobs it read past the room and did not park stay pending untouched
 -- (next_due is then now, or CONC_GAP ahead when the queue's own limit is full).
+-- A fair queue (`control` field "fair") reads its due jobs in turns, group by group
+-- (fair_read in fair.lua), not by read_due; no sweep and no read past the room there.
 --- @include "base"
 --- @include "priority"
 --- @include "wake"
@@ -49,6 +51,7 @@
 --- @include "group_limits"
 --- @include "limits"
 --- @include "lease_out"
+--- @include "fair"
 local limit, lease, token, instance = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], ARGV[5]
 local now = clock(ARGV[1])
 -- Reads first (they check their keys' types too); then the keys this call will write
@@ -65,7 +68,7 @@ local read = {ids = {}, from_pending = {}, from_ranked = {}, records = {}, state
 local qslots, queue_held, queue_hold_was = nil, nil, nil
 -- `ranked` and `parked` are named twice: an odd count says `control` exists.
 local found = redis.call('EXISTS', ranked, ranked, parked, parked, control)
-local controlled, has_control, paused = found > 0, found % 2 == 1, false
+local controlled, has_control, paused, fair = found > 0, found % 2 == 1, false, false
 if not controlled then
   if want > 0 then
     read.ids = redis.call('ZRANGEBYSCORE', pending, '-inf', int(now), 'LIMIT', 0, limit)
@@ -76,7 +79,8 @@ if not controlled then
   local after = redis.call('ZRANGE', pending, #read.ids, #read.ids, 'WITHSCORES')
   read.next_due = after[2] and tonumber(after[2])
 else
-  paused = redis.call('HEXISTS', control, 'paused') == 1
+  local marks = redis.call('HMGET', control, 'paused', 'fair')
+  paused, fair = marks[1] ~= false, marks[2] ~= false
   if paused then want = 0 end
   qslots, queue_held, queue_hold_was = queue_limit()
   if qslots and want > math.max(qslots - #queue_held, 0) then
@@ -85,11 +89,12 @@ else
   read.grouping = group_limits(now)
   if want > 0 and redis.call('EXISTS', parked) == 1 then
     read.grouping.release_acked()
-    read.grouping.sweep()
-    -- Groups at their limit are about: read past the jobs that will be parked.
-    read.room, want = want, math.min(want * 2, want + 16)
+    -- Groups at their limit are about: read past the jobs that will be parked (a fair
+    -- queue's buckets are in `parked` too: fair.lua reads them, no sweep moves them).
+    if not fair then read.grouping.sweep() read.room, want = want, math.min(want * 2, want + 16) end
   end
-  read.ids, read.from_pending, read.from_ranked, read.next_due = read_due(want, now)
+  if fair and want > 0 then read.ids, read.from_pending, read.from_ranked, read.next_due = fair_read(want, now)
+  else read.ids, read.from_pending, read.from_ranked, read.next_due = read_due(want, now) end
   if read.queue_full and read.next_due and read.next_due <= now then read.next_due = now + CONC_GAP end
   if paused then read.next_due = nil end
 end
@@ -98,6 +103,8 @@ if read_jobs then
   read.records = batched('HMGET', jobs, read.ids)
   read.states = batched('HMGET', state, read.ids)
   if controlled then hold_back(read, now, token) end
+  -- Fair: the buckets left hold only jobs of groups at their limit; claim again later.
+  if fair and #read.ids == 0 and read.next_due and read.next_due <= now then read.next_due = now + CONC_GAP end
 end
 local ids, records, states, next_due = read.ids, read.records, read.states, read.next_due
 if #ids > 0 then
@@ -128,7 +135,7 @@ if wakes then wake_worker() end
 -- left (controls.lua's test, on what this call read); beside a `control` hash, only once
 -- the call read jobs (reading none, it cannot tell whether the next are of a limited task).
 local plain = not controlled
-if controlled and not paused and not qslots and not read.limited and (read_jobs or not has_control) then
+if controlled and not paused and not fair and not qslots and not read.limited and (read_jobs or not has_control) then
   plain = redis.call('EXISTS', ranked, parked) == 0
 end
 if plain then return {now, next_due or '', acked, reply, 'plain'} end

@@ -1,7 +1,7 @@
 -- claim_plain.lua: acknowledge a worker's finished plain jobs, then lease up to `limit` due
 -- jobs to it when the queue is plain for them: what claim.lua does where neither `ranked`
 -- nor `parked` exists and `control` (if it exists) holds nothing claim.lua would apply to
--- those jobs (controls.lua: "paused", "qconc", "qhold", their tasks' "rate:<task>" and
+-- those jobs (controls.lua: "paused", "qconc", "qhold", "fair", their tasks' "rate:<task>" and
 -- "conc:<task>", a grouped job's task's "gconc:<task>" and "grate:<task>"; a limit of
 -- another task does not count), with only the keys and the Lua that path needs.
 -- KEYS: pending running dead jobs state claims wake stats errors done finished kept ranked control parked

@@ -2,7 +2,7 @@
 -- read, for claim_plain.lua on a queue whose control hash exists (a limit of another task,
 -- a group limit of a task whose jobs are not grouped): the fields claim.lua's general path
 -- would act on, read in one HMGET. The queue's "paused", "qconc" and "qhold" (the holders a
--- removed queue limit left, which claim.lua drops); per task of the jobs, "rate:<task>" and
+-- removed queue limit left, which claim.lua drops), "fair" (fair.lua's turns); per task of the jobs, "rate:<task>" and
 -- "conc:<task>" (rate.lua, concurrency.lua); for a task with a grouped job among them
 -- (record flag 'g'), "gconc:<task>" and "grate:<task>" (group_limits.lua). A field that is
 -- set counts, whatever its value: claim.lua reads it then.
@@ -12,7 +12,7 @@
 -- Whether any of those fields is set for the jobs of `records` (as HMGET read them: false
 -- for a missing record, which names no task).
 local function controls_apply(records)
-  local fields, seen = {'paused', 'qconc', 'qhold'}, {}  -- seen: task -> 1, 2 once grouped
+  local fields, seen = {'paused', 'qconc', 'qhold', 'fair'}, {}  -- seen: task -> 1, 2 once grouped
   for i = 1, #records do
     local raw = records[i]
     local task = raw and string.match(raw, '^[^\n]*\n([^\n]*)')  -- as hold_back reads it

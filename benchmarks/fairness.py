@@ -1,0 +1,86 @@
+"""Fair queues (issue 36, item 4): 10,000 due jobs of group "a", then one of group "b", and
+one claim loop at concurrency 4 (each round trip acknowledges the 4 jobs it ran and claims 4
+more, as a worker's claim does; the jobs do nothing): b's start latency (from its schedule to
+the claim that leases it) over N runs, and the drain time of the 10,001 jobs, fair and not.
+
+Usage (from the repository root)::
+
+    python benchmarks/fairness.py [--runs 20] [--jobs 10000]
+    python benchmarks/fairness.py --quick     # 3 runs
+
+Starts its own redis-server (persistence off) on a free loopback port. Store-level: the
+worker's Python around the claim is not measured, the Redis side of the turns is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.bench.common import dedicated_redis, setup_django  # noqa: E402
+
+Q = "default"
+
+
+def one_run(store, jobs: int, fair: bool, run: int) -> tuple[float, float]:
+    from django_delayq.jobs.ids import new_job_id
+    from django_delayq.jobs.record import encode_record
+
+    store.client.flushdb()
+    store.control.publish_fair({Q: fair})
+    record = encode_record("bench.fair", [1], {}, None, 3, "g", 0)
+    for _ in range(jobs):
+        store.schedule(Q, new_job_id(), record, group="a")
+    scheduled = time.perf_counter()
+    b = store.schedule(Q, new_job_id(), record, group="b").id
+    latency, acks, n = None, [], 0
+    while True:
+        n += 1
+        reply = store.claim(Q, 4, lease=60, token=f"t{run}.{n}", instance="w", acks=acks)
+        if not reply.jobs and not acks:
+            break
+        if latency is None and any(j.id == b for j in reply.jobs):
+            latency = time.perf_counter() - scheduled
+        acks = [(j.id, f"t{run}.{n}", "g") for j in reply.jobs]
+    return latency or float("nan"), time.perf_counter() - scheduled
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--jobs", type=int, default=10000)
+    parser.add_argument("--quick", action="store_true", help="3 runs")
+    parser.add_argument("--redis-server", default=None)
+    args = parser.parse_args(argv)
+    runs = 3 if args.quick else args.runs
+    with dedicated_redis(args.redis_server) as server:
+        if server is None:
+            print("no redis-server found")
+            return 1
+        setup_django("bench-fair")
+        from django_delayq.storage.store import Store
+
+        store = Store(server, "bench-fair")
+        found: dict[bool, list[tuple[float, float]]] = {True: [], False: []}
+        for run in range(runs):  # interleaved, so a slow moment hits both alike
+            for fair in (True, False):
+                found[fair].append(one_run(store, args.jobs, fair, run))
+    for fair in (True, False):
+        lat = sorted(r[0] * 1000 for r in found[fair])
+        drain = statistics.median(r[1] for r in found[fair])
+        p99 = lat[min(len(lat) - 1, round(0.99 * (len(lat) - 1)))]
+        print(
+            f"fair={fair!s:5} runs={runs} jobs={args.jobs}+1: b starts p50 "
+            f"{statistics.median(lat):.1f} ms, p99 {p99:.1f} ms; drain median {drain:.2f} s"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
