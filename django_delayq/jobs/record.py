@@ -21,7 +21,10 @@ or a step of a chain, its link stored beside the record; ``e``: its tombstone is
 ``g``: scheduled with ``group=``, its group stored beside the record, for the task's limits
 per group; ``d``: scheduled with ``max_wait=``, its first due time kept in ``keys`` beside its
 unique key, which ack.lua deletes with it; a reader that does not know it, 0.7.0's, leaves
-the entry, which names this job and so is overwritten by the key's next debounced schedule)
+the entry, which names this job and so is overwritten by the key's next debounced schedule;
+``h``: scheduled with ``unique_until="end"``, its key holds while it runs and its end, however
+it ends, promotes the key's follower (``lua/include/followers.lua``); a 0.7.0 worker runs
+such a job as any keyed one but its end promotes nothing: the key's next schedule does)
 and the unique key.
 
 A process that schedules a task by name without importing it (``CHECK_NAMES`` off) does not
@@ -66,6 +69,7 @@ FLAG_GROUPED = "g"  # a group beside the record (schedule(group=...), lua/_lib.l
 FLAG_TRACED = "t"  # a trace context beside the record (OpenTelemetry, lua/_lib.lua's O)
 FLAG_EXPIRES = "x"  # an expiry at the end of the record (expiry_trailer)
 FLAG_DEBOUNCED = "d"  # scheduled with max_wait=: its first due time kept beside its key
+FLAG_HELD = "h"  # unique_until="end": its key holds while it runs (lua/include/followers.lua)
 
 EXPIRY_WIDTH = 24  # base-4 digits: up to 2**48 ms, past the year 10000
 _DIGITS = b" \t\r\n"  # JSON whitespace, digit values 0..3
@@ -178,6 +182,7 @@ class JobSpec:
     traced: bool = False
     expires_ms: int | None = None  # flag 'x': not run once Redis's clock passed it
     debounced: bool = False  # flag 'd': max_wait= (ack.lua drops its first due time)
+    held: bool = False  # flag 'h': unique_until="end" (its end promotes its key's follower)
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,6 +221,8 @@ def encode_job(spec: JobSpec) -> Encoded:
         flags += FLAG_TRACED
     if spec.debounced:
         flags += FLAG_DEBOUNCED
+    if spec.held:
+        flags += FLAG_HELD
     data = encode_record(
         spec.task,
         spec.args,

@@ -44,6 +44,10 @@
 --         and overwritten; ack.lua deletes it with a job whose record has flag 'd'; a job
 --         attempted before, a retry waiting, counts from its due time as it is met).
 --         A new job under the key records its own due time there. Read only with ARGV[14].
+-- A key's job with flag 'h' (unique_until='end') holds the key while it runs too: 'keep'
+-- answers it ({'kept', id, '', record}), a replace stores or rewrites its one follower
+-- ({'created', id, due_at, ''} under ARGV[1], or {'replaced', follower, due_at, ''}), due
+-- at max(due_at, the end of the key's job): include/followers.lua.
 -- A job whose record's header has a priority ('^<n>', see include/base.lua) waits in `ranked`, others
 -- in `pending`; a replace moves the key's job to where its new record's priority puts it.
 -- Returns {outcome, id, due_at, record}: outcome 'created' | 'replaced' | 'kept' | 'done';
@@ -65,6 +69,7 @@
 --- @include "ends"
 --- @include "links"
 --- @include "groups"
+--- @include "followers"
 local id, record, mode, value, ukey, on_conflict = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5], ARGV[6]
 local now = clock(ARGV[7])
 local adopt = ARGV[9] == '1'
@@ -112,6 +117,11 @@ end
 -- sleep may be too long; the read also checks the pending key's type), the key's holder.
 local existing = ukey ~= '' and redis.call('HGET', unique_keys, ukey)
 local score = existing and pending_due(existing)
+if ukey ~= '' and not score and existing ~= id then  -- unique_until='end': include/followers.lua
+  local reply
+  reply, existing, score = while_leader_runs(existing, ukey, id, record, due, now, on_conflict, adopt, trace_ctx, ARGV[12] or '')
+  if reply then return finish(reply) end
+end
 -- A debounce (ARGV[14]): a replace never moves the key's job past its first due + max_wait.
 local wait_mark, first_due = max_wait and ukey ~= '' and ('\0d' .. ukey), nil
 if wait_mark and score and existing ~= id and on_conflict ~= 'keep' and not adopt then

@@ -75,7 +75,7 @@ local function ack_from(first, now, out, released, keep)
       local flags = eq and string.sub(info, 1, eq - 1) or info
       if eq then
         local ukey = string.sub(info, eq + 1)
-        release_key(ukey, id)
+        release_key(ukey, id, flags, now)
         if has(flags, 'd') then release_wait(ukey, id) end
       end
       table.insert(acked_ids, id)
