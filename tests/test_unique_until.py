@@ -212,7 +212,7 @@ def test_a_lost_reply_on_a_second_replace_sent_again_stores_nothing_more(store):
 def test_a_follower_an_old_worker_left_waiting_is_promoted_by_the_next_schedule(store):
     """A 0.7.0 worker's ack releases the key but promotes nothing: the key's next schedule
     promotes the follower first, then meets it as the key's pending job."""
-    leader, info = running_leader(store)
+    leader, _ = running_leader(store)
     follower = put(store, 2)
     # what 0.7.0's ack leaves: the leader gone, its key released, the follower still waiting
     store.ack(Q, [(leader, "w#1", f"={KEY}")], now=T0 + 5)
