@@ -7,12 +7,18 @@ injected (``now=``): structure, not wall clock."""
 
 from __future__ import annotations
 
-import pytest
+import asyncio
+import time
 
+import pytest
+from django.db import transaction
+
+from django_delayq import get_job, schedule, schedule_many, task
 from django_delayq.jobs.ids import new_job_id
 from django_delayq.jobs.record import JobSpec, decode_record, encode_job
 from django_delayq.storage.expiry import expire_op
 from tests.test_store import T0, Q, claim, fail, recover, start
+from tests.testapp import tasks as t
 
 KEY = "customer:42:index"
 
@@ -236,3 +242,116 @@ def test_a_pending_leader_is_kept_or_replaced_as_today(store, conflict):
     assert second.id == first.id
     assert second.outcome == ("kept" if conflict == "keep" else "replaced")
     assert follower_mark(store) is None
+
+
+# The API --------------------------------------------------------------------------------
+
+
+@task(unique_until="end")
+def reindex(customer):
+    t.CALLS.append(("reindex", customer))
+
+
+def flags_of(store, job_id: str) -> str:
+    return decode_record(store.client.hget(store.key(Q, "jobs"), job_id)).flags
+
+
+def start_leader(store, job_id: str) -> None:
+    claimed = claim(store, now=time.time())
+    assert [j.id for j in claimed.jobs] == [job_id]
+
+
+def test_schedule_with_unique_until_end_stores_a_follower_while_the_job_runs(store):
+    first = schedule(t.add, 1, 2, key=KEY, unique_until="end")
+    assert "h" in flags_of(store, first.id)
+    start_leader(store, first.id)
+    kept = schedule(t.add, 3, 4, key=KEY, unique_until="end", on_conflict="keep")
+    assert (kept.outcome, kept.id, kept.status) == ("kept", first.id, "running")
+    follower = schedule(t.add, 5, 6, key=KEY, unique_until="end")
+    assert follower.outcome == "created" and follower.status == "waiting"
+    assert follower.waits_for == first.id
+    got = get_job(follower.id)
+    assert (got.status, got.waits_for, got.args) == ("waiting", first.id, [5, 6])
+    assert pending(store) == {}
+
+
+def test_the_task_default_applies_to_its_keyed_calls_only(store):
+    keyed = reindex.schedule(42, key=KEY)
+    assert "h" in flags_of(store, keyed.id)
+    assert "h" not in flags_of(store, reindex.schedule(43).id)  # no key: nothing to hold
+    assert "h" not in flags_of(store, reindex.schedule(44, key="k2", unique_until="start").id)
+    assert "h" in flags_of(store, reindex.call(45).schedule(key="k3").id)
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"unique_until": "end"}, "needs key="),
+        ({"unique_until": "finish", "key": KEY}, "'finish'"),
+        ({"unique_until": None, "key": KEY}, None),
+    ],
+)
+def test_bad_unique_untils_are_refused_naming_the_value(store, options, named):
+    if named is None:  # None: the task's default ("start")
+        assert "h" not in flags_of(store, schedule(t.add, 1, 2, **options).id)
+        return
+    with pytest.raises(ValueError, match="unique_until") as raised:
+        schedule(t.add, 1, 2, **options)
+    assert named in str(raised.value)
+    assert store.client.hlen(store.key(Q, "jobs")) == 0
+
+
+def test_task_unique_until_is_checked_when_the_decorator_is_written():
+    with pytest.raises(ValueError, match=r"@task\(unique_until=\.\.\.\).*'always'"):
+        task(unique_until="always")(lambda: None)
+
+
+def test_schedule_many_and_the_outbox_carry_it_in_the_record(store, db):
+    jobs = schedule_many(t.add, [(1, 2)], key=KEY, unique_until="end")
+    assert "h" in flags_of(store, jobs[0].id)
+    from django_delayq.models import OutboxJob
+    from django_delayq.outbox.relay import relay_now
+
+    start_leader(store, jobs[0].id)
+    with transaction.atomic():
+        row = schedule(t.add, 3, 4, key=KEY, unique_until="end", on_commit=True)
+    assert b"h" in bytes(OutboxJob.objects.get(id=row.id).record).split(b"=")[0]
+    assert relay_now(store, "default", [row.id])  # (the test's transaction never commits)
+    # relayed while the key's job runs: the row's job is its follower, under the row's id
+    got = get_job(row.id)
+    assert (got.status, got.waits_for) == ("waiting", jobs[0].id)
+    assert "h" in flags_of(store, row.id) and pending(store) == {}
+
+
+def test_a_batch_member_refuses_it_naming_why(store):
+    from django_delayq import batch
+
+    with pytest.raises(ValueError, match="batch or chain"), batch():
+        schedule(t.add, 1, 2, key=KEY, unique_until="end")
+
+
+@pytest.mark.parametrize("redis_client", ["real"], indirect=True)  # the async API: a server
+def test_aschedule_takes_unique_until(store):
+    from django_delayq import aschedule
+
+    first = asyncio.run(aschedule(t.add, 1, 2, key=KEY, unique_until="end"))
+    start_leader(store, first.id)
+    follower = asyncio.run(aschedule(t.add, 3, 4, key=KEY, unique_until="end"))
+    assert follower.status == "waiting" and follower.id != first.id
+
+
+def test_a_0_7_worker_decodes_a_held_record_as_the_same_call():
+    """A rolling deploy: 0.7.0's decoder reads a record with flag 'h' as the same call."""
+    from tests.test_expiry import _old_decoder
+
+    spec = JobSpec("shop.tasks.x", [1], {"a": 2}, KEY, 3, 5, tombstone=True, held=True)
+    old = _old_decoder()(encode_job(spec).data)
+    assert (old.task, old.args, old.kwargs, old.key, old.priority, old.max_retries) == (
+        "shop.tasks.x",
+        [1],
+        {"a": 2},
+        KEY,
+        5,
+        3,
+    )
+    assert "h" in old.flags

@@ -9,7 +9,16 @@ import time
 
 from django_delayq.conf import delayq_settings
 from django_delayq.jobs.ids import new_job_id
-from django_delayq.jobs.job import DEFERRED, PENDING, Job, decode_fields, job_alike, make_job
+from django_delayq.jobs.job import (
+    DEFERRED,
+    PENDING,
+    RUNNING,
+    WAITING,
+    Job,
+    decode_fields,
+    job_alike,
+    make_job,
+)
 from django_delayq.jobs.record import Fields, JobSpec, encode_job, encode_record
 from django_delayq.scheduling import membership
 from django_delayq.scheduling.expiry import expires_ms
@@ -73,6 +82,12 @@ class Prepared:
         plan = self.plan
         if self.outbox and plan.group is not None:
             raise ValueError(group_in_outbox(plan.name, plan.group))
+        if plan.held and self.link:
+            raise ValueError(
+                f"unique_until='end' (task {plan.name}) cannot be used in a batch or chain: "
+                "a member's end is its batch's, and a follower waiting for another job has "
+                "none yet; schedule it outside the batch"
+            )
         if self.outbox and plan.max_wait is not None:
             raise ValueError(max_wait_unsupported(plan.name, "through the database outbox"))
         # A record bound for the outbox may be relayed twice: flag 'i' makes a finished job
@@ -93,6 +108,7 @@ class Prepared:
                 traced=bool(self.trace),
                 expires_ms=self.expires_ms,
                 debounced=plan.max_wait is not None,
+                held=plan.held,
             )
         )
         return self.encoded.data
@@ -172,6 +188,10 @@ class Prepared:
         if result is not None and result.record:  # kept: describe the existing job
             fields = decode_fields(result.record)
         status = PENDING if result is None or result.outcome != "done" else "done"
+        if result is not None and result.waits_for is not None:
+            status = WAITING  # a follower (unique_until="end")
+        elif result is not None and result.record and result.due_at is None:
+            status = RUNNING  # kept: the key's job runs (unique_until="end")
         return make_job(
             result.id if result else self.id,
             plan.queue,
@@ -184,6 +204,7 @@ class Prepared:
             else "created"
             if status == "done"
             else result.outcome,
+            waits_for=result.waits_for if result else None,
         )
 
 
@@ -194,11 +215,12 @@ def jobs_of(chunk: list[Prepared], results: dict[str, Scheduled]) -> list[Job]:
     plan, template = None, None
     for p in chunk:
         result = results[p.id]
-        if p.plan is plan and result.outcome == "created" and not result.record:
+        alike = result.outcome == "created" and not result.record and not result.waits_for
+        if p.plan is plan and alike:
             jobs.append(job_alike(template, result.id, p.args, p.kwargs, result.due_at))
             continue
         job = p.job(result)
-        if plan is None and result.outcome == "created" and not result.record:
+        if plan is None and alike:
             plan, template = p.plan, dict(job.__dict__)
         jobs.append(job)
     return jobs

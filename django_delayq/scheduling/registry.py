@@ -22,6 +22,8 @@ from django_delayq.scheduling.options import (
     check_concurrency,
     check_max_wait,
     check_priority,
+    check_retry_backoff,
+    check_unique_until,
     parse_rate,
 )
 from django_delayq.storage.queues import check_queue_name
@@ -45,6 +47,7 @@ SCHEDULE_OPTIONS = frozenset(
         "group",
         "expires",
         "max_wait",
+        "unique_until",
     }
 )
 
@@ -74,20 +77,13 @@ class Task:
         group_rate: str | None = None,
         expires: Any = None,
         max_wait: Any = None,
+        unique_until: str = "start",
     ) -> None:
         if not callable(func):
             raise TypeError(f"@task needs a function, got {func!r}")
         if max_retries is not None and (type(max_retries) is not int or max_retries < 0):
             raise ValueError(f"max_retries must be an int >= 0, got {max_retries!r}")
-        if retry_backoff is not None and (
-            not isinstance(retry_backoff, (int, float))
-            or isinstance(retry_backoff, bool)
-            or not math.isfinite(retry_backoff)
-            or retry_backoff < 0
-        ):
-            raise ValueError(
-                f"retry_backoff must be a finite number of seconds >= 0, got {retry_backoff!r}"
-            )
+        check_retry_backoff(retry_backoff)
         self.priority = check_priority(priority, "@task(priority=...)")
         self.rate = parse_rate(rate)  # (count, period in ms) or None
         self.concurrency = check_concurrency(concurrency)  # attempts at once, or None
@@ -97,6 +93,8 @@ class Task:
         self.timeout = check_timeout(timeout)
         self.expires = check_expires(expires, "@task(expires=...)")  # ("in"|"at", s) or None
         self.max_wait = check_max_wait(max_wait, "@task(max_wait=...)")  # keyed replaces' default
+        # "end": its keyed jobs hold their key while they run too (keyed calls' default)
+        self.unique_until = check_unique_until(unique_until, "@task(unique_until=...)")
         self.func = func
         self.name = name or f"{func.__module__}.{func.__qualname__}"
         self.queue = check_queue_name(queue) if queue is not None else None
@@ -180,6 +178,7 @@ def task(
     group_rate: str | None = ...,
     expires: Any = ...,
     max_wait: Any = ...,
+    unique_until: str = ...,
 ) -> Callable[[Callable[..., Any]], Task]: ...
 
 
@@ -231,6 +230,7 @@ TASK_OPTIONS = (
     "group_rate",
     "expires",
     "max_wait",
+    "unique_until",
 )
 ELSEWHERE = {
     "ttl": "expires",

@@ -29,6 +29,16 @@ local function promote_follower(ukey, now)
   return fid
 end
 
+-- fetch.lua: for the job `id` whose `record` is in no set, "<leader>|<not before ms>" when it
+-- is its key's follower (leader: the job the key names, '' when none), else false.
+local function follower_of(id, record)
+  local ukey = select(3, header(record))
+  if ukey == '' then return false end
+  local held = redis.call('HGET', unique_keys, '\0f' .. ukey)
+  if not held or string.sub(held, 1, #id + 1) ~= id .. '|' then return false end
+  return (redis.call('HGET', unique_keys, ukey) or '') .. string.sub(held, #id + 1)
+end
+
 -- A follower leaves without running (cancel.lua): by id (`id`, its record's key read) or,
 -- with id '', by key (`ukey`). Its id and not-before time, or nil when it is no follower.
 local function drop_follower(id, ukey)
@@ -79,5 +89,5 @@ local function while_leader_runs(existing, ukey, id, record, due, now, on_confli
   if trace_ctx ~= '' then redis.call('HSET', trace, fid, trace_ctx) else redis.call('HDEL', trace, fid) end
   group_join(fid, record, group)
   redis.call('HSET', unique_keys, mark, fid .. '|' .. int(due))
-  return {fid == id and 'created' or 'replaced', fid, due, ''}
+  return {fid == id and 'created' or 'replaced', fid, due, '', existing}
 end
