@@ -196,7 +196,7 @@ def test_a_lost_reply_on_the_first_replace_sent_again_stores_nothing_more(store)
     op = store.schedule_op(Q, job_id, record, delay=0, key=KEY, now=T0 + 2)
     again = store.schedule_op(Q, job_id, record, delay=0, key=KEY, now=T0 + 3, relay=True)
     replies = store.run([op, again])
-    assert [(r.outcome, r.id) for r in replies] == [("created", job_id)] * 2
+    assert [(r.outcome, r.id, r.waits_for) for r in replies] == [("created", job_id, leader)] * 2
     store.ack(Q, [(leader, "w#1", info)], now=T0 + 5)
     assert list(pending(store)) == [job_id]
     assert store.client.hlen(store.key(Q, "jobs")) == 1

@@ -100,8 +100,9 @@ if priority ~= 0 then zsets(ranked) end
 
 if ARGV[8] == '1' then
   local stored = redis.call('HGET', jobs, id)
-  if stored == record then  -- this very call, sent again
-    return finish({'created', id, pending_due(id) or due, ''})
+  if stored == record then  -- this very call, sent again (a follower: its leader fifth)
+    local at_now = pending_due(id)
+    return finish({'created', id, at_now or due, '', not at_now and leader_of(id, record) or nil})
   end
   if not stored then
     -- This very call replaced the key's job, which still holds its record (pending, or

@@ -39,6 +39,12 @@ local function follower_of(id, record)
   return (redis.call('HGET', unique_keys, ukey) or '') .. string.sub(held, #id + 1)
 end
 
+-- schedule.lua, a re-send: the leader the follower `id` waits for, or nil when it is none.
+local function leader_of(id, record)
+  local waits = follower_of(id, record)
+  return waits and string.match(waits, '^(.*)|%d+$') or nil
+end
+
 -- A follower leaves without running (cancel.lua): by id (`id`, its record's key read) or,
 -- with id '', by key (`ukey`). Its id and not-before time, or nil when it is no follower.
 local function drop_follower(id, ukey)
