@@ -17,6 +17,7 @@ from django_delayq import get_job, schedule, schedule_many, task
 from django_delayq.jobs.ids import new_job_id
 from django_delayq.jobs.record import JobSpec, decode_record, encode_job
 from django_delayq.storage.expiry import expire_op
+from tests.test_admin import url
 from tests.test_store import T0, Q, claim, fail, recover, start
 from tests.testapp import tasks as t
 
@@ -355,3 +356,14 @@ def test_a_0_7_worker_decodes_a_held_record_as_the_same_call():
         3,
     )
     assert "h" in old.flags
+
+
+def test_the_admin_job_page_shows_unique_until_and_the_leader_escaped(store, admin_client):
+    first = schedule(t.add, 1, 2, key=KEY, unique_until="end")
+    start_leader(store, first.id)
+    follower = schedule(t.add, 5, 6, key=KEY)
+    assert get_job(first.id).unique_until == "end" and follower.unique_until == "start"
+    page = admin_client.get(url("detail", Q, follower.id)).content.decode()
+    assert f"waits for {first.id}" in page
+    leader_page = admin_client.get(url("detail", Q, first.id)).content.decode()
+    assert "the key holds while it runs" in leader_page

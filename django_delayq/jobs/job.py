@@ -103,6 +103,9 @@ class Job:
     # status "waiting" (unique_until="end"): the id of the key's job it waits for ("" when
     # that one ended and the follower is about to be pending); due_at is its "not before".
     waits_for: str | None = None
+    # A keyed job's unique_until: "end" (record flag 'h': the key holds while it runs too) or
+    # "start"; None without a key.
+    unique_until: str | None = None
 
     @property
     def attempt_history(self) -> list[AttemptRecord]:
@@ -225,6 +228,9 @@ def make_job(
             if fields.expires_at is None
             else to_datetime(fields.expires_at / 1000),
             "waits_for": waits_for if status == WAITING else None,
+            "unique_until": None
+            if fields.key is None
+            else ("end" if "h" in fields.flags else "start"),
         }
     )
 

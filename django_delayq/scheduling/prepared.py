@@ -183,6 +183,7 @@ class Prepared:
             plan.key,
             plan.max_retries,
             priority=plan.priority,
+            flags="h" if plan.held else "",
             expires_at=self.expires_ms,
         )
         if result is not None and result.record:  # kept: describe the existing job
