@@ -32,6 +32,8 @@ PENDING = "pending"
 RUNNING = "running"
 DEAD = "dead"
 STATUSES = (PENDING, RUNNING, DEAD)
+# A follower (unique_until="end"): stored, in no set, pending once its key's job ended.
+WAITING = "waiting"
 
 # Outcomes of schedule() with a unique key.
 CREATED = "created"
@@ -67,6 +69,8 @@ class Job:
     (on_commit inside a transaction: its row is in the transaction, Redis gets it after the
     commit); and on
     the one ``reschedule()`` returns: ``"rescheduled"``.
+    ``"waiting"``: a follower (``unique_until="end"``), stored but not pending until the job of
+    its key that runs (``waits_for``, its id) ended; ``due_at`` is its "not before".
     ``attempts`` counts the attempts made, the one running included. ``waits_in`` is
     ``"redis"``, or ``"database"`` for a pending job that waits in the outbox table.
     """
@@ -103,6 +107,12 @@ class Job:
     # schedule(unique_for=...) in seconds: once it succeeded, its key schedules nothing this
     # long (outcome "throttled"); None: no window.
     unique_for: float | None = None
+    # status "waiting" (unique_until="end"): the id of the key's job it waits for ("" when
+    # that one ended and the follower is about to be pending); due_at is its "not before".
+    waits_for: str | None = None
+    # A keyed job's unique_until: "end" (record flag 'h': the key holds while it runs too) or
+    # "start"; None without a key.
+    unique_until: str | None = None
 
     @property
     def attempt_history(self) -> list[AttemptRecord]:
@@ -190,6 +200,7 @@ def make_job(
     outcome: str | None = None,
     waits_in: str = IN_REDIS,
     kept: KeptEntry | None = None,
+    waits_for: str | None = None,
 ) -> Job:
     """The one place a Job is assembled (API, worker, recovery, admin, backend)."""
     when = to_datetime(score)
@@ -202,7 +213,7 @@ def make_job(
             "kwargs": fields.kwargs,
             "queue": queue,
             "status": status,
-            "due_at": when if status == PENDING or status in FINISHED else None,
+            "due_at": when if status in (PENDING, WAITING) or status in FINISHED else None,
             "attempts": attempts,
             "max_retries": default_max_retries
             if fields.max_retries is None
@@ -224,6 +235,10 @@ def make_job(
             if fields.expires_at is None
             else to_datetime(fields.expires_at / 1000),
             "unique_for": None if fields.window_ms is None else fields.window_ms / 1000,
+            "waits_for": waits_for if status == WAITING else None,
+            "unique_until": None
+            if fields.key is None
+            else ("end" if "h" in fields.flags else "start"),
         }
     )
 
@@ -284,6 +299,7 @@ def job_from_raw(raw: Any, default_max_retries: int, outcome: str | None = None)
         errors=parse_errors(raw.errors),
         worker=worker_of(token),
         outcome=outcome,
+        waits_for=raw.waits_for,
     )
 
 

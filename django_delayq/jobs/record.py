@@ -21,7 +21,10 @@ or a step of a chain, its link stored beside the record; ``e``: its tombstone is
 ``g``: scheduled with ``group=``, its group stored beside the record, for the task's limits
 per group; ``d``: scheduled with ``max_wait=``, its first due time kept in ``keys`` beside its
 unique key, which ack.lua deletes with it; a reader that does not know it, 0.7.0's, leaves
-the entry, which names this job and so is overwritten by the key's next debounced schedule)
+the entry, which names this job and so is overwritten by the key's next debounced schedule;
+``h``: scheduled with ``unique_until="end"``, its key holds while it runs and its end, however
+it ends, promotes the key's follower (``lua/include/followers.lua``); a 0.7.0 worker runs
+such a job as any keyed one but its end promotes nothing: the key's next schedule does)
 and the unique key.
 
 A process that schedules a task by name without importing it (``CHECK_NAMES`` off) does not
@@ -33,20 +36,8 @@ the digits, as before; a new flag letter keeps the format at 3.
 A record of 0.1 (a JSON array, format 2, or object, format 1) is still decoded here;
 scripts treat it as having no unique key and the ``MAX_RETRIES`` setting.
 
-A job scheduled with ``expires=`` (since 0.8) has flag ``x`` and its expiry (epoch ms,
-absolute) at the very end of the record, in the last :data:`EXPIRY_WIDTH` bytes: the number
-in base 4, most significant first, one of the JSON whitespace bytes ``' ' '\\t' '\\r'
-'\\n'`` a digit (:func:`expiry_trailer`). JSON allows whitespace before the closing ``]``
-that every reader puts around the argument text, so a reader that does not know flag ``x``
-(0.7.0's workers, during a rolling deploy) decodes the same task and arguments and runs the
-job, as it would have run it without an expiry (tests/test_expiry.py runs 0.7.0's decoder
-on such a record). No script reads it: the worker decides from the record a claim returns
-(worker/expiry.py). A record kept cut to its header and task line (a finished job above
-64 KiB) has lost it: :func:`decode_record` then reads no expiry.
-
-A keyed job with ``unique_for=`` (since 0.8) has flag ``w`` and its window (ms) in a trailer
-of the same form, before the expiry's if any; acks.lua reads it (lua/include/throttle.lua).
-0.7.0 decodes the same call (whitespace) and its scripts ignore 'w': the job runs, no window.
+A job scheduled with ``expires=`` or ``unique_for=`` (since 0.8) carries them in trailers of
+JSON whitespace at the end of its record (:mod:`django_delayq.jobs.trailers`).
 
 What changes as the job runs lives beside the record (:mod:`django_delayq.jobs.state`).
 """
@@ -60,6 +51,7 @@ from typing import Any
 
 from django_delayq.exceptions import CorruptJob
 from django_delayq.jobs.arguments import comes_back_equal, dumps, refusal
+from django_delayq.jobs.trailers import EXPIRY_WIDTH, expiry_trailer, read_expiry
 
 FLAG_TOMBSTONE = "i"
 FLAG_KWARGS = "k"
@@ -71,30 +63,7 @@ FLAG_TRACED = "t"  # a trace context beside the record (OpenTelemetry, lua/_lib.
 FLAG_EXPIRES = "x"  # an expiry at the end of the record (expiry_trailer)
 FLAG_DEBOUNCED = "d"  # scheduled with max_wait=: its first due time kept beside its key
 FLAG_WINDOW = "w"  # unique_for=: its window (ms) in a trailer (window_trailer)
-
-EXPIRY_WIDTH = 24  # base-4 digits: up to 2**48 ms, past the year 10000
-_DIGITS = b" \t\r\n"  # JSON whitespace, digit values 0..3
-_DIGIT_OF = {byte: value for value, byte in enumerate(_DIGITS)}
-
-
-def expiry_trailer(expires_ms: int) -> bytes:
-    """The last bytes of a record whose job expires at ``expires_ms`` (epoch ms): whitespace
-    every JSON reader skips (see the module docstring)."""
-    return bytes(_DIGITS[(expires_ms >> 2 * i) & 3] for i in range(EXPIRY_WIDTH - 1, -1, -1))
-
-
-def read_expiry(record: bytes, skip: int = 0) -> int | None:
-    """The expiry (epoch ms) at the end of a record with flag 'x'; None when its last bytes
-    are not one (a kept record cut to its header). ``skip``: the trailers after it (bytes)."""
-    end, value = len(record) - skip, 0
-    if end < EXPIRY_WIDTH:
-        return None
-    for byte in record[end - EXPIRY_WIDTH : end]:
-        digit = _DIGIT_OF.get(byte)
-        if digit is None:
-            return None
-        value = value * 4 + digit
-    return value
+FLAG_HELD = "h"  # unique_until="end": its key holds while it runs (lua/include/followers.lua)
 
 
 def expires_of(record: bytes) -> int | None:
@@ -184,6 +153,7 @@ class JobSpec:
     expires_ms: int | None = None  # flag 'x': not run once Redis's clock passed it
     debounced: bool = False  # flag 'd': max_wait= (ack.lua drops its first due time)
     window_ms: int | None = None  # flag 'w': unique_for= (its success holds the key this long)
+    held: bool = False  # flag 'h': unique_until="end" (its end promotes its key's follower)
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,6 +194,8 @@ def encode_job(spec: JobSpec) -> Encoded:
         flags += FLAG_DEBOUNCED
     if spec.window_ms is not None:
         flags += FLAG_WINDOW
+    if spec.held:
+        flags += FLAG_HELD
     data = encode_record(
         spec.task,
         spec.args,

@@ -177,6 +177,47 @@ def plan_max_wait(given: Any, task: Any, key: str | None, on_conflict: str) -> f
     return seconds
 
 
+def check_retry_backoff(retry_backoff: Any) -> None:
+    """``@task(retry_backoff=...)``: None or a finite number of seconds >= 0."""
+    if retry_backoff is not None and (
+        not isinstance(retry_backoff, (int, float))
+        or isinstance(retry_backoff, bool)
+        or not math.isfinite(retry_backoff)
+        or retry_backoff < 0
+    ):
+        raise ValueError(
+            f"retry_backoff must be a finite number of seconds >= 0, got {retry_backoff!r}"
+        )
+
+
+UNTIL = ("start", "end")
+
+
+def check_unique_until(value: Any, where: str = "unique_until=") -> str:
+    """``unique_until``: "start" (the key holds while its job is pending) or "end" (while it
+    runs too: lua/include/followers.lua); else an error naming the value."""
+    if value not in UNTIL:
+        raise ValueError(
+            f"{where} must be 'start' (the key holds until its job starts) or 'end' (until "
+            f"it ended), got {value!r}"
+        )
+    return value
+
+
+def plan_held(given: Any, task: Any, key: str | None) -> bool:
+    """Whether a schedule() call's job holds its key through its run (record flag 'h'):
+    ``unique_until="end"`` given (it needs ``key=``), or the task's default
+    (``@task(unique_until="end")``) for its keyed calls."""
+    if given is None:
+        return key is not None and getattr(task, "unique_until", "start") == "end"
+    if check_unique_until(given) == "end" and key is None:
+        raise ValueError(
+            "unique_until='end' needs key=: it holds the job's unique key while the job runs; "
+            "give the job a key, or drop unique_until"
+        )
+    return given == "end" and key is not None
+
+
 def max_wait_unsupported(name: str, where: str) -> str:
     """Why a job with max_wait cannot go ``where`` (yet)."""
     return (

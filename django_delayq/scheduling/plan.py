@@ -35,6 +35,7 @@ from django_delayq.scheduling.expiry import check_expires
 from django_delayq.scheduling.options import (
     check_priority,
     plan_group,
+    plan_held,
     plan_max_wait,
     plan_unique_for,
 )
@@ -179,7 +180,8 @@ def check_key(key: Any, on_conflict: Any) -> None:
             key.encode()
         except UnicodeEncodeError:
             raise TypeError(f"key= must be encodable as UTF-8, got {key!r}") from None
-        if key.startswith("\0"):  # the keys hash's own fields ("\0d" + key: max_wait's)
+        # the keys hash's own fields ("\0d" + key: max_wait's, "\0f" + key: a follower's)
+        if key.startswith("\0"):
             raise ValueError(
                 f"key= may not start with a NUL character (reserved for django-delayq's own"
                 f" fields), got {key!r}"
@@ -260,6 +262,7 @@ class Plan:
     __slots__ = (
         "expires",
         "group",
+        "held",
         "key",
         "max_retries",
         "max_wait",
@@ -326,6 +329,8 @@ class Plan:
             self.options["max_wait"] = self.max_wait
         # unique_for= (ms): rides in the record (flag 'w'); acks.lua opens the window
         self.window_ms = plan_unique_for(options.get("unique_for"), found, key)
+        # unique_until="end": record flag 'h', the key held while the job runs too
+        self.held = plan_held(options.get("unique_until"), found, key)
 
     def due(self, now: float) -> float:
         """The due time (epoch seconds) as this process's clock sees it."""

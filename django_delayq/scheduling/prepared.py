@@ -13,7 +13,9 @@ from django_delayq.jobs.ids import new_job_id
 from django_delayq.jobs.job import (
     DEFERRED,
     PENDING,
+    RUNNING,
     THROTTLED,
+    WAITING,
     Job,
     decode_fields,
     job_alike,
@@ -86,6 +88,12 @@ class Prepared:
         plan = self.plan
         if self.outbox and plan.group is not None:
             raise ValueError(group_in_outbox(plan.name, plan.group))
+        if plan.held and self.link:
+            raise ValueError(
+                f"unique_until='end' (task {plan.name}) cannot be used in a batch or chain: "
+                "a member's end is its batch's, and a follower waiting for another job has "
+                "none yet; schedule it outside the batch"
+            )
         if self.outbox and plan.max_wait is not None:
             raise ValueError(max_wait_unsupported(plan.name, "through the database outbox"))
         if self.outbox and plan.window_ms is not None:
@@ -109,6 +117,7 @@ class Prepared:
                 expires_ms=self.expires_ms,
                 debounced=plan.max_wait is not None,
                 window_ms=plan.window_ms,
+                held=plan.held,
             )
         )
         return self.encoded.data
@@ -184,6 +193,7 @@ class Prepared:
             plan.key,
             plan.max_retries,
             priority=plan.priority,
+            flags="h" if plan.held else "",
             expires_at=self.expires_ms,
         )
         if result is not None and result.record:  # kept: describe the existing job
@@ -191,6 +201,10 @@ class Prepared:
         if result is not None and result.outcome == THROTTLED:  # the finished job's id
             return make_job(result.id, plan.queue, SUCCEEDED, fields, 0, outcome=THROTTLED)
         status = PENDING if result is None or result.outcome != "done" else "done"
+        if result is not None and result.waits_for is not None:
+            status = WAITING  # a follower (unique_until="end")
+        elif result is not None and result.record and result.due_at is None:
+            status = RUNNING  # kept: the key's job runs (unique_until="end")
         return make_job(
             result.id if result else self.id,
             plan.queue,
@@ -203,6 +217,7 @@ class Prepared:
             else "created"
             if status == "done"
             else result.outcome,
+            waits_for=result.waits_for if result else None,
         )
 
 
@@ -213,11 +228,12 @@ def jobs_of(chunk: list[Prepared], results: dict[str, Scheduled]) -> list[Job]:
     plan, template = None, None
     for p in chunk:
         result = results[p.id]
-        if p.plan is plan and result.outcome == "created" and not result.record:
+        alike = result.outcome == "created" and not result.record and not result.waits_for
+        if p.plan is plan and alike:
             jobs.append(job_alike(template, result.id, p.args, p.kwargs, result.due_at))
             continue
         job = p.job(result)
-        if plan is None and result.outcome == "created" and not result.record:
+        if plan is None and alike:
             plan, template = p.plan, dict(job.__dict__)
         jobs.append(job)
     return jobs

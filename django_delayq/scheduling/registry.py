@@ -22,7 +22,9 @@ from django_delayq.scheduling.options import (
     check_concurrency,
     check_max_wait,
     check_priority,
+    check_retry_backoff,
     check_unique_for,
+    check_unique_until,
     parse_rate,
 )
 from django_delayq.storage.queues import check_queue_name
@@ -47,6 +49,7 @@ SCHEDULE_OPTIONS = frozenset(
         "expires",
         "max_wait",
         "unique_for",
+        "unique_until",
     }
 )
 
@@ -77,20 +80,13 @@ class Task:
         expires: Any = None,
         max_wait: Any = None,
         unique_for: Any = None,
+        unique_until: str = "start",
     ) -> None:
         if not callable(func):
             raise TypeError(f"@task needs a function, got {func!r}")
         if max_retries is not None and (type(max_retries) is not int or max_retries < 0):
             raise ValueError(f"max_retries must be an int >= 0, got {max_retries!r}")
-        if retry_backoff is not None and (
-            not isinstance(retry_backoff, (int, float))
-            or isinstance(retry_backoff, bool)
-            or not math.isfinite(retry_backoff)
-            or retry_backoff < 0
-        ):
-            raise ValueError(
-                f"retry_backoff must be a finite number of seconds >= 0, got {retry_backoff!r}"
-            )
+        check_retry_backoff(retry_backoff)
         self.priority = check_priority(priority, "@task(priority=...)")
         self.rate = parse_rate(rate)  # (count, period in ms) or None
         self.concurrency = check_concurrency(concurrency)  # attempts at once, or None
@@ -101,6 +97,8 @@ class Task:
         self.expires = check_expires(expires, "@task(expires=...)")  # ("in"|"at", s) or None
         self.max_wait = check_max_wait(max_wait, "@task(max_wait=...)")  # keyed replaces' default
         self.unique_for = check_unique_for(unique_for)  # seconds: keyed calls' default window
+        # "end": its keyed jobs hold their key while they run too (keyed calls' default)
+        self.unique_until = check_unique_until(unique_until, "@task(unique_until=...)")
         self.func, self.name = func, name or f"{func.__module__}.{func.__qualname__}"
         self.queue = check_queue_name(queue) if queue is not None else None
         self.max_retries, self.retry_backoff = max_retries, retry_backoff
@@ -183,6 +181,7 @@ def task(
     expires: Any = ...,
     max_wait: Any = ...,
     unique_for: Any = ...,
+    unique_until: str = ...,
 ) -> Callable[[Callable[..., Any]], Task]: ...
 
 
@@ -235,6 +234,7 @@ TASK_OPTIONS = (
     "expires",
     "max_wait",
     "unique_for",
+    "unique_until",
 )
 ELSEWHERE = {
     "ttl": "expires",

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django_delayq.exceptions import JobNotFound
+from django_delayq.jobs.job import WAITING
 from django_delayq.storage.calls import Calls
 from django_delayq.storage.milliseconds import ms, seconds
 from django_delayq.storage.ops import Op
@@ -46,6 +47,7 @@ class RawJob:
     state: bytes | None = None
     errors: bytes | None = None
     kept: bytes | None = None  # what is kept of it once finished (jobs/finished.py)
+    waits_for: str | None = None  # status "waiting": the key's job it follows (unique_until)
 
 
 def _bytes(value: Any) -> bytes | None:
@@ -62,6 +64,7 @@ def _raw_job(queue: str, job_id: str, reply: Any, finished: bool = False) -> Raw
     """fetch.lua's reply read: the job, or None when nothing of it is stored (nor, with
     ``finished``, kept of it since it finished)."""
     record, state, errors, *scores = reply
+    follows = scores.pop() if len(scores) > len(STATUS_KINDS) + 1 else None
     kept = scores.pop() if len(scores) > len(STATUS_KINDS) else None
     if not record and not state and not errors and not any(scores):
         if kept and finished:  # status None: job_from_raw reads the kept entry
@@ -72,8 +75,20 @@ def _raw_job(queue: str, job_id: str, reply: Any, finished: bool = False) -> Raw
         if value:
             status, score = name, seconds(value)
             break
+    waits_for = None
+    if follows and status is None:  # a follower (unique_until="end"): "<leader>|<not before>"
+        leader, _, after = _text(follows).rpartition("|")
+        status, score, waits_for = WAITING, int(after) / 1000, leader
     return RawJob(
-        job_id, queue, status, score, _bytes(record), _bytes(state), _bytes(errors), _bytes(kept)
+        job_id,
+        queue,
+        status,
+        score,
+        _bytes(record),
+        _bytes(state),
+        _bytes(errors),
+        _bytes(kept),
+        waits_for,
     )
 
 

@@ -35,6 +35,7 @@ class Scheduled:
     id: str
     due_at: float | None
     record: bytes | None  # the existing record when kept
+    waits_for: str | None = None  # a follower stored (unique_until="end"): its leader's id
 
 
 @dataclass(frozen=True)
@@ -69,8 +70,9 @@ class Recovered:
 
 
 def parse_schedule(reply: list) -> Scheduled:
-    outcome, job_id, due, record = reply
-    return Scheduled(text(outcome), text(job_id), seconds_of(due), record or None)
+    outcome, job_id, due, record, *follows = reply
+    leader = text(follows[0]) if follows else None
+    return Scheduled(text(outcome), text(job_id), seconds_of(due), record or None, leader)
 
 
 def parse_schedule_plain(reply: list) -> Scheduled:

@@ -271,3 +271,19 @@ def fair_turn(tag: str, group_id: str, value: str, seconds: float = 0.0) -> None
     if seconds:
         time.sleep(seconds)
     client.rpush(f"runs:{tag}", f"{value} {group_id}")
+
+
+@task(retry_backoff=0, max_retries=20, unique_until="end")
+def follows(tag: str, value: str, seconds: float) -> None:
+    """unique_until="end" (issue 36): its keyed jobs never run beside each other. Records
+    "start <value> <job id> <t>" and "end <value> <job id> <t>" (runs server clock); sleeps
+    ``seconds`` on the first attempt of each value only (a retry runs at once)."""
+    client = runs_client()
+    job = current_job()
+    first = client.incr(f"runs:{tag}:attempts:{value}") == 1
+    seconds_now, micros = client.time()
+    client.rpush(f"runs:{tag}", f"start {value} {job.id} {seconds_now + micros / 1e6:.6f}")
+    if first:
+        time.sleep(seconds)
+    seconds_now, micros = client.time()
+    client.rpush(f"runs:{tag}", f"end {value} {job.id} {seconds_now + micros / 1e6:.6f}")

@@ -36,7 +36,7 @@ for i = 4, #ARGV, 3 do
   if held and t == token then
     local record = redis.call('HGET', jobs, id) or ''
     local _, flags, ukey = header(record)
-    release_key(ukey, id)
+    release_key(ukey, id, flags, now)
     redis.call('ZREM', running, id)
     group_left(id, flags, true)
     if has(flags, 'l') then forward_end(id, 'expired', now) end

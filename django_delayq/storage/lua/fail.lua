@@ -66,7 +66,7 @@ if retry then
   tally('retried', 1)
   return {'retry', due}
 end
-release_key(ukey, id)
+release_key(ukey, id, flags, now)
 if has(flags, 'l') then forward_end(id, 'dead', now) end
 redis.call('ZADD', dead, int(now), id)
 tally('dead', 1)

@@ -49,7 +49,8 @@ if last and string.match(last, '^([^\n]*)\n') == token then
   return out
 end
 local function move(id, outcome, n, lost, record, ukey, err, priority)
-  group_left(id, (select(2, header(record))))
+  local flags = select(2, header(record))
+  group_left(id, flags)
   if outcome ~= 'dead' and not record then
     err = error_json('CorruptJob', 'job record missing from Redis', now)
     push_error(id, err, max_kept)
@@ -61,7 +62,7 @@ local function move(id, outcome, n, lost, record, ukey, err, priority)
     outcome = 'dead'
   end
   if outcome == 'dead' then
-    release_key(ukey, id)
+    release_key(ukey, id, flags, now)
     forward_end(id, 'dead', now)
     redis.call('ZADD', dead, int(now), id)
     tally('dead', 1)

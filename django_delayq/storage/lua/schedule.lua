@@ -19,12 +19,9 @@
 --         'i', as cancel.lua leaves) and this job is created under ARGV[1], so it runs
 --         under the id the row had; with on_conflict 'keep' the holder is kept as without
 --         ARGV[9]. Idempotent: sent again it finds its mark and changes nothing.
--- ARGV[10] the queue's name, with KEYS[16] (both optional, one Redis only; the key after the
---         declared ones): KEYS[16] is the registry
---         of queues, {prefix}:queues, in no queue's slot (so never sent on a cluster, where
---         the caller sends its SADD beside the script); the queue is added to it (SADD)
---         before anything else, whatever the outcome, so a lost registry heals with the
---         queue's next job. Idempotent. ARGV[10] is '' when a later one is given without KEYS[16].
+-- ARGV[10] the queue's name, with KEYS[16], the registry {prefix}:queues (both optional, one
+--         Redis only: on a cluster the caller sends its SADD beside), SADDed first whatever the
+--         outcome, so a lost registry heals with the next job; '' when KEYS[16] is not sent.
 -- ARGV[11] the job's link (JSON: its batch, its place in a chain; see `links` in include/base.lua), or
 --         '' or absent for none; its record then has flag 'l'. Written under the id that holds
 --         the record: a new job's, or a replaced key holder's (whose own link, if any, is
@@ -47,6 +44,10 @@
 -- A key no pending job holds, while a window of unique_for= holds it (include/throttle.lua,
 -- which also sweeps ended windows), stores nothing: {'throttled', finished job id, window end,
 -- ''} whatever on_conflict says (an outbox row's relay, ARGV[9], is not throttled).
+-- A key's job with flag 'h' (unique_until='end') holds the key while it runs too: 'keep'
+-- answers it ({'kept', id, '', record}), a replace stores or rewrites its one follower
+-- ({'created', id, due_at, ''} under ARGV[1], or {'replaced', follower, due_at, ''}), due
+-- at max(due_at, the end of the key's job): include/followers.lua.
 -- A job whose record's header has a priority ('^<n>', see include/base.lua) waits in `ranked`, others
 -- in `pending`; a replace moves the key's job to where its new record's priority puts it.
 -- Returns {outcome, id, due_at, record}: outcome 'created' | 'replaced' | 'kept' | 'done';
@@ -69,6 +70,7 @@
 --- @include "links"
 --- @include "groups"
 --- @include "throttle"
+--- @include "followers"
 local id, record, mode, value, ukey, on_conflict = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5], ARGV[6]
 local now = clock(ARGV[7])
 local adopt = ARGV[9] == '1'
@@ -99,8 +101,9 @@ if priority ~= 0 then zsets(ranked) end
 
 if ARGV[8] == '1' then
   local stored = redis.call('HGET', jobs, id)
-  if stored == record then  -- this very call, sent again
-    return finish({'created', id, pending_due(id) or due, ''})
+  if stored == record then  -- this very call, sent again (a follower: its leader fifth)
+    local at_now = pending_due(id)
+    return finish({'created', id, at_now or due, '', not at_now and leader_of(id, record) or nil})
   end
   if not stored then
     -- This very call replaced the key's job, which still holds its record (pending, or
@@ -116,6 +119,11 @@ end
 -- sleep may be too long; the read also checks the pending key's type), the key's holder.
 local existing = ukey ~= '' and redis.call('HGET', unique_keys, ukey)
 local score = existing and pending_due(existing)
+if ukey ~= '' and not score and existing ~= id then  -- unique_until='end': include/followers.lua
+  local reply
+  reply, existing, score = while_leader_runs(existing, ukey, id, record, due, now, on_conflict, adopt, trace_ctx, ARGV[12] or '')
+  if reply then return finish(reply) end
+end
 -- A debounce (ARGV[14]): a replace never moves the key's job past its first due + max_wait.
 local wait_mark, first_due = max_wait and ukey ~= '' and ('\0d' .. ukey), nil
 if wait_mark and score and existing ~= id and on_conflict ~= 'keep' and not adopt then

@@ -78,7 +78,7 @@ local function ack_from(first, now, out, released, keep)
       local flags = eq and string.sub(info, 1, eq - 1) or info
       if eq then
         local ukey = string.sub(info, eq + 1)
-        release_key(ukey, id)
+        release_key(ukey, id, flags, now)
         if has(flags, 'd') then release_wait(ukey, id) end
         if has(flags, 'w') then throttle_open(ukey, id, redis.call('HGET', jobs, id), now) end
       end

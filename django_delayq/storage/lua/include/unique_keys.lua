@@ -1,8 +1,14 @@
 -- unique_keys.lua: a unique key names at most one pending job (`unique_keys`).
 --- @include "priority"
+--- @include "followers"
 
-local function release_key(ukey, id)
-  if ukey ~= '' and redis.call('HGET', unique_keys, ukey) == id then redis.call('HDEL', unique_keys, ukey) end
+-- The job `id` ended (succeeded, dead, cancelled, expired): its key goes if it names the job.
+-- A job with flag 'h' (`flags`; unique_until='end') held it through its run: its follower,
+-- if any, becomes pending now (`now`), taking the key (include/followers.lua).
+local function release_key(ukey, id, flags, now)
+  if ukey == '' then return end
+  if redis.call('HGET', unique_keys, ukey) == id then redis.call('HDEL', unique_keys, ukey) end
+  if has(flags, 'h') then promote_follower(ukey, now) end
 end
 
 -- A debounced job (flag 'd', schedule.lua's ARGV[14]) ends: the first due time kept for its key
