@@ -258,22 +258,3 @@ def test_a_debounced_job_runs_once_and_its_key_is_clean_after(store):
     assert Worker(["default"], burst=True).run() == 0
     assert [c[0][0] for c in t.CALLS] == ["b"]
     assert store.client.hlen(store.key(Q, "keys")) == 0  # the key and its first due gone
-
-
-def test_a_0_7_worker_decodes_a_debounced_record_as_the_same_call():
-    """A rolling deploy: 0.7.0's decoder reads a record with flag 'd' as the same call (it
-    does not know the flag; its ack leaves the first due time, which names this job only
-    and is overwritten by the key's next debounced schedule)."""
-    from tests.test_expiry import _old_decoder
-
-    spec = JobSpec("shop.tasks.x", [1], {"a": 2}, KEY, 3, 5, tombstone=True, debounced=True)
-    old = _old_decoder()(encode_job(spec).data)
-    assert (old.task, old.args, old.kwargs, old.key, old.priority, old.max_retries) == (
-        "shop.tasks.x",
-        [1],
-        {"a": 2},
-        KEY,
-        5,
-        3,
-    )
-    assert "d" in old.flags

@@ -107,18 +107,26 @@ def _old_decoder():
     return module.decode_record
 
 
+KEYED = ("shop.tasks.x", [1], {"a": 2}, "order:42", 3, 5)
+
+
 @pytest.mark.parametrize(
-    "spec",
+    ("spec", "flags"),
     [
-        JobSpec("shop.tasks.x", [1, "a"], {"k": 2}, expires_ms=1_800_000_123_456),
-        JobSpec("shop.tasks.x", [], {}, "order:42", 3, 10, expires_ms=2**48 - 1),
-        JobSpec("shop.tasks.x", [[1], {"a": None}], {}, tombstone=True, expires_ms=0),
+        (JobSpec("shop.tasks.x", [1, "a"], {"k": 2}, expires_ms=1_800_000_123_456), "x"),
+        (JobSpec("shop.tasks.x", [], {}, "order:42", 3, 10, expires_ms=2**48 - 1), "x"),
+        (JobSpec("shop.tasks.x", [[1], {"a": None}], {}, tombstone=True, expires_ms=0), "x"),
+        (JobSpec(*KEYED, tombstone=True, debounced=True), "d"),  # max_wait=
+        (JobSpec(*KEYED, window_ms=60_000, expires_ms=2**40), "wx"),  # unique_for=, expires=
+        (JobSpec(*KEYED, tombstone=True, held=True), "h"),  # unique_until="end"
     ],
 )
-def test_a_0_7_worker_decodes_a_record_with_an_expiry_as_the_same_call(spec):
+def test_a_0_7_worker_decodes_a_record_with_0_8_s_options_as_the_same_call(spec, flags):
     """A rolling deploy: 0.7.0's decoder (its code, from git) reads the task, arguments,
-    key and priority a new producer wrote with an expiry; it runs such a job (it does not
-    know flag 'x'), as it ran any job before expiries existed."""
+    key and priority a new producer wrote with an expiry (flag 'x', a whitespace trailer),
+    max_wait ('d'), unique_for ('w', a trailer before the expiry's) or unique_until="end"
+    ('h'), and keeps the flags it does not know: it runs such a job as any job before
+    these options existed (what its scripts then do of each flag: upgrading.rst)."""
     old = _old_decoder()(encode_job(spec).data)
     assert (old.task, old.args, old.kwargs, old.key, old.priority) == (
         spec.task,
@@ -128,6 +136,7 @@ def test_a_0_7_worker_decodes_a_record_with_an_expiry_as_the_same_call(spec):
         spec.priority,
     )
     assert old.max_retries == spec.max_retries
+    assert set(flags) <= set(old.flags)
 
 
 # Validation -------------------------------------------------------------------------------

@@ -280,24 +280,6 @@ def test_a_tiny_window_ends_on_redis_clock_and_the_key_schedules_again(store):
     assert window(store) is None and swept(store) == []
 
 
-def test_a_0_7_worker_decodes_a_throttled_record_as_the_same_call():
-    """A rolling deploy: 0.7.0's decoder reads a record with flag 'w' (and 'x') as the same
-    call; its scripts ignore the flag (the job runs and opens no window)."""
-    from tests.test_expiry import _old_decoder
-
-    spec = JobSpec("shop.tasks.x", [1], {"a": 2}, KEY, 3, 5, window_ms=60_000, expires_ms=2**40)
-    old = _old_decoder()(encode_job(spec).data)
-    assert (old.task, old.args, old.kwargs, old.key, old.priority, old.max_retries) == (
-        "shop.tasks.x",
-        [1],
-        {"a": 2},
-        KEY,
-        5,
-        3,
-    )
-    assert "w" in old.flags
-
-
 @pytest.mark.django_db
 def test_the_job_page_shows_unique_for_and_the_finished_job(store, admin_client):
     from django_delayq.worker.dispatch import Worker

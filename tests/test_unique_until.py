@@ -341,23 +341,6 @@ def test_aschedule_takes_unique_until(store):
     assert follower.status == "waiting" and follower.id != first.id
 
 
-def test_a_0_7_worker_decodes_a_held_record_as_the_same_call():
-    """A rolling deploy: 0.7.0's decoder reads a record with flag 'h' as the same call."""
-    from tests.test_expiry import _old_decoder
-
-    spec = JobSpec("shop.tasks.x", [1], {"a": 2}, KEY, 3, 5, tombstone=True, held=True)
-    old = _old_decoder()(encode_job(spec).data)
-    assert (old.task, old.args, old.kwargs, old.key, old.priority, old.max_retries) == (
-        "shop.tasks.x",
-        [1],
-        {"a": 2},
-        KEY,
-        5,
-        3,
-    )
-    assert "h" in old.flags
-
-
 def test_the_admin_job_page_shows_unique_until_and_the_leader_escaped(store, admin_client):
     first = schedule(t.add, 1, 2, key=KEY, unique_until="end")
     start_leader(store, first.id)

@@ -10,11 +10,9 @@ import pytest
 
 from django_delayq import schedule
 from django_delayq.storage.scripts import script
-from django_delayq.storage.store import Store
-from tests.reliability.harness import installed, runs, sizes, wait_until, worker_env
+from tests.reliability.harness import installed, runs, sizes, wait_until
+from tests.reliability.old_workers import old_0_7_worker
 from tests.reliability.tasks import mark
-from tests.reliability.test_batch_outbox_edges import RELEASE_0_7
-from tests.reliability.test_batch_upgrade import old_tree, start_old_worker
 
 pytestmark = [pytest.mark.reliability, pytest.mark.redis_server]
 
@@ -24,10 +22,7 @@ JOBS = 40
 def test_jobs_schedule_plain_stored_run_once_on_a_0_7_worker(
     servers, runs_server, runs_client, prefix, tag, tmp_path, report
 ):
-    data = servers.redis("data")
-    store = Store(data.client(), prefix)
-    env = worker_env(data.url, runs_server.url, prefix)
-    old = start_old_worker(old_tree(tmp_path, RELEASE_0_7, "0.7.0"), env, tmp_path / "o", "default")
+    data, store, old = old_0_7_worker(servers, runs_server, prefix, tmp_path)
     try:
         with installed(store):
             jobs = [schedule(mark, tag, str(i), delay=i % 3) for i in range(JOBS)]
