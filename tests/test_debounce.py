@@ -193,6 +193,35 @@ def test_schedule_debounces_up_to_max_wait(store):
     assert far.due_at.timestamp() == pytest.approx((due0 + 40_000) / 1000)
 
 
+def test_schedule_many_debounces_up_to_max_wait_as_schedule_does(store):
+    """schedule_many() sends a keyed call with max_wait through schedule.lua with its cap,
+    in the order given: the same key replaced within one call is capped as schedule()'s."""
+    first = schedule(t.add, 1, 2, key=KEY, delay=30, max_wait=40)
+    due0 = _due_ms(store, first)
+    jobs = schedule_many(
+        t.add,
+        [{"args": [1, 2], "delay": 60}, {"args": [1, 2], "delay": 20}, (3, 4)],
+        key=KEY,
+        delay=3600,  # the tuple's
+        max_wait=40,
+    )
+    assert [(j.outcome, j.id) for j in jobs] == [("replaced", first.id)] * 3
+    assert _due_ms(store, first) == due0 + 40_000  # capped: first due + max_wait
+    assert jobs[-1].due_at.timestamp() == pytest.approx((due0 + 40_000) / 1000)
+    assert store.client.hlen(store.key(Q, "jobs")) == 1
+
+
+def test_schedule_many_with_max_wait_and_a_horizon_places_keyed_calls_one_by_one(store):
+    from tests.conftest import more_settings
+
+    first = schedule(t.add, 1, 2, key=KEY, delay=30, max_wait=40)
+    due0 = _due_ms(store, first)
+    with more_settings(store, HORIZON=86_400):
+        (again,) = schedule_many(t.add, [(1, 2)], key=KEY, delay=3600, max_wait=40)
+    assert (again.outcome, again.id) == ("replaced", first.id)
+    assert _due_ms(store, first) == due0 + 40_000
+
+
 def test_the_task_default_applies_to_keyed_replacing_calls_only(store):
     first = reindex.schedule(42, key=KEY, delay=10)
     due0 = _due_ms(store, first)
@@ -231,8 +260,6 @@ def test_task_max_wait_is_checked_when_the_decorator_is_written():
 
 
 def test_the_ways_in_that_cannot_carry_max_wait_refuse_it(store, db):
-    with pytest.raises(ValueError, match="schedule_many"):
-        schedule_many(t.add, [(1, 2)], key=KEY, max_wait=10)
     with transaction.atomic(), pytest.raises(ValueError, match="outbox"):
         schedule(t.add, 1, 2, key=KEY, max_wait=10, on_commit=True)
     with pytest.raises(TypeError, match="a chain step takes the options"):  # no key there

@@ -26,7 +26,6 @@ from django_delayq.outbox import rows as outbox
 from django_delayq.scheduling import membership, registry
 from django_delayq.scheduling.calls import Call
 from django_delayq.scheduling.calls import use_scheduler as use_call_scheduler
-from django_delayq.scheduling.options import max_wait_unsupported
 from django_delayq.scheduling.plan import (
     REDIS,
     Place,
@@ -182,8 +181,6 @@ def _schedule_many(
         else:
             args, kwargs, merged = _split_call(call, options)
             plan = base if merged is options else cached_plan(task, merged)
-        if plan.max_wait is not None:
-            raise ValueError(max_wait_unsupported(plan.name, "with schedule_many()"))
         prepared.append(Prepared(plan, args, kwargs, outbox=plan.far(now), trace=trace, now=now))
         if plan is base and not kwargs and isinstance(call, (tuple, list)):
             first = prepared[-1]

@@ -181,6 +181,7 @@ class Prepared:
             self.link,
             plan.group,
             self.trace,
+            plan.max_wait,
         )
 
     def job(self, result: Scheduled | None) -> Job:

@@ -30,6 +30,7 @@ class Entry:
     link: str = ""  # batches/links.py: the record has flag 'l'
     group: str | None = None  # limits per group (schedule.lua's ARGV[12])
     trace: str = ""  # the scheduling span's context (storage/traces.py): the record has flag 't'
+    max_wait: float | None = None  # a debounce's cap, with key (schedule.lua's ARGV[14])
 
 
 class Batch:
@@ -61,6 +62,7 @@ class Batch:
                 link=entry.link,
                 group=entry.group,
                 trace=entry.trace,
+                max_wait=entry.max_wait,
             )
             self.ops.append(op)
             self._owners.append([entry.id])
