@@ -257,7 +257,7 @@ def timed_unless_armed(tag: str, value: str) -> None:
     timed(tag, value)
 
 
-@task(queue="fair", retry_backoff=0, max_retries=20)
+@task(retry_backoff=0, max_retries=20)  # on the queue "fair": given at schedule time
 def fair_turn(tag: str, group_id: str, value: str, seconds: float = 0.0) -> None:
     """One job of group ``group_id`` on the queue "fair" (DELAYQ_QUEUES makes it fair or not):
     its start (runs:<tag>:start, "<value> <group>", in the order the jobs started across

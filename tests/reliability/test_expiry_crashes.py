@@ -29,11 +29,15 @@ def test_a_job_killed_running_past_its_expiry_is_expired_never_run_again(
     env = worker_env(data.url, runs_server.url, prefix, VISIBILITY_TIMEOUT=2, MAX_SLEEP=1)
     first = workers.start(env, "--concurrency", "1", "-v", "0", name="holder")
     with installed(store):
-        late = schedule(stall, tag, "late", 60, expires=3)
+        # The worker on the roster first (its start under load can outlast any expiry), then
+        # an expiry it meets in time: claimed at once (the schedule wakes it).
+        live = store.roster.live
+        wait_until(lambda: live(store.server_time()), 60, "the worker on the roster")
+        late = schedule(stall, tag, "late", 60, expires=8)
         started = f"runs:{tag}:started"
         wait_until(lambda: runs_client.llen(started) == 1, 20, "the job started in time")
         expiry = late.expires_at.timestamp()
-        wait_until(lambda: store.server_time() > expiry + 0.2, 10, "its expiry passed")
+        wait_until(lambda: store.server_time() > expiry + 0.2, 15, "its expiry passed")
         assert held_by(store, "holder") == [late.id]  # still running, its expiry passed
         first.signal(signal.SIGKILL)
         first.wait(10)

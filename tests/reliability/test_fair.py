@@ -41,8 +41,8 @@ def test_one_groups_backlog_holds_another_back_by_one_claim(
     store = Store(data.client(), prefix)
     backlog = [{"args": [tag, "a", f"a{i}"], "group": "a"} for i in range(BACKLOG)]
     with installed(store, QUEUES=FAIR):  # group= is accepted here for a fair queue
-        schedule_many(fair_turn, backlog)
-        fair_turn.call(tag, "b", "b0").schedule(group="b")
+        schedule_many(fair_turn, backlog, queue="fair")
+        fair_turn.call(tag, "b", "b0").schedule(group="b", queue="fair")
     env = fair_env(data.url, runs_server.url, prefix, fair)
     proc = workers.start(env, "--concurrency", "4", "--queues", "fair", name="fair")
     wait_until(lambda: len(runs(runs_client, tag)) >= BACKLOG + 1, 180, "every job to run")
@@ -79,9 +79,9 @@ def test_a_sigkilled_worker_on_a_fair_queue_loses_nothing(
     jobs += [{"args": [tag, "-", f"loose{i}"]} for i in range(10)]
     victim = workers.start(env, "--concurrency", "4", "--queues", "fair", name="victim")
     with installed(store, QUEUES=FAIR):
-        schedule_many(fair_turn, jobs[:4])
+        schedule_many(fair_turn, jobs[:4], queue="fair")
         wait_until(lambda: len(runs(runs_client, f"{tag}:start")) >= 4, 60, "the long ones")
-        schedule_many(fair_turn, jobs[4:])
+        schedule_many(fair_turn, jobs[4:], queue="fair")
     victim.signal(signal.SIGKILL)
     victim.wait(30)
     rescuer = workers.start(env, "--concurrency", "4", "--queues", "fair", name="rescuer")
