@@ -4,11 +4,12 @@ taken from git, started on a data server of its own."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 from typing import Any
 
 from django_delayq.storage.store import Store
-from tests.reliability.harness import worker_env
+from tests.reliability.harness import runs, sizes, wait_until, worker_env
 from tests.reliability.test_batch_outbox_edges import RELEASE_0_7
 from tests.reliability.test_batch_upgrade import old_tree, start_old_worker
 
@@ -21,3 +22,19 @@ def old_0_7_worker(
     env = worker_env(data.url, runs_server.url, prefix)
     tree = old_tree(tmp_path, RELEASE_0_7, "0.7.0")
     return data, Store(data.client(), prefix), start_old_worker(tree, env, tmp_path / "o", queue)
+
+
+def wait_every_job_ran(store: Store, runs_client: Any, tag: str, count: int) -> None:
+    """Until ``count`` runs of ``tag`` are recorded and nothing is pending or running."""
+
+    def ran_all() -> bool:
+        state = sizes(store)
+        return len(runs(runs_client, tag)) >= count and state["pending"] == 0 == state["running"]
+
+    wait_until(ran_all, 60, "the 0.7.0 worker to run every job")
+
+
+def stop(old: subprocess.Popen) -> int:
+    """SIGTERM the old worker; its exit code."""
+    old.send_signal(signal.SIGTERM)
+    return old.wait(30)

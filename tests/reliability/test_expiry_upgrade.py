@@ -5,15 +5,14 @@ their expiry is ahead or already past."""
 
 from __future__ import annotations
 
-import signal
 from datetime import timedelta
 
 import pytest
 from django.utils import timezone
 
 from django_delayq import schedule
-from tests.reliability.harness import installed, runs, sizes, wait_until
-from tests.reliability.old_workers import old_0_7_worker
+from tests.reliability.harness import installed, runs, sizes
+from tests.reliability.old_workers import old_0_7_worker, stop, wait_every_job_ran
 from tests.reliability.tasks import mark
 
 pytestmark = [pytest.mark.reliability, pytest.mark.redis_server]
@@ -32,18 +31,9 @@ def test_jobs_with_an_expiry_run_once_on_a_0_7_worker(
             jobs += [schedule(mark, tag, f"past-{i}", expires=past) for i in range(JOBS)]
             jobs.append(schedule(mark, tag=tag, value="keywords", expires=60))  # flag 'k'
         assert all(job.expires_at is not None for job in jobs)
-
-        def ran_all() -> bool:
-            state = sizes(store)
-            return (
-                len(runs(runs_client, tag)) >= len(jobs)
-                and state["pending"] == 0 == state["running"]
-            )
-
-        wait_until(ran_all, 60, "the 0.7.0 worker to run every job")
+        wait_every_job_ran(store, runs_client, tag, len(jobs))
     finally:
-        old.send_signal(signal.SIGTERM)
-        code = old.wait(30)
+        code = stop(old)
     done = runs(runs_client, tag)
     values = [f"ahead-{i}" for i in range(JOBS)] + [f"past-{i}" for i in range(JOBS)]
     values.append("keywords")

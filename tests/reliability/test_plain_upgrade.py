@@ -4,14 +4,12 @@ only schedule.lua's jobs, once each: the stored bytes are the ones 0.7.0 wrote."
 
 from __future__ import annotations
 
-import signal
-
 import pytest
 
 from django_delayq import schedule
 from django_delayq.storage.scripts import script
-from tests.reliability.harness import installed, runs, sizes, wait_until
-from tests.reliability.old_workers import old_0_7_worker
+from tests.reliability.harness import installed, runs, sizes
+from tests.reliability.old_workers import old_0_7_worker, stop, wait_every_job_ran
 from tests.reliability.tasks import mark
 
 pytestmark = [pytest.mark.reliability, pytest.mark.redis_server]
@@ -32,18 +30,9 @@ def test_jobs_schedule_plain_stored_run_once_on_a_0_7_worker(
         loaded = data.client().script_exists(script("schedule_plain").sha, script("schedule").sha)
         assert loaded == [True, False]
         assert {job.outcome for job in jobs} == {"created"}
-
-        def ran_all() -> bool:
-            state = sizes(store)
-            return (
-                len(runs(runs_client, tag)) >= len(jobs)
-                and state["pending"] == 0 == state["running"]
-            )
-
-        wait_until(ran_all, 60, "the 0.7.0 worker to run every job")
+        wait_every_job_ran(store, runs_client, tag, len(jobs))
     finally:
-        old.send_signal(signal.SIGTERM)
-        code = old.wait(30)
+        code = stop(old)
     done, values = runs(runs_client, tag), [*map(str, range(JOBS)), "keywords"]
     report(
         scenario="upgrade: schedule_plain's jobs on a 0.7.0 worker",

@@ -5,13 +5,11 @@ never lost, never run twice; its ack opens no window, so the keys schedule again
 
 from __future__ import annotations
 
-import signal
-
 import pytest
 
 from django_delayq import schedule
-from tests.reliability.harness import installed, runs, sizes, wait_until
-from tests.reliability.old_workers import old_0_7_worker
+from tests.reliability.harness import installed, runs, sizes
+from tests.reliability.old_workers import old_0_7_worker, stop, wait_every_job_ran
 from tests.reliability.tasks import mark
 
 pytestmark = [pytest.mark.reliability, pytest.mark.redis_server]
@@ -35,18 +33,9 @@ def test_keyed_jobs_with_a_window_run_once_on_a_0_7_worker(
             ]
             jobs.append(schedule(mark, tag=tag, value="keywords", key="k", unique_for=60))
         assert all(job.outcome == "created" for job in jobs)
-
-        def ran_all() -> bool:
-            state = sizes(store)
-            return (
-                len(runs(runs_client, tag)) >= len(jobs)
-                and state["pending"] == 0 == state["running"]
-            )
-
-        wait_until(ran_all, 60, "the 0.7.0 worker to run every job")
+        wait_every_job_ran(store, runs_client, tag, len(jobs))
     finally:
-        old.send_signal(signal.SIGTERM)
-        code = old.wait(30)
+        code = stop(old)
     done = runs(runs_client, tag)
     report(
         scenario="upgrade: keyed jobs with unique_for on a 0.7.0 worker",
