@@ -57,11 +57,28 @@ class Stop(BaseException):
 
 class Signals:
     """Handler of SIGINT, SIGTERM and SIGHUP: the first one raises Stop in the main thread;
-    later ones are only counted (stop_children turns a second one into a forced stop)."""
+    later ones are only counted (stop_children turns a second one into a forced stop).
+
+    Inside held() the first one is kept until the block ends: the demo's database writes run
+    there, since a Stop raised while SQLite runs one of Django's Python functions comes out
+    as OperationalError ("user-defined function raised exception"), a traceback instead of
+    a stop."""
 
     def __init__(self) -> None:
         self.count = 0
         self.stopping = False
+        self.holding = False
+        self.held_stop: Stop | None = None
+
+    @contextlib.contextmanager
+    def held(self):
+        self.holding = True
+        try:
+            yield
+        finally:
+            self.holding = False
+        if self.held_stop is not None:
+            raise self.held_stop
 
     def install(self) -> None:
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
@@ -72,6 +89,9 @@ class Signals:
         if not self.stopping:
             self.stopping = True
             name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+            if self.holding:
+                self.held_stop = Stop(name)
+                return
             raise Stop(name)
 
 
@@ -279,7 +299,9 @@ def in_progress_lists(base: str, user: Any, job_id: str) -> bool:
         return False
 
 
-def wait_for_outcome(orders: dict, base: str, user: Any, timeout: float) -> bool:
+def wait_for_outcome(
+    orders: dict, base: str, user: Any, timeout: float, signals: Signals
+) -> bool:
     from shop.models import Order
 
     from django_delayq import get_job
@@ -288,13 +310,15 @@ def wait_for_outcome(orders: dict, base: str, user: Any, timeout: float) -> bool
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not seen_in_progress:
-            job = get_job(orders["invoice_job"])
+            with signals.held():
+                job = get_job(orders["invoice_job"])
             if job is not None and job.status == "running":
                 seen_in_progress = in_progress_lists(base, user, job.id)
                 if seen_in_progress:
                     log(f"the admin lists invoice job {job.id} under In progress")
-        unpaid = Order.objects.get(pk=orders["unpaid"])
-        paid = Order.objects.get(pk=orders["paid"])
+        with signals.held():
+            unpaid = Order.objects.get(pk=orders["unpaid"])
+            paid = Order.objects.get(pk=orders["paid"])
         if unpaid.status == Order.Status.CANCELLED and paid.synced_at and paid.invoiced_at:
             log(
                 f"order #{unpaid.pk} was auto-cancelled; paid order #{paid.pk} is "
@@ -381,7 +405,9 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def run(args: argparse.Namespace, children: dict[str, subprocess.Popen]) -> int:
+def run(
+    args: argparse.Namespace, children: dict[str, subprocess.Popen], signals: Signals
+) -> int:
     redis_url = choose_redis(args.embedded_redis)
     env = {
         **os.environ,
@@ -401,9 +427,10 @@ def run(args: argparse.Namespace, children: dict[str, subprocess.Popen]) -> int:
     )
     setup_django(env)
     log(describe_django_delayq())
-    if not args.keep_data:
-        reset_demo_data(redis_url)
-    user, password = create_admin()
+    with signals.held():
+        if not args.keep_data:
+            reset_demo_data(redis_url)
+        user, password = create_admin()
     port = free_port(args.port)
     base = f"http://127.0.0.1:{port}"
     children["web server"] = manage("runserver", f"127.0.0.1:{port}", "--noreload", env=env)
@@ -414,7 +441,8 @@ def run(args: argparse.Namespace, children: dict[str, subprocess.Popen]) -> int:
     if not wait_for_web(base, timeout=60):
         log(f"the web server did not answer at {base} within 60 s")
         return 1
-    orders = place_demo_orders(args.autocancel)
+    with signals.held():
+        orders = place_demo_orders(args.autocancel)
     print(
         f"\n  Shop:          {base}/\n"
         f"  Delayed jobs:  {base}/admin/django_delayq/job/\n"
@@ -431,7 +459,7 @@ def run(args: argparse.Namespace, children: dict[str, subprocess.Popen]) -> int:
     )
     if args.smoke:
         timeout = max(args.autocancel, args.invoice_seconds) + 60
-        return 0 if wait_for_outcome(orders, base, user, timeout) else 1
+        return 0 if wait_for_outcome(orders, base, user, timeout, signals) else 1
     while all(child.poll() is None for child in children.values()):
         time.sleep(0.5)
     exited = next(name for name, child in children.items() if child.poll() is not None)
@@ -445,7 +473,7 @@ def main() -> int:
     signals.install()
     children: dict[str, subprocess.Popen] = {}
     try:
-        code = run(args, children)
+        code = run(args, children, signals)
     except Stop as stop:
         log(f"{stop}: stopping the web server and the worker")
         code = 0

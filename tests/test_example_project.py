@@ -181,6 +181,30 @@ def test_ctrl_c_stops_the_worker_once_and_lets_its_running_job_finish(demos, tmp
     assert demo.order(2)["invoiced_at"] is not None, out  # the running job finished
 
 
+def test_a_stop_during_the_demos_database_writes_waits_for_them_to_end():
+    """The CI failure this answers: Ctrl-C came while the demo placed its orders, the Stop
+    raised inside SQLite's call of one of Django's Python functions, and SQLite turned it
+    into OperationalError: a traceback, not a stop. Inside held() the first signal is kept
+    until the writes end; outside, it raises at once."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("demo_under_test", DEMO)
+    assert spec is not None and spec.loader is not None
+    demo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(demo)
+    signals = demo.Signals()
+    written = []
+    with pytest.raises(demo.Stop, match="Ctrl-C"):
+        with signals.held():
+            signals.handle(signal.SIGINT, None)
+            written.append("the order after the signal")
+    assert written == ["the order after the signal"]
+    signals.handle(signal.SIGINT, None)  # a second one is only counted
+    assert signals.count == 2
+    with pytest.raises(demo.Stop, match="SIGTERM"):
+        demo.Signals().handle(signal.SIGTERM, None)
+
+
 def test_demo_runs_on_the_embedded_server_and_says_so(demos, tmp_path):
     code, out = smoke(demos, tmp_path, "--embedded-redis")
     assert code == 0, out
