@@ -299,9 +299,7 @@ def in_progress_lists(base: str, user: Any, job_id: str) -> bool:
         return False
 
 
-def wait_for_outcome(
-    orders: dict, base: str, user: Any, timeout: float, signals: Signals
-) -> bool:
+def wait_for_outcome(orders: dict, base: str, user: Any, timeout: float, signals: Signals) -> bool:
     from shop.models import Order
 
     from django_delayq import get_job
@@ -405,9 +403,7 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def run(
-    args: argparse.Namespace, children: dict[str, subprocess.Popen], signals: Signals
-) -> int:
+def run(args: argparse.Namespace, children: dict[str, subprocess.Popen], signals: Signals) -> int:
     redis_url = choose_redis(args.embedded_redis)
     env = {
         **os.environ,

@@ -194,10 +194,9 @@ def test_a_stop_during_the_demos_database_writes_waits_for_them_to_end():
     spec.loader.exec_module(demo)
     signals = demo.Signals()
     written = []
-    with pytest.raises(demo.Stop, match="Ctrl-C"):
-        with signals.held():
-            signals.handle(signal.SIGINT, None)
-            written.append("the order after the signal")
+    with pytest.raises(demo.Stop, match="Ctrl-C"), signals.held():
+        signals.handle(signal.SIGINT, None)
+        written.append("the order after the signal")
     assert written == ["the order after the signal"]
     signals.handle(signal.SIGINT, None)  # a second one is only counted
     assert signals.count == 2
