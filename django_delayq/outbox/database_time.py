@@ -19,6 +19,8 @@ from django.db.models import DateTimeField, DurationField, ExpressionWrapper, Va
 from django.db.models.functions import Now
 from django.utils import timezone
 
+from django_delayq.outbox.databases import _model
+
 
 @dataclass(frozen=True)
 class When:
@@ -70,3 +72,20 @@ def sql_time(alias: str, when: When | float) -> Any:
     if not when.relative:
         return column_time(when.seconds)
     return after(now_sql(alias), when.seconds)
+
+
+def db_now(alias: str) -> float:
+    """The database's clock now (epoch seconds): one query, except on SQLite."""
+    if connections[alias].vendor == "sqlite":
+        return time.time()
+    with connections[alias].cursor() as cursor:
+        sql, params = (
+            _model().objects.using(alias).query.get_compiler(alias).compile(now_sql(alias))
+        )
+        cursor.execute(f"SELECT {sql}", params)
+        (moment,) = cursor.fetchone()
+    if isinstance(moment, str):  # pragma: no cover - a backend without a converter
+        moment = datetime.fromisoformat(moment)
+    if timezone.is_naive(moment) and settings.USE_TZ:
+        moment = moment.replace(tzinfo=UTC)
+    return epoch(moment)

@@ -218,15 +218,6 @@ def plan_held(given: Any, task: Any, key: str | None) -> bool:
     return given == "end" and key is not None
 
 
-def max_wait_unsupported(name: str, where: str) -> str:
-    """Why a job with max_wait cannot go ``where`` (yet)."""
-    return (
-        f"max_wait= (task {name}) cannot be used {where} yet: schedule the job with "
-        "schedule() or aschedule(), stored in Redis now (on_commit=False, due within "
-        "DELAYQ['HORIZON'])"
-    )
-
-
 def plan_unique_for(given: Any, task: Any, key: str | None) -> int | None:
     """A schedule() call's ``unique_for`` in milliseconds: given, it needs ``key=`` (the
     window holds the key once the key's job succeeded); the task's default

@@ -26,7 +26,6 @@ from django_delayq.scheduling import membership
 from django_delayq.scheduling.expiry import expires_ms
 from django_delayq.scheduling.options import (
     group_in_outbox,
-    max_wait_unsupported,
     unique_for_in_outbox,
 )
 from django_delayq.scheduling.plan import Plan
@@ -94,8 +93,6 @@ class Prepared:
                 "a member's end is its batch's, and a follower waiting for another job has "
                 "none yet; schedule it outside the batch"
             )
-        if self.outbox and plan.max_wait is not None:
-            raise ValueError(max_wait_unsupported(plan.name, "through the database outbox"))
         if self.outbox and plan.window_ms is not None:
             raise ValueError(unique_for_in_outbox(plan.name, plan.window_ms))
         # A record bound for the outbox may be relayed twice: flag 'i' makes a finished job
