@@ -72,6 +72,9 @@ class OutboxJob(models.Model):
     # for every other row, and for a row a 0.7.0 process writes during a rolling deploy.
     max_wait = models.FloatField(null=True, blank=True)
     first_due_at = models.DateTimeField(null=True, blank=True)
+    # schedule(..., group=...): the job's group, relayed beside the record (its flag 'g');
+    # NULL for none (migration 0007).
+    group = models.TextField(null=True, blank=True)  # noqa: DJ001 - NULL: no group
 
     class Meta:
         db_table = "django_delayq_outbox"

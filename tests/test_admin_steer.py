@@ -125,3 +125,13 @@ def test_the_job_page_shows_the_group_and_a_fair_queue(store, admin_client):
     finally:
         unregister(limited.name)
     assert "&lt;b&gt;acme&lt;/b&gt;" in shown and "a fair queue" not in shown
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_job_page_shows_a_row_s_group(store, admin_client):
+    from tests.conftest import more_settings
+
+    with more_settings(store, HORIZON=60, QUEUES={"fq": {"fair": True}}):
+        job = schedule(t.remember, "x", queue="fq", group="<b>acme</b>", delay=600)
+        shown = field_of(job_page(admin_client, job, "fq"), "dq-job-group")
+    assert "&lt;b&gt;acme&lt;/b&gt;" in shown and "a fair queue" in shown

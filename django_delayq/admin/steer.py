@@ -65,6 +65,9 @@ def grouping(job: Job, fields: Fields) -> Grouping | None:
     """The group of a job scheduled with one (record flag 'g'), else None."""
     if FLAG_GROUPED not in fields.flags:
         return None
+    if job.waits_in == "database":  # its row keeps it (outbox/rows.py)
+        row = outbox.find(job.id, job.queue)
+        return Grouping(None if row is None else row.group, is_fair(job.queue))
     try:
         group = job.group
     except DelayQError:

@@ -81,7 +81,7 @@ def store_row(prepared: Prepared, alias: str | None, far: bool, now: float) -> J
     row = outbox.Row(
         prepared.id, plan.queue, due, prepared.record, plan.key, on_conflict, delay, prepared.link
     )
-    row = replace(row, max_wait=plan.max_wait)
+    row = replace(row, max_wait=plan.max_wait, group=plan.group)
     who = prepared.sender
     displaced: str | None = None  # a pending job in Redis whose unique key this row takes
     if plan.key is not None and (far or on_conflict == "keep"):
@@ -191,6 +191,7 @@ def replace_row(prepared: Prepared, alias: str, held: outbox.Row) -> Job:
         delay,
         prepared.link,
         plan.max_wait,
+        group=plan.group,
     )
     outcome, row = outbox.save(alias, row, When(0.0), now, _ended)
     job = row_job(row, outcome)
@@ -214,6 +215,7 @@ def bulk_rows(rows: list[tuple[int, Prepared]], now: float) -> dict[int, Job]:
         due = p.plan.due(now)
         delay = p.plan.options.get("delay")
         row = outbox.Row(p.id, p.plan.queue, due, p.record, delay=delay, link=p.link)
+        row = replace(row, group=p.plan.group)
         made.append((row, relay_beyond_horizon(due, delay)))
     outbox.save_many(alias, made, now)
     for (_, p), (row, _) in zip(rows, made, strict=True):

@@ -68,10 +68,11 @@ class Row:
     link: str = ""  # its batch, its place in a chain (batches/links.py): record flag 'l'
     max_wait: float | None = None  # a debounce's cap, seconds (outbox/debounce.py)
     first_due: float | None = None  # epoch seconds: its key's job's first due time (the same)
+    group: str | None = None  # schedule(group=...): relayed beside the record (flag 'g')
 
 
 ROW_FIELDS = ("id", "queue", "due_at", "record", "key", "on_conflict", "relative", "link")
-ROW_FIELDS += ("max_wait", "first_due_at")
+ROW_FIELDS += ("max_wait", "first_due_at", "group")
 
 
 def key_hash(key: str | None) -> str | None:
@@ -80,7 +81,7 @@ def key_hash(key: str | None) -> str | None:
 
 def _row(obj: OutboxJob) -> Row:
     first = None if obj.first_due_at is None else epoch(obj.first_due_at)
-    fields = (obj.key, obj.on_conflict, None, obj.link, obj.max_wait, first)
+    fields = (obj.key, obj.on_conflict, None, obj.link, obj.max_wait, first, obj.group)
     return Row(obj.id, obj.queue, epoch(obj.due_at), bytes(obj.record), *fields)
 
 
@@ -169,6 +170,7 @@ def _save(
                 on_conflict=row.on_conflict,
                 link=row.link,
                 max_wait=row.max_wait,
+                group=row.group,
                 **first,
             )
             return "replaced", replace(row, id=held.id)
@@ -187,6 +189,7 @@ def _save(
         link=row.link,
         max_wait=row.max_wait,
         first_due_at=debounce.first_due(alias, row, due),
+        group=row.group,
     )
     return "created", row
 
@@ -216,6 +219,7 @@ def save_many(
             on_conflict=row.on_conflict,
             created_at=created,
             link=row.link,
+            group=row.group,
         )
         for row, relay_at in rows
     ]

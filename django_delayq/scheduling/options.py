@@ -106,15 +106,6 @@ def plan_group(group: Any, task: Any, name: str, queue: str) -> str | None:
     return group
 
 
-def group_in_outbox(name: str, group: str) -> str:
-    """Why a job with a group cannot go through the database outbox (yet)."""
-    return (
-        f"group={group!r} (task {name}) cannot be stored through the database outbox yet: "
-        f"schedule it with on_commit=False (or from transaction.on_commit yourself), due "
-        f"within DELAYQ['HORIZON']"
-    )
-
-
 def _group_lookup(queue: str, job_id: str) -> str | None:
     """Job.group (jobs/job.py): the group stored beside the job in Redis."""
     from django_delayq.storage.connection import get_store
