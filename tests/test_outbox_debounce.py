@@ -162,3 +162,19 @@ def test_a_row_written_by_0_7_0_relays_unchanged(store, alias):  # noqa: F811
     assert relaying.relay_pass(store, alias) == 1
     assert pending_ids(store) == ["01J00000000000000000000OLD"]
     assert store.client.hget(store.key(Q, "keys"), b"\0d" + KEY.encode()) is None
+
+
+def test_schedule_many_beyond_the_horizon_caps_each_call_as_schedule_does(
+    store,
+    alias,  # noqa: F811
+    horizon,  # noqa: F811
+):
+    from django_delayq import schedule_many
+
+    first = on_commit(alias, delay=600, max_wait=100)
+    (row,) = rows(alias)
+    due0 = epoch(row.first_due_at)
+    jobs = schedule_many(t.remember, [("y",), ("z",)], key=KEY, delay=3600, max_wait=100)
+    assert [j.id for j in jobs] == [first.id] * 2
+    (row,) = rows(alias)
+    assert epoch(row.due_at) == pytest.approx(due0 + 100, abs=0.002)
