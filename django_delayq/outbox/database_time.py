@@ -64,14 +64,14 @@ def after(moment: Any, seconds: float) -> Any:
     )
 
 
-def sql_time(alias: str, when: When | float) -> Any:
+def sql_time(alias: str, when: When | float, moment: Any = None) -> Any:
     """``when`` (an epoch or a :class:`When`) as a value or an SQL expression on the
-    database's clock."""
+    database's clock (``moment``: its now, :func:`now_sql`'s, read once for several)."""
     if not isinstance(when, When):
         return column_time(when)
     if not when.relative:
         return column_time(when.seconds)
-    return after(now_sql(alias), when.seconds)
+    return after(now_sql(alias) if moment is None else moment, when.seconds)
 
 
 def db_now(alias: str) -> float:

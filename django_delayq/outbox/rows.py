@@ -28,7 +28,7 @@ from django.db import IntegrityError, connections, transaction
 
 from django_delayq.exceptions import DelayQError, migrated
 from django_delayq.outbox import debounce
-from django_delayq.outbox.database_time import When, column_time, epoch, sql_time
+from django_delayq.outbox.database_time import When, column_time, epoch, now_sql, sql_time
 from django_delayq.outbox.database_time import db_now as db_now
 from django_delayq.outbox.databases import _model as _model
 from django_delayq.outbox.databases import aliases as aliases
@@ -389,7 +389,8 @@ def move(
             found = [_row(obj) for obj in rows.select_for_update()]
             left = stale(found) if found else set()
             for row in (r for r in found if r.id not in left):
-                due, relay = (sql_time(alias, w) for w in when)
+                moment = now_sql(alias)  # once: on SQLite, the process's clock read as made
+                due, relay = (sql_time(alias, w, moment) for w in when)
                 rows.filter(id=row.id).update(due_at=due, relay_at=relay, relative=when[0].relative)
                 moved.append(row)
                 transaction.on_commit(lambda a=alias, r=row: committed(a, r), using=alias)
