@@ -66,6 +66,15 @@ class OutboxJob(models.Model):
     # The job's link (its batch, its place in a chain: batches/links.py), relayed beside the
     # record; "" for none (migration 0006).
     link = models.TextField(default="", db_default="", blank=True)
+    # A debounce (schedule(..., max_wait=...), migration 0007): the cap of the call that wrote
+    # the row (seconds; a relay over a Redis holder of the key applies it) and the first due
+    # time of the key's job, which a replace never pushes the row past plus max_wait. NULL
+    # for every other row, and for a row a 0.7.0 process writes during a rolling deploy.
+    max_wait = models.FloatField(null=True, blank=True)
+    first_due_at = models.DateTimeField(null=True, blank=True)
+    # schedule(..., group=...): the job's group, relayed beside the record (its flag 'g');
+    # NULL for none (migration 0007).
+    group = models.TextField(null=True, blank=True)  # noqa: DJ001 - NULL: no group
 
     class Meta:
         db_table = "django_delayq_outbox"

@@ -4,7 +4,9 @@ logged and never breaks ``schedule()`` or the worker.
 The sender is the :class:`~django_delayq.scheduling.registry.Task` when the task is registered in
 this process, else the task's name (a string).
 
-- ``job_scheduled(job)``: stored (``job.outcome`` says created / replaced / kept)
+- ``job_scheduled(job)``: schedule() answered; ``job.outcome`` says what it did: created,
+  replaced or deferred (stored), or kept / throttled (stored nothing: ``job`` is the key's
+  job, pending or running, or the one that succeeded within its ``unique_for`` window)
 - ``job_started(job)``: a worker is about to run it (``job.attempts`` counts this one)
 - ``job_succeeded(job, result, duration)``: returned normally (duration in seconds)
 - ``job_failed(job, exception, traceback, will_retry)``: every failed attempt

@@ -177,8 +177,8 @@ def test_w009_a_database_that_lacks_some_of_the_migrations():
     recorded.filter(app="django_delayq", name__gte="0004").delete()  # the test's transaction
     (warning,) = check_migrations(databases=["default", "pg"])
     assert warning.id == "delayq.W009" and warning.msg.startswith(
-        "database 'pg' lacks 3 of django_delayq's 6 migrations "
-        "(0004_schedules, 0005_pause_permission, 0006_outbox_link)"
+        "database 'pg' lacks 4 of django_delayq's 7 migrations "
+        "(0004_schedules, 0005_pause_permission, 0006_outbox_link, 0007_outbox_steering)"
     )
     assert warning.hint.startswith("Run: python manage.py migrate django_delayq --database pg")
 

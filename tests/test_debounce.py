@@ -12,7 +12,6 @@ import asyncio
 from datetime import timedelta
 
 import pytest
-from django.db import transaction
 
 from django_delayq import schedule, schedule_many, task
 from django_delayq.jobs.ids import new_job_id
@@ -260,8 +259,7 @@ def test_task_max_wait_is_checked_when_the_decorator_is_written():
 
 
 def test_the_ways_in_that_cannot_carry_max_wait_refuse_it(store, db):
-    with transaction.atomic(), pytest.raises(ValueError, match="outbox"):
-        schedule(t.add, 1, 2, key=KEY, max_wait=10, on_commit=True)
+    """(The outbox carries it: tests/test_outbox_debounce.py.)"""
     with pytest.raises(TypeError, match="a chain step takes the options"):  # no key there
         t.add.call(1, 2).then(t.add.call(3, 4), max_wait=10).schedule()
     assert store.client.hlen(store.key(Q, "jobs")) == 0

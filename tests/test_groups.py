@@ -269,15 +269,6 @@ def test_aschedule_takes_a_group(astore):
     assert astore.client.hget(astore.key(Q, "groups"), job.id).endswith(b"\ns:9")
 
 
-@pytest.mark.django_db(transaction=True)
-def test_a_group_through_the_outbox_is_refused(store):
-    from django.db import transaction
-
-    grouped = _grouped_task()
-    with transaction.atomic(), pytest.raises(ValueError, match=r"group='s:1' \(task .*outbox"):
-        schedule(grouped, 1, group="s:1", on_commit=True)
-
-
 def test_a_claim_reads_past_the_jobs_it_parks(store):
     """With parked jobs about, a claim reads past its room (twice it, at most 16 more):
     the jobs of full groups it meets are parked, it leases what its room allows, and leaves

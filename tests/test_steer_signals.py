@@ -181,3 +181,62 @@ def test_the_admin_postpone_sends_it_for_each_job_moved(store, admin_client):
     assert msgs(response) == ["1 job postponed, 1 is being run by a worker."]
     assert [j.id for _, j in seen] == [job.id]
     assert seen[0][1].due_at == get_job(job.id).due_at
+
+
+# job_scheduled for a schedule() that stored nothing ("throttled", "kept") ----------------
+# Sent as for "kept" since 0.1: the signal says what schedule() answered, job.outcome what
+# happened (BullMQ's "deduplicated" event, with the job that holds the key, is the model;
+# nothing stored sends no "created"). A receiver that counts stored jobs checks job.outcome.
+
+
+def _succeeded_with_a_window(key: str) -> str:
+    from django_delayq.worker.dispatch import Worker
+
+    first = t.remember.schedule("a", key=key, unique_for=3600)
+    assert Worker([Q], burst=True).run() == 0
+    return first.id
+
+
+@pytest.mark.django_db
+def test_a_throttled_schedule_sends_job_scheduled_saying_throttled(store):
+    from django_delayq import schedule_many
+
+    finished = _succeeded_with_a_window("k")
+    with heard(signals.job_scheduled) as seen:
+        again = t.remember.schedule("b", key="k", unique_for=3600)
+        (many,) = schedule_many(t.remember, [("c",)], key="k")
+    assert [(s, j.outcome, j.id, j.status) for s, j in seen] == [
+        (t.remember, "throttled", finished, "succeeded"),
+        (t.remember, "throttled", finished, "succeeded"),
+    ]
+    assert seen[0][1] == again and seen[1][1] == many and again.args == ["b"]
+    assert store.client.hlen(store.key(Q, "jobs")) == 0  # nothing stored
+
+
+def test_athrottled_aschedule_sends_it_too(astore):
+    from django_delayq import aschedule
+
+    finished = _succeeded_with_a_window("k")
+    with heard(signals.job_scheduled) as seen:
+        again = run(aschedule, t.remember, "b", key="k")
+    assert [(j.outcome, j.id) for _, j in seen] == [("throttled", finished)]
+    assert seen[0][1] == again
+
+
+@pytest.mark.django_db
+def test_a_keep_while_the_key_s_job_runs_sends_job_scheduled_saying_kept(store):
+    from tests.test_outbox import redis_now
+    from tests.test_store import claim, start
+
+    leader = t.remember.schedule("a", key="k", unique_until="end")
+    now = redis_now(store) + 1
+    assert [j.id for j in claim(store, now=now).jobs] == [leader.id]
+    start(store, leader.id, now=now)
+    with heard(signals.job_scheduled) as seen:
+        kept = t.remember.schedule("b", key="k", unique_until="end", on_conflict="keep")
+        follower = t.remember.schedule("c", key="k", unique_until="end")
+    assert [(j.outcome, j.id, j.status) for _, j in seen] == [
+        ("kept", leader.id, "running"),
+        ("created", follower.id, "waiting"),
+    ]
+    assert seen[0][1] == kept and kept.args == ["a"]  # the running job's, not this call's

@@ -54,6 +54,7 @@ from django_delayq.admin import actions as actions
 from django_delayq.admin import audit as audit
 from django_delayq.admin import search as search
 from django_delayq.admin import sets as sets
+from django_delayq.admin import steer as steer
 from django_delayq.admin import timeline as timeline
 from django_delayq.admin import views as views
 from django_delayq.admin.action_pages import ActionPages
@@ -245,6 +246,7 @@ class JobAdmin(ListPages, ActionPages, BatchPages):
             here=request.get_full_path(),
             link=job_link(store, raw),  # its batch or chain: one HGET, for a linked job only
             fire_time=row.job.fire_time,  # an occurrence of a recurring schedule
+            **steer.fields_shown(store, row.job, raw.record),  # max_wait, group (issue 36)
         )
         if row.job.fire_time is not None:
             context["schedule_name"] = row.job.schedule  # one indexed query

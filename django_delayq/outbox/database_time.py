@@ -19,6 +19,8 @@ from django.db.models import DateTimeField, DurationField, ExpressionWrapper, Va
 from django.db.models.functions import Now
 from django.utils import timezone
 
+from django_delayq.outbox.databases import _model
+
 
 @dataclass(frozen=True)
 class When:
@@ -62,11 +64,28 @@ def after(moment: Any, seconds: float) -> Any:
     )
 
 
-def sql_time(alias: str, when: When | float) -> Any:
+def sql_time(alias: str, when: When | float, moment: Any = None) -> Any:
     """``when`` (an epoch or a :class:`When`) as a value or an SQL expression on the
-    database's clock."""
+    database's clock (``moment``: its now, :func:`now_sql`'s, read once for several)."""
     if not isinstance(when, When):
         return column_time(when)
     if not when.relative:
         return column_time(when.seconds)
-    return after(now_sql(alias), when.seconds)
+    return after(now_sql(alias) if moment is None else moment, when.seconds)
+
+
+def db_now(alias: str) -> float:
+    """The database's clock now (epoch seconds): one query, except on SQLite."""
+    if connections[alias].vendor == "sqlite":
+        return time.time()
+    with connections[alias].cursor() as cursor:
+        sql, params = (
+            _model().objects.using(alias).query.get_compiler(alias).compile(now_sql(alias))
+        )
+        cursor.execute(f"SELECT {sql}", params)
+        (moment,) = cursor.fetchone()
+    if isinstance(moment, str):  # pragma: no cover - a backend without a converter
+        moment = datetime.fromisoformat(moment)
+    if timezone.is_naive(moment) and settings.USE_TZ:
+        moment = moment.replace(tzinfo=UTC)
+    return epoch(moment)

@@ -29,7 +29,7 @@ from django_delayq.outbox import relay as relaying
 from django_delayq.outbox import rows as outbox
 from django_delayq.outbox.database_time import When
 from django_delayq.scheduling import membership
-from django_delayq.scheduling.plan import Place, relay_beyond_horizon
+from django_delayq.scheduling.plan import Place, beyond_horizon, relay_beyond_horizon
 from django_delayq.scheduling.prepared import Prepared
 from django_delayq.scheduling.registry import sender
 from django_delayq.storage.connection import get_store
@@ -81,6 +81,7 @@ def store_row(prepared: Prepared, alias: str | None, far: bool, now: float) -> J
     row = outbox.Row(
         prepared.id, plan.queue, due, prepared.record, plan.key, on_conflict, delay, prepared.link
     )
+    row = replace(row, max_wait=plan.max_wait, group=plan.group)
     who = prepared.sender
     displaced: str | None = None  # a pending job in Redis whose unique key this row takes
     if plan.key is not None and (far or on_conflict == "keep"):
@@ -92,6 +93,8 @@ def store_row(prepared: Prepared, alias: str | None, far: bool, now: float) -> J
                 signals.send(signals.job_scheduled, who, job=job)
                 return job
             displaced = holder.id  # far: the holder must not run before the row is due
+            if plan.max_wait is not None:  # a debounce: the holder's first due time caps it
+                row, far, displaced = _capped_by(row, holder, now)
     # On the database's clock (outbox promise I7): never the producer's for a delay.
     relay_at = relay_beyond_horizon(due, delay) if far else When(outbox.GRACE)
     outcome, row = outbox.save(target, row, relay_at, now, _ended)
@@ -105,7 +108,9 @@ def store_row(prepared: Prepared, alias: str | None, far: bool, now: float) -> J
         store = get_store()
         if displaced is not None:
             _displace(store, plan.queue, plan.key, displaced)
-        if not far:  # the row as the table holds it at commit (see relaying.relay_now)
+        # The row as the table holds it at commit (see relaying.relay_now); a debounce's
+        # cap may have brought a far row within the horizon (it is relayed, else left).
+        if not far or plan.max_wait is not None:
             relaying.relay_now(store, target, [row.id])
         signals.send(signals.job_scheduled, who, job=job)
 
@@ -126,6 +131,27 @@ def _pending_in_redis(queue: str, key: str) -> Job | None:
     if raw is None or raw.status != PENDING:
         return None
     return job_from_raw(raw, delayq_settings.MAX_RETRIES)
+
+
+def _capped_by(row: outbox.Row, holder: Job, now: float) -> tuple[outbox.Row, bool, str | None]:
+    """A far debounced replace of ``holder``, a job pending in Redis (outbox/debounce.py):
+    due no later than the holder's first due time plus max_wait. (The row, whether it is
+    still beyond the horizon, the id of the Redis job to cancel after the commit.) Still
+    beyond: the row keeps that first due time and the holder is cancelled; within: the row
+    is relayed at commit, its relay capping it in Redis and adopting the key."""
+    assert row.key is not None and row.max_wait is not None and holder.due_at is not None
+    try:
+        first = get_store().first_due(row.queue, row.key, holder.id)
+    except DelayQError:  # its due time then, as schedule.lua counts without a first kept
+        first = None
+    first = holder.due_at.timestamp() if first is None else first
+    cap = first + row.max_wait
+    if cap >= row.due_at:
+        return replace(row, first_due=first), True, holder.id
+    row = replace(row, due_at=cap, delay=None, first_due=first)
+    if beyond_horizon(cap - now):
+        return row, True, holder.id
+    return replace(row, first_due=None), False, None
 
 
 def _displace(store: Store, queue: str, key: str | None, job_id: str) -> None:
@@ -164,6 +190,8 @@ def replace_row(prepared: Prepared, alias: str, held: outbox.Row) -> Job:
         "replace",
         delay,
         prepared.link,
+        plan.max_wait,
+        group=plan.group,
     )
     outcome, row = outbox.save(alias, row, When(0.0), now, _ended)
     job = row_job(row, outcome)
@@ -187,6 +215,7 @@ def bulk_rows(rows: list[tuple[int, Prepared]], now: float) -> dict[int, Job]:
         due = p.plan.due(now)
         delay = p.plan.options.get("delay")
         row = outbox.Row(p.id, p.plan.queue, due, p.record, delay=delay, link=p.link)
+        row = replace(row, group=p.plan.group)
         made.append((row, relay_beyond_horizon(due, delay)))
     outbox.save_many(alias, made, now)
     for (_, p), (row, _) in zip(rows, made, strict=True):

@@ -80,7 +80,11 @@ def _entry(row: Row) -> Entry:
     """A row as a batch entry. Its due time: the remaining delay (Redis's clock counts it),
     or the absolute time of an ``at=`` job."""
     when = {"at": row.due_at} if row.delay is None else {"delay": max(row.delay, 0.0)}
-    return Entry(row.id, row.queue, row.record, when, row.key, row.on_conflict, row.link)
+    entry = (row.id, row.queue, row.record, when, row.key, row.on_conflict, row.link, row.group)
+    # A debounce (outbox/debounce.py): its cap, and its key's first due time unless that is
+    # its own (a row never replaced: Redis keeps the due time it stores, on its clock).
+    first = row.first_due if row.first_due != row.due_at else None
+    return Entry(*entry, max_wait=row.max_wait, first_due=first)
 
 
 def relay_now(store: Store, alias: str, ids: Sequence[str]) -> bool:
@@ -171,21 +175,14 @@ def _to_relay(alias: str, db_now: Any, ids: Sequence[str] | None, near: bool) ->
 def _read(rows: Any, db_now: Any, limit: int) -> list[Row]:
     """Up to ``limit`` of ``rows``, a delay= row's delay being what remains on the
     database's clock (read in the same query)."""
-    return [
-        Row(
-            i,
-            q,
-            epoch(due),
-            bytes(record),
-            key,
-            on_conflict,
-            (due - read_at).total_seconds() if relative else None,
-            link,
-        )
-        for i, q, due, record, key, on_conflict, relative, link, read_at in rows.values_list(
-            *ROW_FIELDS, db_now
-        )[:limit]
-    ]
+    found = []
+    for values in rows.values_list(*ROW_FIELDS, db_now)[:limit]:
+        i, q, due, record, key, on_conflict, relative, link, max_wait, first, group, at = values
+        delay = (due - at).total_seconds() if relative else None
+        first_due = None if first is None else epoch(first)
+        extra = (delay, link, max_wait, first_due, group)
+        found.append(Row(i, q, epoch(due), bytes(record), key, on_conflict, *extra))
+    return found
 
 
 def unmark(store: Store, rows: Sequence[Row]) -> None:

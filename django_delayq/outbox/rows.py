@@ -22,15 +22,14 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from django.conf import settings
 from django.db import IntegrityError, connections, transaction
-from django.utils import timezone
 
 from django_delayq.exceptions import DelayQError, migrated
+from django_delayq.outbox import debounce
 from django_delayq.outbox.database_time import When, column_time, epoch, now_sql, sql_time
+from django_delayq.outbox.database_time import db_now as db_now
 from django_delayq.outbox.databases import _model as _model
 from django_delayq.outbox.databases import aliases as aliases
 from django_delayq.outbox.databases import check_on_commit as check_on_commit
@@ -67,33 +66,23 @@ class Row:
     on_conflict: str = "replace"
     delay: float | None = None
     link: str = ""  # its batch, its place in a chain (batches/links.py): record flag 'l'
+    max_wait: float | None = None  # a debounce's cap, seconds (outbox/debounce.py)
+    first_due: float | None = None  # epoch seconds: its key's job's first due time (the same)
+    group: str | None = None  # schedule(group=...): relayed beside the record (flag 'g')
 
 
 ROW_FIELDS = ("id", "queue", "due_at", "record", "key", "on_conflict", "relative", "link")
+ROW_FIELDS += ("max_wait", "first_due_at", "group")
 
 
 def key_hash(key: str | None) -> str | None:
     return None if key is None else hashlib.sha256(key.encode()).hexdigest()
 
 
-def db_now(alias: str) -> float:
-    """The database's clock now (epoch seconds): one query, except on SQLite."""
-    if connections[alias].vendor == "sqlite":
-        return time.time()
-    with connections[alias].cursor() as cursor:
-        sql, params = _rows(alias).query.get_compiler(alias).compile(now_sql(alias))
-        cursor.execute(f"SELECT {sql}", params)
-        (moment,) = cursor.fetchone()
-    if isinstance(moment, str):  # pragma: no cover - a backend without a converter
-        moment = datetime.fromisoformat(moment)
-    if timezone.is_naive(moment) and settings.USE_TZ:
-        moment = moment.replace(tzinfo=UTC)
-    return epoch(moment)
-
-
 def _row(obj: OutboxJob) -> Row:
-    at, record = epoch(obj.due_at), bytes(obj.record)
-    return Row(obj.id, obj.queue, at, record, obj.key, obj.on_conflict, link=obj.link)
+    first = None if obj.first_due_at is None else epoch(obj.first_due_at)
+    fields = (obj.key, obj.on_conflict, None, obj.link, obj.max_wait, first, obj.group)
+    return Row(obj.id, obj.queue, epoch(obj.due_at), bytes(obj.record), *fields)
 
 
 def _rows(alias: str) -> Any:
@@ -172,19 +161,24 @@ def _save(
                 return "kept", _row(held)
             if ended is not None and held.link and held.link != row.link:
                 ended(alias, _row(held))  # as schedule.lua forwards a replaced holder's link
+            row, due, relay_at, first = debounce.replacing(alias, row, _row(held), relay_at)
             _rows(alias).filter(id=held.id).update(
                 record=row.record,
-                due_at=_due_sql(alias, row),
+                due_at=_due_sql(alias, row) if due is None else column_time(due),
                 relay_at=sql_time(alias, relay_at),
                 relative=row.delay is not None,
                 on_conflict=row.on_conflict,
                 link=row.link,
+                max_wait=row.max_wait,
+                group=row.group,
+                **first,
             )
             return "replaced", replace(row, id=held.id)
+    due = _due_sql(alias, row)  # once: on SQLite, the process's clock read as it is made
     _rows(alias).create(
         id=row.id,
         queue=row.queue,
-        due_at=_due_sql(alias, row),
+        due_at=due,
         relay_at=sql_time(alias, relay_at),
         relative=row.delay is not None,
         key=row.key,
@@ -193,6 +187,9 @@ def _save(
         record=row.record,
         created_at=column_time(now),
         link=row.link,
+        max_wait=row.max_wait,
+        first_due_at=debounce.first_due(alias, row, due),
+        group=row.group,
     )
     return "created", row
 
@@ -222,6 +219,7 @@ def save_many(
             on_conflict=row.on_conflict,
             created_at=created,
             link=row.link,
+            group=row.group,
         )
         for row, relay_at in rows
     ]
@@ -391,7 +389,8 @@ def move(
             found = [_row(obj) for obj in rows.select_for_update()]
             left = stale(found) if found else set()
             for row in (r for r in found if r.id not in left):
-                due, relay = (sql_time(alias, w) for w in when)
+                moment = now_sql(alias)  # once: on SQLite, the process's clock read as made
+                due, relay = (sql_time(alias, w, moment) for w in when)
                 rows.filter(id=row.id).update(due_at=due, relay_at=relay, relative=when[0].relative)
                 moved.append(row)
                 transaction.on_commit(lambda a=alias, r=row: committed(a, r), using=alias)

@@ -106,15 +106,6 @@ def plan_group(group: Any, task: Any, name: str, queue: str) -> str | None:
     return group
 
 
-def group_in_outbox(name: str, group: str) -> str:
-    """Why a job with a group cannot go through the database outbox (yet)."""
-    return (
-        f"group={group!r} (task {name}) cannot be stored through the database outbox yet: "
-        f"schedule it with on_commit=False (or from transaction.on_commit yourself), due "
-        f"within DELAYQ['HORIZON']"
-    )
-
-
 def _group_lookup(queue: str, job_id: str) -> str | None:
     """Job.group (jobs/job.py): the group stored beside the job in Redis."""
     from django_delayq.storage.connection import get_store
@@ -216,15 +207,6 @@ def plan_held(given: Any, task: Any, key: str | None) -> bool:
             "give the job a key, or drop unique_until"
         )
     return given == "end" and key is not None
-
-
-def max_wait_unsupported(name: str, where: str) -> str:
-    """Why a job with max_wait cannot go ``where`` (yet)."""
-    return (
-        f"max_wait= (task {name}) cannot be used {where} yet: schedule the job with "
-        "schedule() or aschedule(), stored in Redis now (on_commit=False, due within "
-        "DELAYQ['HORIZON'])"
-    )
 
 
 def plan_unique_for(given: Any, task: Any, key: str | None) -> int | None:

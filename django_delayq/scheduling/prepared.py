@@ -25,8 +25,6 @@ from django_delayq.jobs.record import Fields, JobSpec, encode_job, encode_record
 from django_delayq.scheduling import membership
 from django_delayq.scheduling.expiry import expires_ms
 from django_delayq.scheduling.options import (
-    group_in_outbox,
-    max_wait_unsupported,
     unique_for_in_outbox,
 )
 from django_delayq.scheduling.plan import Plan
@@ -86,16 +84,12 @@ class Prepared:
 
     def _encode(self) -> bytes:
         plan = self.plan
-        if self.outbox and plan.group is not None:
-            raise ValueError(group_in_outbox(plan.name, plan.group))
         if plan.held and self.link:
             raise ValueError(
                 f"unique_until='end' (task {plan.name}) cannot be used in a batch or chain: "
                 "a member's end is its batch's, and a follower waiting for another job has "
                 "none yet; schedule it outside the batch"
             )
-        if self.outbox and plan.max_wait is not None:
-            raise ValueError(max_wait_unsupported(plan.name, "through the database outbox"))
         if self.outbox and plan.window_ms is not None:
             raise ValueError(unique_for_in_outbox(plan.name, plan.window_ms))
         # A record bound for the outbox may be relayed twice: flag 'i' makes a finished job
@@ -112,7 +106,7 @@ class Prepared:
                 tombstone=plan.soon,
                 outbox=self.outbox,
                 linked=bool(self.link),
-                grouped=plan.group is not None and not self.outbox,
+                grouped=plan.group is not None,
                 traced=bool(self.trace),
                 expires_ms=self.expires_ms,
                 debounced=plan.max_wait is not None,

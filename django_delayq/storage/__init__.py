@@ -38,7 +38,7 @@ round trip of many schedules from a store):
 - key names (keys.py): key, keys, batch_keys, batches_key, chain_key, history_key,
   open_batches_key, queues_key, result_key, schedule_sets_key, worker_key, workers_key
 - reads (reads.py): fetch, fetch_op, fetch_many, find, require, page, page_ids, ranks,
-  records, size, counts, throughput, totals, id_for_key, server_time, queues, queues_op,
+  records, size, counts, throughput, totals, id_for_key, first_due, server_time, queues, queues_op,
   remember_queue_op, relayed, relayed_op, old_relayed, save_result, load_result,
   result_op, read_timeout
 - admin actions (manual.py): requeue, run_now, delete_dead, purge_dead

@@ -31,6 +31,7 @@ class Entry:
     group: str | None = None  # limits per group (schedule.lua's ARGV[12])
     trace: str = ""  # the scheduling span's context (storage/traces.py): the record has flag 't'
     max_wait: float | None = None  # a debounce's cap, with key (schedule.lua's ARGV[14])
+    first_due: float | None = None  # a relayed row's first due time, with max_wait (ARGV[15])
 
 
 class Batch:
@@ -63,6 +64,7 @@ class Batch:
                 group=entry.group,
                 trace=entry.trace,
                 max_wait=entry.max_wait,
+                first_due=entry.first_due,
             )
             self.ops.append(op)
             self._owners.append([entry.id])

@@ -323,6 +323,14 @@ class Reads(Calls):
         found = self.call(self.command(b"HGET", keys, key, route=keys))
         return None if found is None else _text(found)
 
+    def first_due(self, queue: str, key: str, job_id: str) -> float | None:
+        """The first due time (epoch seconds) a debounce (schedule.lua's ARGV[14]) kept for
+        ``job_id`` under its unique key, or None (none kept, or kept for another job)."""
+        keys = self.key(queue, "keys")
+        found = self.call(self.command(b"HGET", keys, "\0d" + key, route=keys))
+        held_id, _, held_ms = ("" if found is None else _text(found)).rpartition("|")
+        return int(held_ms) / 1000 if held_id == job_id and held_ms.isdigit() else None
+
     def relayed(self, queue: str, ids: Sequence[str]) -> set[str]:
         """Those of ``ids`` marked relayed: their outbox rows are leftovers of a relay whose
         DELETE has not committed, not pending jobs (the job is in Redis, or ran)."""

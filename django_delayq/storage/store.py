@@ -98,19 +98,19 @@ class Store(PlainSchedule, Reschedule, Reads, ManualOps):
         group: str | None = None,
         trace: str = "",
         max_wait: float | None = None,
+        first_due: float | None = None,
     ) -> Op:
         """``remember``: the script adds the queue to ``{prefix}:queues`` (one Redis only).
-        ``relay``: the job may have reached Redis before (an outbox row relayed again after
-        a crash between the Redis write and the row's delete), so even the first send is
-        marked as sent again: a stored or finished job (tombstone: flag 'i') is not stored again.
-        ``adopt``: the relay of an outbox row: an id marked relayed is never stored again
-        (the id is marked), and a pending job of another id holding ``key`` is removed, this
-        one taking the key under ``job_id`` (the row took the key in the database).
-        ``link``: the job's link (batches/links.py; its record has flag 'l'), stored beside
-        it in the same script; ``group``: its group (flag 'g', lua/claim.lua), and ``trace``
-        its creation context (flag 't', storage/traces.py): the same. ``max_wait`` (seconds,
-        with ``key``, record flag 'd'): a replace moves the key's job no later than its first
-        due time plus this (schedule.lua's ARGV[14], on Redis's clock)."""
+        ``relay``: the job may have reached Redis before (a row relayed again after a crash between
+        the Redis write and the row's delete), so even the first send is marked as sent again: a
+        stored or finished job (tombstone: flag 'i') is not stored again. ``adopt``: the relay of an
+        outbox row: an id marked relayed is never stored again (the id is marked), and a pending job
+        of another id holding ``key`` is removed, this one taking the key under ``job_id`` (the row
+        took the key in the database). ``link``: the job's link (batches/links.py; flag 'l'), stored
+        beside it in the same script; ``group``: its group (flag 'g', lua/claim.lua), and ``trace``
+        its creation context (flag 't', storage/traces.py): the same. ``max_wait`` (s, with ``key``,
+        flag 'd'): a replace caps the key's job at its first due time plus this (ARGV[14], Redis's
+        clock); ``first_due``: a relayed row's first due time (ARGV[15])."""
         mode, value = ("delay", delay or 0.0) if at is None else ("at", at)
         argv = (job_id, record, mode, ms(value), key or "", on_conflict, now_arg(now))
         first, last, more = "1" if relay else "", "1" if adopt else "", link or group or trace
@@ -118,6 +118,7 @@ class Store(PlainSchedule, Reschedule, Reads, ManualOps):
         tail = (*tail, group or "", trace) if trace else (*tail, group) if group else tail
         if max_wait is not None:
             tail = (last, queue if remember else "", link, group or "", trace, ms(max_wait))
+            tail = tail if first_due is None else (*tail, ms(first_due))
         return self.op(
             "schedule",
             queue,

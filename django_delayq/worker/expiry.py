@@ -83,11 +83,14 @@ def _ended(results: Results, queue: str, late: list[Attempt], answers: list[int]
     linked = []
     expired = 0
     for a, answer in zip(late, answers, strict=True):
-        if answer == EXPIRED:
-            expired += 1
-            logger.info("job %s expired before it started: not run", a.id)
-        if answer in (EXPIRED, GONE) and _linked(a.record):
-            linked.append((queue, a.id))  # GONE: this very call, re-sent after a lost reply
+        if answer not in (EXPIRED, GONE):
+            continue
+        # GONE: this very call, re-sent after a lost reply (the job ended by the first),
+        # counted as the first reply would have been (expire.lua tallied its stats then).
+        expired += 1
+        logger.info("job %s expired before it started: not run", a.id)
+        if _linked(a.record):
+            linked.append((queue, a.id))
     if expired and results.history is not None:
         results.history.add(queue, "e", expired)
     if linked:

@@ -8,8 +8,7 @@
 -- ARGV[5] unique key, or '' for none
 -- ARGV[6] 'replace' or 'keep': what to do when a pending job holds the unique key
 -- ARGV[7] now (epoch milliseconds) or '' for Redis TIME
--- ARGV[8] '1' when this call is sent again because the reply to an earlier one was lost,
---         else ''
+-- ARGV[8] '1' when this call is sent again (the reply to an earlier one was lost), else ''
 -- ARGV[9] '1' for the relay of an outbox row (outbox/rows.py; ARGV[8] is '1' too), else '' or
 --         absent. (a) Run once (outbox promise I6): an id marked in `relayed` is never stored again:
 --         the reply is {'created', id, due_at, ''} while its job waits, runs or lies dead,
@@ -19,9 +18,8 @@
 --         'i', as cancel.lua leaves) and this job is created under ARGV[1], so it runs
 --         under the id the row had; with on_conflict 'keep' the holder is kept as without
 --         ARGV[9]. Idempotent: sent again it finds its mark and changes nothing.
--- ARGV[10] the queue's name, with KEYS[16], the registry {prefix}:queues (both optional, one
---         Redis only: on a cluster the caller sends its SADD beside), SADDed first whatever the
---         outcome, so a lost registry heals with the next job; '' when KEYS[16] is not sent.
+-- ARGV[10] the queue's name, with KEYS[16], the registry {prefix}:queues (one Redis only; a cluster
+--         caller SADDs beside), SADDed first, so a lost registry heals; '' without KEYS[16].
 -- ARGV[11] the job's link (JSON: its batch, its place in a chain; see `links` in include/base.lua), or
 --         '' or absent for none; its record then has flag 'l'. Written under the id that holds
 --         the record: a new job's, or a replaced key holder's (whose own link, if any, is
@@ -41,6 +39,8 @@
 --         and overwritten; ack.lua deletes it with a job whose record has flag 'd'; a job
 --         attempted before, a retry waiting, counts from its due time as it is met).
 --         A new job under the key records its own due time there. Read only with ARGV[14].
+-- ARGV[15] (a relay, ARGV[9], with ARGV[14]) the row's first due time (ms, outbox/debounce.py):
+--         a relay adopting from a pending holder is capped as above, keeping the earlier first.
 -- A key no pending job holds, while a window of unique_for= holds it (include/throttle.lua,
 -- which also sweeps ended windows), stores nothing: {'throttled', finished job id, window end,
 -- ''} whatever on_conflict says (an outbox row's relay, ARGV[9], is not throttled).
@@ -59,8 +59,7 @@
 -- kept DONE_TTL for records with flag 'i'; checked only when ARGV[8] is '1'). A replace sent
 -- again returns {'replaced', holder, ...} while the key's job holds this record, and 'done'
 -- once it finished (the replace leaves a tombstone of this call's id for flag 'i').
--- Errors: 'DELAYQ_DUPLICATE_ID' if the id is taken by another record (never happens with
--- ULIDs); 'DELAYQ_BAD_DUE' if the due time is not an epoch before year 2286.
+-- Errors: 'DELAYQ_DUPLICATE_ID' (the id taken by another record); 'DELAYQ_BAD_DUE' (not before 2286).
 --- @include "base"
 --- @include "record"
 --- @include "leases"
@@ -126,7 +125,7 @@ if ukey ~= '' and not score and existing ~= id then  -- unique_until='end': incl
 end
 -- A debounce (ARGV[14]): a replace never moves the key's job past its first due + max_wait.
 local wait_mark, first_due = max_wait and ukey ~= '' and ('\0d' .. ukey), nil
-if wait_mark and score and existing ~= id and on_conflict ~= 'keep' and not adopt then
+if wait_mark and score and existing ~= id and on_conflict ~= 'keep' then
   local held = redis.call('HGET', unique_keys, wait_mark)
   local held_id, held_due = string.match(held or '', '^(.*)|(%d+)$')
   -- A job attempted already (a retry waiting) ran once: its debounce starts over from now.
@@ -134,6 +133,7 @@ if wait_mark and score and existing ~= id and on_conflict ~= 'keep' and not adop
   due = math.min(due, first_due + max_wait)
   at = int(due)
 end
+if wait_mark and adopt and ARGV[15] then first_due = math.min(first_due or math.huge, tonumber(ARGV[15])) end
 local earliest = #redis.call('ZRANGEBYSCORE', pending, '-inf', '(' .. at, 'LIMIT', 0, 1) == 0
 if score then
   if existing == id then return finish({'created', id, tonumber(score), ''}) end
@@ -191,7 +191,7 @@ if redis.call('HSETNX', jobs, id, record) == 0 then
   return redis.error_reply('DELAYQ_DUPLICATE_ID ' .. id)
 end
 if ukey ~= '' then redis.call('HSET', unique_keys, ukey, id) end
-if wait_mark then redis.call('HSET', unique_keys, wait_mark, id .. '|' .. at) end
+if wait_mark then redis.call('HSET', unique_keys, wait_mark, id .. '|' .. (first_due and int(first_due) or at)) end
 if link ~= '' then redis.call('HSET', links, id, link) end
 if trace_ctx ~= '' then redis.call('HSET', trace, id, trace_ctx) end
 pend(id, due, priority)
