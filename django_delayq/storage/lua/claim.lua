@@ -41,7 +41,10 @@
 -- allows, and the due jobs it read past the room and did not park stay pending untouched
 -- (next_due is then now, or CONC_GAP ahead when the queue's own limit is full).
 -- A fair queue (`control` field "fair") reads its due jobs in turns, group by group
--- (fair_read in fair.lua), not by read_due; no sweep and no read past the room there.
+-- (fair_read in fair.lua), not by read_due; no sweep and no read past the room there, and
+-- an acknowledgement hands no parked job back to pending (it stays in its turn). While
+-- `control` holds no field but "fair" and "fturn" (no pause, no limit: one HLEN), the jobs
+-- go from their turns straight to the lease, without hold_back.
 --- @include "base"
 --- @include "priority"
 --- @include "wake"

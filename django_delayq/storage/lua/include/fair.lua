@@ -10,6 +10,8 @@
 -- only, nothing in them runs early, and nothing is kept anywhere else (no second index to
 -- keep consistent). `groups` holds a bucketed job's member while it is bucketed, as for a
 -- parked job; its "<task>\n<group>" (or nothing, for a job without a group) once it left.
+-- schedule.lua puts a job of a group that is due at once straight into its bucket
+-- (takes_turn, take_turn), so such a job never waits for an intake.
 -- Each claim: (1) the intake: up to INTAKE due jobs of `pending`/`ranked` (read_due's
 -- order) move into their buckets, each job moved once, so a backlog of N due jobs not yet
 -- bucketed holds another group's job back by about N / INTAKE claims, no more; (2) the
@@ -18,7 +20,8 @@
 -- the room left is shared among those groups again (work conserving: the room is filled
 -- while any bucket holds a job); (3) the jobs taken go back to `pending`/`ranked` (their
 -- due time and priority kept, their `groups` field restored), read as read_due returns
--- them, so hold_back and take_out treat them as any other read.
+-- them, so hold_back and take_out treat them as any other read; where no limit can hold
+-- one back (`direct`), they go to the lease straight from their buckets instead.
 --- @include "base"
 --- @include "priority"
 
