@@ -31,6 +31,10 @@ def claim(store, now, token, acks=(), limit=4):
     return [j.id for j in reply.jobs]
 
 
+def members(store, kind):
+    return [m.decode() for m in store.client.zrange(store.key(Q, kind), 0, -1)]
+
+
 def fair(store, on=True):
     store.control.publish_fair({Q: on})
 
@@ -162,3 +166,48 @@ def test_group_is_accepted_on_a_fair_queue_only(store):
             assert job.group == "shop:1"
     finally:
         unregister(loose.name)
+
+
+def test_a_due_job_of_a_group_takes_its_turn_when_scheduled(store):
+    fair(store)
+    now_job = put(store, "a")
+    later = put(store, "a", delay=60)
+    loose = put(store, None)
+    # The due job of a group is in its turn at once; a later one and one without a group
+    # wait in `pending` until a claim's intake.
+    assert [m.rsplit("\n", 1)[1] for m in members(store, "parked")] == [now_job]
+    assert sorted(members(store, "pending")) == sorted([later, loose])
+    job, waiting = store.fetch(Q, now_job), store.fetch(Q, later)
+    assert job is not None and job.status == "pending" and job.score == T0
+    assert waiting is not None and waiting.status == "pending"
+    fair(store, on=False)
+    assert put(store, "b") in members(store, "pending")
+
+
+def test_group_limits_hold_on_a_fair_queue(store):
+    fair(store)
+    store.control.publish_group_limits([Q], {TASK: (1, None)})
+    a = [put(store, "a") for _ in range(3)]
+    b = put(store, "b")
+    assert claim(store, T0 + 1, "w#1") == [a[0], b]  # a holds its one slot: its others wait
+    assert claim(store, T0 + 2, "w#2") == []
+    # The ack frees a's slot: a's next job is claimed from its turn by the same call.
+    assert claim(store, T0 + 3, "w#3", acks=[(a[0], "w#1", "g"), (b, "w#1", "g")]) == [a[1]]
+    assert store.client.zcard(store.key(Q, "pending")) == 0
+    assert claim(store, T0 + 4, "w#4", acks=[(a[1], "w#3", "g")]) == [a[2]]
+    assert store.client.exists(store.key(Q, "parked")) == 0
+
+
+def test_a_replace_keeps_the_job_in_its_turn(store):
+    fair(store)
+    record = encode_record(TASK, [1], {}, None, 3, "g", 0)
+    first = store.schedule(Q, new_job_id(), record, now=T0, group="a", key="k").id
+    again = encode_record(TASK, [2], {}, None, 3, "g", 0)
+    replaced = store.schedule(
+        Q, new_job_id(), again, now=T0 + 1, group="b", key="k", on_conflict="replace"
+    )
+    assert (replaced.outcome, replaced.id) == ("replaced", first)
+    parked = members(store, "parked")
+    assert len(parked) == 1 and parked[0].startswith(f"{TASK}\nb\n") and parked[0].endswith(first)
+    assert claim(store, T0 + 2, "w#1") == [first]
+    assert store.client.hget(store.key(Q, "groups"), first) == f"{TASK}\nb".encode()

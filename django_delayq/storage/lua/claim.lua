@@ -41,7 +41,10 @@
 -- allows, and the due jobs it read past the room and did not park stay pending untouched
 -- (next_due is then now, or CONC_GAP ahead when the queue's own limit is full).
 -- A fair queue (`control` field "fair") reads its due jobs in turns, group by group
--- (fair_read in fair.lua), not by read_due; no sweep and no read past the room there.
+-- (fair_read in fair.lua), not by read_due; no sweep and no read past the room there, and
+-- an acknowledgement hands no parked job back to pending (it stays in its turn). While
+-- `control` holds no field but "fair" and "fturn" (no pause, no limit: one HLEN), the jobs
+-- go from their turns straight to the lease, without hold_back.
 --- @include "base"
 --- @include "priority"
 --- @include "wake"
@@ -68,7 +71,7 @@ local read = {ids = {}, from_pending = {}, from_ranked = {}, records = {}, state
 local qslots, queue_held, queue_hold_was = nil, nil, nil
 -- `ranked` and `parked` are named twice: an odd count says `control` exists.
 local found = redis.call('EXISTS', ranked, ranked, parked, parked, control)
-local controlled, has_control, paused, fair = found > 0, found % 2 == 1, false, false
+local controlled, has_control, paused, fair, bare = found > 0, found % 2 == 1, false, false, false
 if not controlled then
   if want > 0 then
     read.ids = redis.call('ZRANGEBYSCORE', pending, '-inf', int(now), 'LIMIT', 0, limit)
@@ -79,21 +82,27 @@ if not controlled then
   local after = redis.call('ZRANGE', pending, #read.ids, #read.ids, 'WITHSCORES')
   read.next_due = after[2] and tonumber(after[2])
 else
-  local marks = redis.call('HMGET', control, 'paused', 'fair')
+  local marks = redis.call('HMGET', control, 'paused', 'fair', 'fturn')
   paused, fair = marks[1] ~= false, marks[2] ~= false
+  -- Fair and nothing else: no field of a pause or a limit, so no limit holds a job back.
+  bare = fair and redis.call('HLEN', control) == (marks[3] and 2 or 1)
   if paused then want = 0 end
-  qslots, queue_held, queue_hold_was = queue_limit()
-  if qslots and want > math.max(qslots - #queue_held, 0) then
-    want, read.queue_full = math.max(qslots - #queue_held, 0), true
+  if not bare then
+    qslots, queue_held, queue_hold_was = queue_limit()
+    if qslots and want > math.max(qslots - #queue_held, 0) then
+      want, read.queue_full = math.max(qslots - #queue_held, 0), true
+    end
+    read.grouping = group_limits(now)
   end
-  read.grouping = group_limits(now)
-  if want > 0 and redis.call('EXISTS', parked) == 1 then
-    read.grouping.release_acked()
+  if bare then read.grouping = {released = fair_released()}
+  elseif want > 0 and redis.call('EXISTS', parked) == 1 then
+    read.grouping.release_acked(fair)
     -- Groups at their limit are about: read past the jobs that will be parked (a fair
     -- queue's buckets are in `parked` too: fair.lua reads them, no sweep moves them).
     if not fair then read.grouping.sweep() read.room, want = want, math.min(want * 2, want + 16) end
   end
-  if fair and want > 0 then read.ids, read.from_pending, read.from_ranked, read.next_due = fair_read(want, now)
+  if fair and want > 0 then
+    read.ids, read.from_pending, read.from_ranked, read.next_due, read.due_of = fair_read(want, now, marks[3] or nil, bare)
   else read.ids, read.from_pending, read.from_ranked, read.next_due = read_due(want, now) end
   if read.queue_full and read.next_due and read.next_due <= now then read.next_due = now + CONC_GAP end
   if paused then read.next_due = nil end
@@ -102,7 +111,7 @@ local read_jobs = #read.ids > 0
 if read_jobs then
   read.records = batched('HMGET', jobs, read.ids)
   read.states = batched('HMGET', state, read.ids)
-  if controlled then hold_back(read, now, token) end
+  if controlled and not bare then hold_back(read, now, token) end
   -- Fair: the buckets left hold only jobs of groups at their limit; claim again later.
   if fair and #read.ids == 0 and read.next_due and read.next_due <= now then read.next_due = now + CONC_GAP end
 end
@@ -121,7 +130,7 @@ local reply = {}
 if resend then
   reply = resent_jobs(last, token)
 elseif #ids > 0 then
-  local due_of = take_out(read.from_pending, read.from_ranked)
+  local due_of = read.due_of or take_out(read.from_pending, read.from_ranked)
   local leased
   reply, leased = lease_out(ids, records, states, due_of, now, now + lease, token, instance)
   if qslots then

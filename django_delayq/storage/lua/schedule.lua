@@ -1,5 +1,5 @@
 -- schedule.lua: store a new job as pending, honouring its unique key.
--- KEYS: pending jobs state keys wake done errors relayed ranked links forward groups parked trace throttled
+-- KEYS: pending jobs state keys wake done errors relayed ranked links forward groups parked trace throttled control
 -- ARGV[1] job id (string, ULID)
 -- ARGV[2] job record (bytes: header "\n" body, see jobs/job.py)
 -- ARGV[3] 'delay' (ARGV[4] is milliseconds from Redis's now) or 'at' (ARGV[4] is an epoch in
@@ -18,15 +18,15 @@
 --         'i', as cancel.lua leaves) and this job is created under ARGV[1], so it runs
 --         under the id the row had; with on_conflict 'keep' the holder is kept as without
 --         ARGV[9]. Idempotent: sent again it finds its mark and changes nothing.
--- ARGV[10] the queue's name, with KEYS[16], the registry {prefix}:queues (one Redis only; a cluster
---         caller SADDs beside), SADDed first, so a lost registry heals; '' without KEYS[16].
+-- ARGV[10] the queue's name, with KEYS[17], the registry {prefix}:queues (one Redis only; a cluster
+--         caller SADDs beside), SADDed first, so a lost registry heals; '' without KEYS[17].
 -- ARGV[11] the job's link (JSON: its batch, its place in a chain; see `links` in include/base.lua), or
 --         '' or absent for none; its record then has flag 'l'. Written under the id that holds
 --         the record: a new job's, or a replaced key holder's (whose own link, if any, is
 --         forwarded as 'cancelled': its batch or chain loses it; not when it is this very
 --         link, a member of the same batch replaced in its block). Not written for 'kept'.
--- ARGV[12] the job's group (string, '' or absent for none; see `groups` in include/base.lua): the new
---         job, or the job a replace rewrites, joins it (its record has flag 'g').
+-- ARGV[12] the job's group ('' or absent: none; `groups` in include/base.lua): the new job, or the
+--         one a replace rewrites, joins it (flag 'g'); due now on a fair queue, in its turn (fair.lua).
 -- ARGV[13] the context of the span that scheduled the job (JSON, see `trace` in include/base.lua), or
 --         '' or absent for none; its record then has flag 't'. Written under the id that
 --         holds the record, as ARGV[11] (a replace drops the holder's). Not written for 'kept'.
@@ -70,13 +70,12 @@
 --- @include "groups"
 --- @include "throttle"
 --- @include "followers"
+--- @include "fair"
 local id, record, mode, value, ukey, on_conflict = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5], ARGV[6]
-local now = clock(ARGV[7])
-local adopt = ARGV[9] == '1'
-local link = ARGV[11] or ''
-local trace_ctx = ARGV[13] or ''
+local now, adopt = clock(ARGV[7]), ARGV[9] == '1'
+local link, trace_ctx, group = ARGV[11] or '', ARGV[13] or '', ARGV[12] or ''
 local max_wait = tonumber(ARGV[14] or '')
-if KEYS[16] then redis.call('SADD', KEYS[16], ARGV[10]) end
+if KEYS[17] then redis.call('SADD', KEYS[17], ARGV[10]) end
 -- The reply, with the id marked as relayed in relay mode.
 local function finish(reply)
   if adopt then redis.call('ZADD', relayed, int(now), id) end
@@ -120,7 +119,7 @@ local existing = ukey ~= '' and redis.call('HGET', unique_keys, ukey)
 local score = existing and pending_due(existing)
 if ukey ~= '' and not score and existing ~= id then  -- unique_until='end': include/followers.lua
   local reply
-  reply, existing, score = while_leader_runs(existing, ukey, id, record, due, now, on_conflict, adopt, trace_ctx, ARGV[12] or '')
+  reply, existing, score = while_leader_runs(existing, ukey, id, record, due, now, on_conflict, adopt, trace_ctx, group)
   if reply then return finish(reply) end
 end
 -- A debounce (ARGV[14]): a replace never moves the key's job past its first due + max_wait.
@@ -135,6 +134,7 @@ if wait_mark and score and existing ~= id and on_conflict ~= 'keep' then
 end
 if wait_mark and adopt and ARGV[15] then first_due = math.min(first_due or math.huge, tonumber(ARGV[15])) end
 local earliest = #redis.call('ZRANGEBYSCORE', pending, '-inf', '(' .. at, 'LIMIT', 0, 1) == 0
+local turn = takes_turn(group, due, now)
 if score then
   if existing == id then return finish({'created', id, tonumber(score), ''}) end
   if on_conflict == 'keep' then
@@ -166,8 +166,8 @@ if score then
   if link ~= '' then redis.call('HSET', links, existing, link) else redis.call('HDEL', links, existing) end
   if trace_ctx ~= '' then redis.call('HSET', trace, existing, trace_ctx) else redis.call('HDEL', trace, existing) end
   redis.call('HSET', jobs, existing, record)
-  pend(existing, due, priority)
-  group_join(existing, record, ARGV[12] or '')
+  if turn then take_turn(existing, record, group, due, priority)
+  else pend(existing, due, priority) group_join(existing, record, group) end
   if n > 0 then set_state(existing, 0, token) end
   -- The replaced job may finish before this call, sent again after a lost reply, arrives:
   -- this call's id then answers 'done' (a tombstone, like a finished job's).
@@ -194,7 +194,7 @@ if ukey ~= '' then redis.call('HSET', unique_keys, ukey, id) end
 if wait_mark then redis.call('HSET', unique_keys, wait_mark, id .. '|' .. (first_due and int(first_due) or at)) end
 if link ~= '' then redis.call('HSET', links, id, link) end
 if trace_ctx ~= '' then redis.call('HSET', trace, id, trace_ctx) end
-pend(id, due, priority)
-if ARGV[12] and ARGV[12] ~= '' then group_join(id, record, ARGV[12]) end
+if turn then take_turn(id, record, group, due, priority)
+else pend(id, due, priority) if group ~= '' then group_join(id, record, group) end end
 if earliest then wake_worker() end
 return finish({'created', id, due, ''})

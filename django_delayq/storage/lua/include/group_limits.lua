@@ -97,10 +97,13 @@ local function group_limits(now)
   -- The slots this call's acknowledgements free (ARGV[8..], flag 'g' in their info, still
   -- holding their lease): each group's first parked job goes back to pending before the
   -- jobs are read, so this very call can claim it (ack_from then only drops the holder).
-  function g.release_acked()
+  -- On a fair queue (`fair`) the parked job stays in its turn: the call reads the turns.
+  function g.release_acked(fair)
     for i = 8, #ARGV, 4 do
       local id = ARGV[i]
-      if has(string.match(ARGV[i + 2], '^[^=]*'), 'g') and owned(id, ARGV[i + 1]) then
+      if fair then
+        g.released[id] = true
+      elseif has(string.match(ARGV[i + 2], '^[^=]*'), 'g') and owned(id, ARGV[i + 1]) then
         local gkey = g.of(id)
         if gkey then unpark_group(gkey, 1) g.released[id] = true end
       end
