@@ -86,3 +86,18 @@ def test_a_job_with_features_is_refused_on_the_plain_path(store):
     for options in ({"key": "k"}, {"group": "g"}, {"link": "{}"}, {"trace": "{}"}):
         with pytest.raises(ValueError, match="not plain"):
             store.job_op("lean", IDS[0], record, True, True, **options)
+
+
+def test_scheduled_made_without_init_is_the_dataclass():
+    """replies.scheduled() skips the frozen dataclass's __init__: the same value, equal,
+    hashed and shown alike, frozen all the same."""
+    import dataclasses
+
+    from django_delayq.storage.replies import Scheduled, scheduled
+
+    for args in (("created", "x" * 26, 1.5, None, None), ("kept", "y", None, b"r", "z")):
+        made, real = scheduled(*args), Scheduled(*args)
+        assert made == real and hash(made) == hash(real) and repr(made) == repr(real)
+        assert dataclasses.astuple(made) == args
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.outcome = "done"  # type: ignore[misc]

@@ -69,6 +69,23 @@ class Recovered:
     error: dict | None  # the error this recovery recorded (None for a refund)
 
 
+def scheduled(
+    outcome: str,
+    job_id: str,
+    due_at: float | None,
+    record: bytes | None = None,
+    waits_for: str | None = None,
+) -> Scheduled:
+    """``Scheduled(...)`` without the frozen dataclass's ``__init__`` (it sets each field
+    through ``object.__setattr__``: a schedule_many() chunk makes one a job). The same
+    value: equal, hashed and shown alike (tests/test_schedule_plain.py)."""
+    made = object.__new__(Scheduled)
+    values = {"outcome": outcome, "id": job_id, "due_at": due_at, "record": record}
+    values["waits_for"] = waits_for
+    object.__setattr__(made, "__dict__", values)
+    return made
+
+
 def parse_schedule(reply: list) -> Scheduled:
     outcome, job_id, due, record, *follows = reply
     leader = text(follows[0]) if follows else None
@@ -79,20 +96,21 @@ def parse_schedule_plain(reply: list) -> Scheduled:
     """schedule_plain.lua's {outcome, id, due_at}: created, or done (a re-send after the job
     finished)."""
     outcome, job_id, due = reply
-    return Scheduled(text(outcome), text(job_id), seconds_of(due), None)
+    return scheduled(text(outcome), text(job_id), seconds_of(due))
 
 
 def parse_many(reply: list, plan: list[tuple[str, str, int]]) -> list[Scheduled]:
     now = int(reply[0])
     stored = {int(reply[i]) - 1: seconds_of(reply[i + 1]) for i in range(1, len(reply), 2)}
     results = []
+    add = results.append
     for i, (job_id, mode, value) in enumerate(plan):
         if i in stored:
             due = stored[i]
-            results.append(Scheduled("created" if due is not None else "done", job_id, due, None))
+            add(scheduled("created" if due is not None else "done", job_id, due))
         else:  # what schedule_many.lua computed from its `now`
             due_ms = now + max(value, 0) if mode == "delay" else max(value, now)
-            results.append(Scheduled("created", job_id, due_ms / 1000, None))
+            add(scheduled("created", job_id, due_ms / 1000))
     return results
 
 
