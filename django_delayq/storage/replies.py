@@ -92,11 +92,13 @@ def parse_schedule(reply: list) -> Scheduled:
     return Scheduled(text(outcome), text(job_id), seconds_of(due), record or None, leader)
 
 
-def parse_schedule_plain(reply: list) -> Scheduled:
-    """schedule_plain.lua's {outcome, id, due_at}: created, or done (a re-send after the job
-    finished)."""
-    outcome, job_id, due = reply
-    return scheduled(text(outcome), text(job_id), seconds_of(due))
+def parse_schedule_plain(job_id: str, reply: Any) -> Scheduled:
+    """schedule_plain.lua's reply for job ``job_id``: its due time (epoch ms), created (now
+    or by an earlier send of the call), or 0: done (a re-send after the job finished)."""
+    due = int(reply)
+    if due == 0:
+        return scheduled("done", job_id, None)
+    return scheduled("created", job_id, due / 1000)
 
 
 def parse_many(reply: list, plan: list[tuple[str, str, int]]) -> list[Scheduled]:
