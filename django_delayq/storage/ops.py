@@ -45,6 +45,10 @@ class Op:
     # How to read the reply of a re-send after a lost reply, when that differs (the claim's:
     # an ack it carries answers "gone" for what the lost send acknowledged).
     parse_resent: Callable[[Any], Any] | None = None
+    # The last args packed already, after ``args`` (or ``resend_args``), and how many args
+    # that is: schedule_many's jobs, packed as they are read (storage/store.py).
+    packed_tail: bytes = b""
+    tail_len: int = 0
 
     @property
     def name(self) -> str:
@@ -65,9 +69,10 @@ class Op:
 
     def packed(self, resent: bool = False) -> bytes:
         """The command's bytes; ``resent``: with its resend args, if it has any."""
-        if resent and self.resend_args is not None:
-            return pack(self.resend_args, self.packed_head, self.head_len)
-        return pack(self.args, self.packed_head, self.head_len)
+        args = self.resend_args if resent and self.resend_args is not None else self.args
+        if self.tail_len:
+            return pack(args, self.packed_head, self.head_len, self.tail_len) + self.packed_tail
+        return pack(args, self.packed_head, self.head_len)
 
 
 # The short words scripts take as flags and modes, packed once: most of a schedule's ARGV.
@@ -76,10 +81,11 @@ _WORDS = {
 }
 
 
-def pack(args: Sequence[Any], packed_head: bytes = b"", head_len: int = 0) -> bytes:
+def pack(args: Sequence[Any], packed_head: bytes = b"", head_len: int = 0, more: int = 0) -> bytes:
     """A command in the Redis protocol (an array of bulk strings); the first ``head_len``
-    args may come packed already (``packed_head``)."""
-    out = [b"*%d\r\n" % len(args), packed_head]
+    args may come packed already (``packed_head``); ``more``: args packed already that the
+    caller writes after these (counted in the array's length)."""
+    out = [b"*%d\r\n" % (len(args) + more), packed_head]
     for arg in args[head_len:] if head_len else args:
         kind = type(arg)
         if kind is str:
@@ -96,3 +102,8 @@ def pack(args: Sequence[Any], packed_head: bytes = b"", head_len: int = 0) -> by
             raise TypeError(f"cannot send {arg!r} to Redis")
         out += (b"$%d\r\n" % len(data), data, b"\r\n")
     return b"".join(out)
+
+
+def bulk(data: bytes) -> bytes:
+    """One bulk string of the Redis protocol (an argument of a command), packed."""
+    return b"$%d\r\n%b\r\n" % (len(data), data)
