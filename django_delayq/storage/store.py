@@ -192,15 +192,19 @@ class Store(PlainSchedule, Reschedule, Reads, ManualOps):
         packed: list[bytes] = []  # each job's five arguments, packed (ops.pack's bytes)
         plan: list[tuple[str, str, int]] = []
         encoded: dict[tuple[str, float], bytes] = {}  # jobs share a `when`
-        for job_id, record, when, *link in jobs:
-            mode, seconds = ("at", when["at"]) if "at" in when else ("delay", when["delay"])
-            value = ms(float(seconds or 0.0))
-            when_args = encoded.get((mode, value))
-            if when_args is None:
-                when_args = encoded[mode, value] = bulk(mode.encode()) + bulk(b"%d" % value)
+        last: Any = None  # the last job's `when` (the jobs of one plan share the dict)
+        for job in jobs:
+            job_id, record, when = job[0], job[1], job[2]
+            if when is not last:
+                last = when
+                mode, seconds = ("at", when["at"]) if "at" in when else ("delay", when["delay"])
+                value = ms(float(seconds or 0.0))
+                when_args = encoded.get((mode, value))
+                if when_args is None:
+                    when_args = encoded[mode, value] = bulk(mode.encode()) + bulk(b"%d" % value)
             raw_id = job_id.encode()
             raw = record if type(record) is bytes else record.encode()
-            text = link[0] if link else ""
+            text = job[3] if len(job) > 3 else ""
             raw_link = text if type(text) is bytes else text.encode()
             packed.append(
                 b"$%d\r\n%b\r\n$%d\r\n%b\r\n%b$%d\r\n%b\r\n"
