@@ -1,5 +1,6 @@
 """What the storage layer sends: an :class:`Op` (one command, how to read its reply, whether
-it may be re-sent) and :func:`pack`, its bytes in the Redis protocol.
+it may be re-sent) and :func:`pack`, its bytes in the Redis protocol; :func:`pack_jobs`, the
+jobs of a schedule_many.lua call packed as they are read.
 
 Ops are packed here rather than by redis-py: its per-argument encoding cost a bulk schedule
 40% of its time.
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django_delayq.exceptions import DelayQError
+from django_delayq.storage.milliseconds import ms
 from django_delayq.storage.scripts import Script
 
 
@@ -107,3 +109,33 @@ def pack(args: Sequence[Any], packed_head: bytes = b"", head_len: int = 0, more:
 def bulk(data: bytes) -> bytes:
     """One bulk string of the Redis protocol (an argument of a command), packed."""
     return b"$%d\r\n%b\r\n" % (len(data), data)
+
+
+def pack_jobs(jobs: Sequence[tuple[Any, ...]]) -> tuple[bytes, int, list[tuple[str, str, int]]]:
+    """The jobs of a schedule_many.lua call ((id, record, when) or (id, record, when, link),
+    see Store.schedule_many_op) as its arguments after the first two, packed (the bytes
+    ops.pack writes for them), their count, and each job's (id, mode, milliseconds) for
+    parse_many. Each job is packed in one step as it is read."""
+    packed: list[bytes] = []
+    plan: list[tuple[str, str, int]] = []
+    encoded: dict[tuple[str, float], bytes] = {}  # jobs share a `when`
+    last: Any = None  # the last job's `when` (the jobs of one plan share the dict)
+    for job in jobs:
+        job_id, record, when = job[0], job[1], job[2]
+        if when is not last:
+            last = when
+            mode, seconds = ("at", when["at"]) if "at" in when else ("delay", when["delay"])
+            value = ms(float(seconds or 0.0))
+            when_args = encoded.get((mode, value))
+            if when_args is None:
+                when_args = encoded[mode, value] = bulk(mode.encode()) + bulk(b"%d" % value)
+        raw_id = job_id.encode()
+        raw = record if type(record) is bytes else record.encode()
+        text = job[3] if len(job) > 3 else ""
+        raw_link = text if type(text) is bytes else text.encode()
+        packed.append(
+            b"$%d\r\n%b\r\n$%d\r\n%b\r\n%b$%d\r\n%b\r\n"
+            % (len(raw_id), raw_id, len(raw), raw, when_args, len(raw_link), raw_link)
+        )
+        plan.append((job_id, mode, value))
+    return b"".join(packed), 5 * len(packed), plan

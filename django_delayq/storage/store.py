@@ -25,7 +25,7 @@ from django_delayq.storage.manual import PURGE_CHUNK, ManualOps  # noqa: F401 (P
 from django_delayq.storage.marks import StartMarks
 from django_delayq.storage.milliseconds import ms, now_arg
 from django_delayq.storage.old_layout import OldLayoutStore
-from django_delayq.storage.ops import Op, Policy, bulk
+from django_delayq.storage.ops import Op, Policy, pack_jobs
 from django_delayq.storage.plain import PlainSchedule
 from django_delayq.storage.reads import Reads
 from django_delayq.storage.recurring import RecurringStore
@@ -189,28 +189,7 @@ class Store(PlainSchedule, Reschedule, Reads, ManualOps):
         ``link`` the job's link (batches/links.py) or "". Parses to one
         Scheduled per job, in order. ``relay``: the relay of outbox rows (as for
         :meth:`schedule_op`: a job is never stored twice, the ids are marked relayed)."""
-        packed: list[bytes] = []  # each job's five arguments, packed (ops.pack's bytes)
-        plan: list[tuple[str, str, int]] = []
-        encoded: dict[tuple[str, float], bytes] = {}  # jobs share a `when`
-        last: Any = None  # the last job's `when` (the jobs of one plan share the dict)
-        for job in jobs:
-            job_id, record, when = job[0], job[1], job[2]
-            if when is not last:
-                last = when
-                mode, seconds = ("at", when["at"]) if "at" in when else ("delay", when["delay"])
-                value = ms(float(seconds or 0.0))
-                when_args = encoded.get((mode, value))
-                if when_args is None:
-                    when_args = encoded[mode, value] = bulk(mode.encode()) + bulk(b"%d" % value)
-            raw_id = job_id.encode()
-            raw = record if type(record) is bytes else record.encode()
-            text = job[3] if len(job) > 3 else ""
-            raw_link = text if type(text) is bytes else text.encode()
-            packed.append(
-                b"$%d\r\n%b\r\n$%d\r\n%b\r\n%b$%d\r\n%b\r\n"
-                % (len(raw_id), raw_id, len(raw), raw, when_args, len(raw_link), raw_link)
-            )
-            plan.append((job_id, mode, value))
+        packed, count, plan = pack_jobs(jobs)
         now_value = now_arg(now)
         return self.op(
             "schedule_many",
@@ -219,7 +198,7 @@ class Store(PlainSchedule, Reschedule, Reads, ManualOps):
             lambda reply: parse_many(reply, plan),
             Policy.RESEND,
             (now_value, "relay" if relay else "1"),
-            packed_tail=(b"".join(packed), 5 * len(packed)),
+            packed_tail=(packed, count),
         )
 
     def unmark_relayed_op(self, queue: str, ids: Sequence[str]) -> Op:
