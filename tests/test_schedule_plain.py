@@ -101,3 +101,15 @@ def test_scheduled_made_without_init_is_the_dataclass():
         assert dataclasses.astuple(made) == args
     with pytest.raises(dataclasses.FrozenInstanceError):
         made.outcome = "done"  # type: ignore[misc]
+
+
+def test_the_plain_reply_is_read_in_both_shapes():
+    """schedule_plain.lua answers the due time (0: done); its older reply {outcome, id,
+    due_at} (an older ref's Lua under engine_cost.py --baseline) reads the same."""
+    from django_delayq.storage.replies import parse_schedule_plain
+
+    job_id = IDS[0]
+    for new, old in ((T0, [b"created", job_id.encode(), T0]), (0, [b"done", job_id.encode(), b""])):
+        assert parse_schedule_plain(job_id, new) == parse_schedule_plain(job_id, old)
+    assert parse_schedule_plain(job_id, T0).due_at == T0 / 1000
+    assert parse_schedule_plain(job_id, 0).outcome == "done"

@@ -94,7 +94,12 @@ def parse_schedule(reply: list) -> Scheduled:
 
 def parse_schedule_plain(job_id: str, reply: Any) -> Scheduled:
     """schedule_plain.lua's reply for job ``job_id``: its due time (epoch ms), created (now
-    or by an earlier send of the call), or 0: done (a re-send after the job finished)."""
+    or by an earlier send of the call), or 0: done (a re-send after the job finished). The
+    script's reply before it was one integer, {outcome, id, due_at}, is read too (what
+    ``engine_cost.py --baseline <ref>`` gets from an older ref's Lua)."""
+    if isinstance(reply, list):
+        outcome, _, due_ms = reply
+        return scheduled(text(outcome), job_id, seconds_of(due_ms))
     due = int(reply)
     if due == 0:
         return scheduled("done", job_id, None)
