@@ -30,7 +30,8 @@ from django_delayq import (
 )
 from django_delayq.jobs import ids
 from django_delayq.jobs.ids import new_job_id
-from django_delayq.jobs.job import Job
+from django_delayq.jobs.job import Job, make_job
+from django_delayq.jobs.record import Fields
 from django_delayq.scheduling import registry
 from django_delayq.scheduling.registry import unregister
 from tests.conftest import between, more_settings, names_unchecked
@@ -438,3 +439,43 @@ def test_a_forked_child_never_makes_the_job_id_its_parent_makes(monkeypatch):
     assert _in_a_child(ahead) != new_job_id(ahead)
     # In the next millisecond both read random bits: not the same ones.
     assert _in_a_child(ahead + 1) != new_job_id(ahead + 1)
+
+
+def test_jobs_made_like_a_plan_s_first_are_the_jobs_make_job_makes(store):
+    """A created job of a plan that created one before is copied from that Job's fields
+    (Plan.created, job_alike): the Job make_job makes, with its own id, arguments and
+    times; a cached property read on the first is not copied; an expiry of its own (counted
+    from each call) makes the Job anew."""
+    first = t.add.schedule(1, 2, delay=60, priority=3)
+    assert first.group is None  # read, and cached on this Job only
+    second = t.add.schedule(3, 4, delay=60, priority=3)
+    assert "group" not in vars(second)
+    made = make_job(
+        second.id,
+        second.queue,
+        "pending",
+        Fields(t.add.name, [3, 4], {}, None, first.max_retries, priority=3),
+        0,
+        score=second.due_at.timestamp(),
+        outcome="created",
+    )
+    assert second == made and vars(second) == vars(made)
+    assert second.created_at == made.created_at and second.id != first.id
+    assert get_job(second.id).due_at == second.due_at
+    expiring = [t.add.schedule(i, 0, expires=600 + i) for i in range(2)]
+    assert expiring[1].expires_at - expiring[0].expires_at >= timedelta(seconds=1)
+
+
+def test_ids_are_ulids_of_their_millisecond(monkeypatch):
+    """new_job_id writes the time's 10 digits and the random bits' 16 as the 13 lookups of
+    two digits did (ids/ULID's layout), the millisecond's digits kept between its ids."""
+    monkeypatch.setattr(ids, "_last_ms", ids._last_ms)
+    monkeypatch.setattr(ids, "_last_rand", ids._last_rand)
+    pairs = ids._DIGIT_PAIRS
+    for ms in (int(time.time() * 1000) + 50, 2**48 - 1, 2**48 + 2**40 + 7):
+        for _ in range(3):
+            made = new_job_id(ms)
+            value = (ids._last_ms << 80) | ids._last_rand
+            expected = "".join(pairs[(value >> s) & 1023] for s in range(120, -1, -10))
+            assert made == expected and ids._last_ms == ms
+            assert ids.id_timestamp(made) == (ms % 2**50) / 1000

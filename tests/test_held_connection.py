@@ -85,6 +85,26 @@ def test_after_a_fork_or_idle_a_new_one_is_taken(client, monkeypatch):
     assert again.conn is None  # given back to the pool, which checks it as it hands it out
 
 
+def test_a_forked_child_knows_its_own_process_id():
+    """The process id a held connection is checked against is read again in a forked child
+    (os.register_at_fork), so the child never uses its parent's connection."""
+    import os
+    import warnings
+
+    read, write = os.pipe()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # fork() of a threaded process
+        pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.write(write, b"1" if transport_module._pid == os.getpid() else b"0")
+        os._exit(0)
+    os.close(write)
+    seen = os.read(read, 1)
+    os.waitpid(pid, 0)
+    os.close(read)
+    assert seen == b"1" and transport_module._pid == os.getpid() != pid
+
+
 def test_a_request_s_end_gives_its_thread_s_connection_back(real_store):
     """Django's request_finished: the calls of one request share the thread's connection,
     and the request's end gives it back, as Django closes a request's database connections."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+import pytest
 from django.test import override_settings
 
 from django_delayq.jobs.record import JobSpec, encode_job
@@ -169,3 +170,33 @@ def test_plain_is_the_engine_design_s():
     keyed = encode_job(replace(base, key="order:1", tombstone=True, kwargs={"a": 1}))
     assert (keyed.flags, keyed.info) == ("i", "i=order:1")
     assert keyed.data.startswith(b"5ik=7:order:1\n")
+
+
+def test_calls_of_one_plan_encode_as_calls_of_fresh_plans():
+    """The calls of one plan share what encode_job decided for the first of their shape
+    (outbox, linked, traced: Plan.encodings): every later call's record is the one a
+    fresh plan gives it, whatever shapes come between, and a shape's checks still refuse."""
+    options = {"delay": 3600, "expires": 600}
+    shared = Plan(testtasks.remember, dict(options))
+    calls = [
+        ((1, "x"), {}, {}),
+        ((2,), {"b": [1]}, {}),
+        ((1, "x"), {}, {"link": '{"b":"x"}'}),
+        ((3,), {}, {"trace": "{}"}),
+        ((1, "x"), {}, {"outbox": True}),
+        ((4, "y"), {"z": None}, {}),
+        ((5,), {}, {"link": "{}", "trace": "{}"}),
+    ]
+    for args, kwargs, extra in calls * 2:
+        now = 1_700_000_000.0
+        fresh = Prepared(Plan(testtasks.remember, dict(options)), args, kwargs, now=now, **extra)
+        again = Prepared(shared, args, kwargs, now=now, **extra)
+        assert again.record == fresh.record, (args, kwargs, extra)
+        assert again.plain == fresh.plain and again.encoded.flags == fresh.encoded.flags
+    assert {(True, False, False), (False, True, True)} <= set(shared.encodings)
+    with override_settings(DELAYQ={"CHECK_NAMES": False}):
+        grouped = Plan("other.code.task", {"group": "t-1", "delay": 999})
+        Prepared(grouped, [1], {})  # its Redis shape, kept
+        for _ in range(2):
+            with pytest.raises(ValueError, match="group"):
+                Prepared(grouped, [1], {}, outbox=True)

@@ -86,3 +86,30 @@ def test_a_job_with_features_is_refused_on_the_plain_path(store):
     for options in ({"key": "k"}, {"group": "g"}, {"link": "{}"}, {"trace": "{}"}):
         with pytest.raises(ValueError, match="not plain"):
             store.job_op("lean", IDS[0], record, True, True, **options)
+
+
+def test_scheduled_made_without_init_is_the_dataclass():
+    """replies.scheduled() skips the frozen dataclass's __init__: the same value, equal,
+    hashed and shown alike, frozen all the same."""
+    import dataclasses
+
+    from django_delayq.storage.replies import Scheduled, scheduled
+
+    for args in (("created", "x" * 26, 1.5, None, None), ("kept", "y", None, b"r", "z")):
+        made, real = scheduled(*args), Scheduled(*args)
+        assert made == real and hash(made) == hash(real) and repr(made) == repr(real)
+        assert dataclasses.astuple(made) == args
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.outcome = "done"  # type: ignore[misc]
+
+
+def test_the_plain_reply_is_read_in_both_shapes():
+    """schedule_plain.lua answers the due time (0: done); its older reply {outcome, id,
+    due_at} (an older ref's Lua under engine_cost.py --baseline) reads the same."""
+    from django_delayq.storage.replies import parse_schedule_plain
+
+    job_id = IDS[0]
+    for new, old in ((T0, [b"created", job_id.encode(), T0]), (0, [b"done", job_id.encode(), b""])):
+        assert parse_schedule_plain(job_id, new) == parse_schedule_plain(job_id, old)
+    assert parse_schedule_plain(job_id, T0).due_at == T0 / 1000
+    assert parse_schedule_plain(job_id, 0).outcome == "done"

@@ -12,9 +12,9 @@ import threading
 import time
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
-# Two base-32 digits (10 bits) per lookup: 13 lookups write a ULID.
+# Two base-32 digits (10 bits) per lookup: 5 lookups write the time's 10 digits, 8 the
+# random bits' 16.
 _DIGIT_PAIRS = [a + b for a in _CROCKFORD for b in _CROCKFORD]
-_PAIR_SHIFTS = tuple(range(120, -1, -10))
 _id_lock = threading.Lock()
 _last_ms = 0
 _last_rand = 0
@@ -54,8 +54,37 @@ def new_job_id(now_ms: int | None = None) -> str:
             rand = int.from_bytes(_random[_random_at : _random_at + 10], "big")
             _random_at += 10
         _last_ms, _last_rand = ms, rand
-    value = (ms << 80) | rand  # 128 bits, written as 26 digits of 5 bits (130 bits)
-    return "".join([_DIGIT_PAIRS[(value >> shift) & 1023] for shift in _PAIR_SHIFTS])
+    return _time_digits(ms) + _random_digits(rand)
+
+
+# The digits of the last millisecond an id was made in (ms, digits): ids of one
+# millisecond share them.
+_time_of = (-1, "")
+
+
+def _time_digits(ms: int) -> str:
+    """The first 10 digits of a ULID: ``ms``'s low 50 bits."""
+    global _time_of
+    known = _time_of
+    if known[0] == ms:
+        return known[1]
+    p = _DIGIT_PAIRS
+    digits = (
+        p[(ms >> 40) & 1023] + p[(ms >> 30) & 1023] + p[(ms >> 20) & 1023]
+        + p[(ms >> 10) & 1023] + p[ms & 1023]
+    )  # fmt: skip
+    _time_of = (ms, digits)
+    return digits
+
+
+def _random_digits(rand: int) -> str:
+    """The last 16 digits of a ULID: the 80 random bits."""
+    p = _DIGIT_PAIRS
+    return (
+        p[(rand >> 70) & 1023] + p[(rand >> 60) & 1023] + p[(rand >> 50) & 1023]
+        + p[(rand >> 40) & 1023] + p[(rand >> 30) & 1023] + p[(rand >> 20) & 1023]
+        + p[(rand >> 10) & 1023] + p[rand & 1023]
+    )  # fmt: skip
 
 
 # Crockford digits -> the digits int(..., 32) reads; every other ASCII character -> "!",

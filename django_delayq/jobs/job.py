@@ -243,16 +243,30 @@ def make_job(
     )
 
 
+# The datetimes job_alike made last, (epoch, datetime): its due time's and its id's time's
+# (the jobs of a schedule_many() chunk mostly share both).
+_alike_due: tuple[float | None, datetime | None] = (None, None)
+_alike_created: tuple[float | None, datetime | None] = (None, None)
+
+
 def job_alike(
     fields_of: dict[str, Any], job_id: str, args: list, kwargs: dict, score: float | None
 ) -> Job:
     """A pending Job like the one whose fields ``fields_of`` copies (``dict(job.__dict__)``
     taken as make_job returned it), with its own id, arguments and due time: schedule_many()'s
     jobs of one plan, made without make_job's work for each (the same Job it would make)."""
+    global _alike_due, _alike_created
     values = fields_of.copy()
     values["id"], values["args"], values["kwargs"], values["errors"] = job_id, args, kwargs, []
-    values["due_at"] = to_datetime(score)
-    values["created_at"] = to_datetime(id_timestamp(job_id))
+    due = _alike_due
+    if due[0] != score:
+        due = _alike_due = (score, to_datetime(score))
+    values["due_at"] = due[1]
+    created_at = id_timestamp(job_id)
+    created = _alike_created
+    if created[0] != created_at:
+        created = _alike_created = (created_at, to_datetime(created_at))
+    values["created_at"] = created[1]
     return _assemble(values)
 
 

@@ -260,6 +260,8 @@ class Plan:
     queue, retries, unique key and due time. schedule_many() works it out once."""
 
     __slots__ = (
+        "created",
+        "encodings",
         "expires",
         "group",
         "held",
@@ -331,6 +333,10 @@ class Plan:
         self.window_ms = plan_unique_for(options.get("unique_for"), found, key)
         # unique_until="end": record flag 'h', the key held while the job runs too
         self.held = plan_held(options.get("unique_until"), found, key)
+        # What the calls of this plan share, found by the first (prepared.py): the flags
+        # encode_job decided, by (outbox, linked, traced); the fields of a Job it created.
+        self.encodings: dict[tuple[bool, bool, bool], Any] = {}
+        self.created: dict[str, Any] | None = None
 
     def due(self, now: float) -> float:
         """The due time (epoch seconds) as this process's clock sees it."""

@@ -84,6 +84,14 @@ class Prepared:
 
     def _encode(self) -> bytes:
         plan = self.plan
+        # The calls of a plan of one shape (place, link, trace) share what encode_job
+        # decided from the spec (the flags, the plain paths, the checks below passed): the
+        # first call's encoding, kept on the plan; the others encode their arguments only.
+        shape = (self.outbox, bool(self.link), bool(self.trace))
+        known = plan.encodings.get(shape)
+        if known is not None:
+            self.encoded = known
+            return self._record(known.flags)
         if plan.held and self.link:
             raise ValueError(
                 f"unique_until='end' (task {plan.name}) cannot be used in a batch or chain: "
@@ -114,7 +122,24 @@ class Prepared:
                 held=plan.held,
             )
         )
+        plan.encodings[shape] = self.encoded
         return self.encoded.data
+
+    def _record(self, flags: str) -> bytes:
+        """This call's record with the ``flags`` encode_job decided for a call of its plan
+        and shape: the record encode_job makes of this call's spec."""
+        plan = self.plan
+        return encode_record(
+            plan.name,
+            self.args,
+            self.kwargs,
+            plan.key,
+            plan.max_retries,
+            flags,
+            plan.priority,
+            self.expires_ms,
+            plan.window_ms,
+        )
 
     def alike(self, args: tuple | list) -> Prepared:
         """Another call of this one's plan, place, link and trace with other positional
@@ -127,17 +152,7 @@ class Prepared:
         other.plan, other.outbox, other.link, other.trace = plan, self.outbox, self.link, self.trace
         other.args, other.kwargs, other.encoded = list(args), {}, self.encoded
         other.expires_ms = self.expires_ms
-        other.record = encode_record(
-            plan.name,
-            other.args,
-            {},
-            plan.key,
-            plan.max_retries,
-            self.encoded.flags,
-            plan.priority,
-            self.expires_ms,
-            plan.window_ms,
-        )
+        other.record = other._record(self.encoded.flags)
         other.id = new_job_id()
         return other
 
@@ -181,6 +196,17 @@ class Prepared:
     def job(self, result: Scheduled | None) -> Job:
         """The Job this call stored (or kept)."""
         plan = self.plan
+        # Created, as most calls are: like the plan's first created Job (the fields of the
+        # Job make_job made, but its id, arguments and times), when no expiry differs.
+        created = (
+            result is not None
+            and result.outcome == "created"
+            and not result.record
+            and result.waits_for is None
+            and self.expires_ms is None
+        )
+        if created and plan.created is not None:
+            return job_alike(plan.created, result.id, self.args, self.kwargs, result.due_at)
         fields = Fields(
             plan.name,
             self.args,
@@ -200,7 +226,7 @@ class Prepared:
             status = WAITING  # a follower (unique_until="end")
         elif result is not None and result.record and result.due_at is None:
             status = RUNNING  # kept: the key's job runs (unique_until="end")
-        return make_job(
+        job = make_job(
             result.id if result else self.id,
             plan.queue,
             status,
@@ -214,6 +240,9 @@ class Prepared:
             else result.outcome,
             waits_for=result.waits_for if result else None,
         )
+        if created:
+            plan.created = dict(job.__dict__)  # before anyone reads a cached property of it
+        return job
 
 
 def jobs_of(chunk: list[Prepared], results: dict[str, Scheduled]) -> list[Job]:

@@ -61,9 +61,11 @@ class Calls(KeyNames):
         resend_argv: Sequence[Any] | None = None,
         extra_key: str = "",
         parse_resent: Any = None,
+        packed_tail: tuple[bytes, int] = (b"", 0),
     ) -> Op:
         """An EVALSHA of script ``name`` on the keys of ``queue`` it declares (and
-        ``extra_key``, for a script whose header takes one after them)."""
+        ``extra_key``, for a script whose header takes one after them); ``packed_tail``:
+        args after ``argv`` (and ``resend_argv``) packed already, and how many."""
         lua = script(name)
         head, packed = self._head(name, queue, extra_key)
         return Op(
@@ -76,6 +78,8 @@ class Calls(KeyNames):
             packed_head=packed,
             head_len=len(head),
             parse_resent=parse_resent,
+            packed_tail=packed_tail[0],
+            tail_len=packed_tail[1],
         )
 
     def slot_op(self, name: str, keys: Sequence[str], argv: Sequence[Any], parse: Any) -> Op:

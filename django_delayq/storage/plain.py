@@ -6,6 +6,7 @@ chooses; :meth:`PlainSchedule.job_op` builds the op of either script."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from django_delayq.storage.calls import Calls
@@ -38,7 +39,7 @@ class PlainSchedule(Calls):
             "schedule_plain",
             queue,
             (*argv, "", *tail),
-            parse_schedule_plain,
+            partial(parse_schedule_plain, job_id),
             Policy.RESEND,
             (*argv, "1", *tail),
             extra_key=self.queues_key if remember else "",

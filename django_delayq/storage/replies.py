@@ -69,30 +69,55 @@ class Recovered:
     error: dict | None  # the error this recovery recorded (None for a refund)
 
 
+def scheduled(
+    outcome: str,
+    job_id: str,
+    due_at: float | None,
+    record: bytes | None = None,
+    waits_for: str | None = None,
+) -> Scheduled:
+    """``Scheduled(...)`` without the frozen dataclass's ``__init__`` (it sets each field
+    through ``object.__setattr__``: a schedule_many() chunk makes one a job). The same
+    value: equal, hashed and shown alike (tests/test_schedule_plain.py)."""
+    made = object.__new__(Scheduled)
+    values = {"outcome": outcome, "id": job_id, "due_at": due_at, "record": record}
+    values["waits_for"] = waits_for
+    object.__setattr__(made, "__dict__", values)
+    return made
+
+
 def parse_schedule(reply: list) -> Scheduled:
     outcome, job_id, due, record, *follows = reply
     leader = text(follows[0]) if follows else None
     return Scheduled(text(outcome), text(job_id), seconds_of(due), record or None, leader)
 
 
-def parse_schedule_plain(reply: list) -> Scheduled:
-    """schedule_plain.lua's {outcome, id, due_at}: created, or done (a re-send after the job
-    finished)."""
-    outcome, job_id, due = reply
-    return Scheduled(text(outcome), text(job_id), seconds_of(due), None)
+def parse_schedule_plain(job_id: str, reply: Any) -> Scheduled:
+    """schedule_plain.lua's reply for job ``job_id``: its due time (epoch ms), created (now
+    or by an earlier send of the call), or 0: done (a re-send after the job finished). The
+    script's reply before it was one integer, {outcome, id, due_at}, is read too (what
+    ``engine_cost.py --baseline <ref>`` gets from an older ref's Lua)."""
+    if isinstance(reply, list):
+        outcome, _, due_ms = reply
+        return scheduled(text(outcome), job_id, seconds_of(due_ms))
+    due = int(reply)
+    if due == 0:
+        return scheduled("done", job_id, None)
+    return scheduled("created", job_id, due / 1000)
 
 
 def parse_many(reply: list, plan: list[tuple[str, str, int]]) -> list[Scheduled]:
     now = int(reply[0])
     stored = {int(reply[i]) - 1: seconds_of(reply[i + 1]) for i in range(1, len(reply), 2)}
     results = []
+    add = results.append
     for i, (job_id, mode, value) in enumerate(plan):
         if i in stored:
             due = stored[i]
-            results.append(Scheduled("created" if due is not None else "done", job_id, due, None))
+            add(scheduled("created" if due is not None else "done", job_id, due))
         else:  # what schedule_many.lua computed from its `now`
             due_ms = now + max(value, 0) if mode == "delay" else max(value, now)
-            results.append(Scheduled("created", job_id, due_ms / 1000, None))
+            add(scheduled("created", job_id, due_ms / 1000))
     return results
 
 

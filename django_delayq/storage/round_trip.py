@@ -106,8 +106,12 @@ class LoadedScripts:
     def missing(self, node: Any, ops: Sequence[Op]) -> dict[str, Script]:
         """The scripts of ``ops`` not known to be loaded on ``node``, by SHA."""
         known = self._known.get(node)
-        if known is not None and all(op.script is None or op.script.sha in known for op in ops):
-            return {}  # the common case, read without the lock (membership tests are atomic)
+        if known is not None:  # the common case, read without the lock (membership is atomic)
+            for op in ops:
+                if op.script is not None and op.script.sha not in known:
+                    break
+            else:
+                return {}
         with self._lock:
             known = self._known.get(node, set())
             return {

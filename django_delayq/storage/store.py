@@ -25,7 +25,7 @@ from django_delayq.storage.manual import PURGE_CHUNK, ManualOps  # noqa: F401 (P
 from django_delayq.storage.marks import StartMarks
 from django_delayq.storage.milliseconds import ms, now_arg
 from django_delayq.storage.old_layout import OldLayoutStore
-from django_delayq.storage.ops import Op, Policy
+from django_delayq.storage.ops import Op, Policy, pack_jobs
 from django_delayq.storage.plain import PlainSchedule
 from django_delayq.storage.reads import Reads
 from django_delayq.storage.recurring import RecurringStore
@@ -190,25 +190,16 @@ class Store(PlainSchedule, Reschedule, Reads, ManualOps):
         ``link`` the job's link (batches/links.py) or "". Parses to one
         Scheduled per job, in order. ``relay``: the relay of outbox rows (as for
         :meth:`schedule_op`: a job is never stored twice, the ids are marked relayed)."""
-        argv: list[Any] = []
-        plan: list[tuple[str, str, int]] = []
-        encoded: dict[tuple[str, float], tuple[bytes, bytes]] = {}  # jobs share a `when`
-        for job_id, record, when, *link in jobs:
-            mode, seconds = ("at", when["at"]) if "at" in when else ("delay", when["delay"])
-            value = ms(float(seconds or 0.0))
-            when_args = encoded.get((mode, value))
-            if when_args is None:
-                when_args = encoded[mode, value] = (mode.encode(), b"%d" % value)
-            argv += (job_id.encode(), record, *when_args, link[0] if link else "")
-            plan.append((job_id, mode, value))
+        packed, count, plan = pack_jobs(jobs)
         now_value = now_arg(now)
         return self.op(
             "schedule_many",
             queue,
-            (now_value, "relay" if relay else "", *argv),
+            (now_value, "relay" if relay else ""),
             lambda reply: parse_many(reply, plan),
             Policy.RESEND,
-            (now_value, "relay" if relay else "1", *argv),
+            (now_value, "relay" if relay else "1"),
+            packed_tail=(packed, count),
         )
 
     def unmark_relayed_op(self, queue: str, ids: Sequence[str]) -> Op:

@@ -41,6 +41,19 @@ logger = logging.getLogger("django_delayq.transport")
 
 IDLE = 2.0  # seconds a thread's held connection may sit unused and still be used unchecked
 
+# This process's id, read again in a forked child (os.getpid() is a system call a round trip
+# would make).
+_pid = os.getpid()
+
+
+def _forked() -> None:
+    global _pid
+    _pid = os.getpid()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows
+    os.register_at_fork(after_in_child=_forked)
+
 
 class _Held:
     """A thread's connection, taken from ``pool`` in process ``pid``; given back when the
@@ -49,7 +62,7 @@ class _Held:
     __slots__ = ("conn", "pid", "pool", "used")
 
     def __init__(self, pool: Any) -> None:
-        self.pool, self.pid = pool, os.getpid()
+        self.pool, self.pid = pool, _pid
         self.conn: Any = pool.get_connection()
         self.used = time.monotonic()
 
@@ -57,7 +70,7 @@ class _Held:
         """Whether it may carry this thread's next round trip to ``pool``: not given back,
         of this process and pool, and used within IDLE seconds (else it goes back, so the
         pool checks it as it hands it out again: closed by the server while idle?)."""
-        if self.conn is None or self.pid != os.getpid() or self.pool is not pool:
+        if self.conn is None or self.pid != _pid or self.pool is not pool:
             return False
         now = time.monotonic()
         if now - self.used > IDLE:
@@ -67,7 +80,7 @@ class _Held:
 
     def give_back(self, broken: bool = False) -> None:
         conn, self.conn = self.conn, None
-        if conn is None or self.pid != os.getpid():  # a fork: the pool resets itself
+        if conn is None or self.pid != _pid:  # a fork: the pool resets itself
             return
         if broken:
             conn.disconnect()
@@ -211,7 +224,7 @@ class Transport:
         """Send ``indexes`` once, in one write on one connection of ``pool``."""
         sent = Round(ops, indexes, resent, results)
         try:
-            resendable = all(ops[i].policy is Policy.RESEND for i in indexes)
+            resendable = all([ops[i].policy is Policy.RESEND for i in indexes])
             conn, held = self._connection(pool, resendable)
         except redis.exceptions.RedisError as exc:
             return sent.not_sent(exc)

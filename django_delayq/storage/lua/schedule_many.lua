@@ -29,14 +29,18 @@ local resend = relay or ARGV[2] == '1'
 local out, plan, earliest = {now}, {}, nil
 zsets(pending) lists(wake)
 if relay then zsets(relayed) end
-local marks = {}
+local marks, ids, found = {}, {}, nil
+for i = 3, #ARGV, 5 do ids[#ids + 1] = ARGV[i] end
 for i = 3, #ARGV, 5 do
   local id, record, value = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 3])
   local due
   if ARGV[i + 2] == 'delay' then due = now + math.max(value, 0) else due = math.max(value, now) end
   if not (due < RESERVED) then return redis.error_reply('DELAYQ_BAD_DUE ' .. tostring(due)) end
-  local stored = redis.call('HGET', jobs, id)
+  -- The stored records of every id, read once where the first job's was (one HMGET per
+  -- 1,000 ids rather than an HGET per job)
+  found = found or batched('HMGET', jobs, ids)
   local index = (i + 2) / 5
+  local stored = found[index]
   if relay then table.insert(marks, int(now)) table.insert(marks, id) end
   if relay and redis.call('ZSCORE', relayed, id) then  -- relayed before: never stored again
     table.insert(out, index)
@@ -50,21 +54,31 @@ for i = 3, #ARGV, 5 do
     table.insert(out, index)
     table.insert(out, '')
   else
-    table.insert(plan, {id, record, due, ARGV[i + 4]})
+    table.insert(plan, i)  -- its place in ARGV
+    table.insert(plan, due)
     if not earliest or due < earliest then earliest = due end
   end
 end
-if #plan > 0 then
+if #plan > 0 then  -- pairs: a job's place in ARGV, its due time
   local wakes = #redis.call('ZRANGEBYSCORE', pending, '-inf', '(' .. int(earliest), 'LIMIT', 0, 1) == 0
   local fields, scores, ranked_args, link_args = {}, {}, {}, {}
-  for _, job in ipairs(plan) do
-    table.insert(fields, job[1]) table.insert(fields, job[2])
-    if job[4] ~= '' then table.insert(link_args, job[1]) table.insert(link_args, job[4]) end
-    local _, _, _, priority = header(job[2])
+  local due_of, score_of = nil, nil  -- the last due time written as a score (most are alike)
+  for n = 1, #plan, 2 do
+    local i, due = plan[n], plan[n + 1]
+    local id, record, link = ARGV[i], ARGV[i + 1], ARGV[i + 4]
+    fields[n], fields[n + 1] = id, record
+    if link ~= '' then table.insert(link_args, id) table.insert(link_args, link) end
+    -- a priority follows the flags (no unique key here): header() reads it when one may
+    local after, priority = string.match(record, '^%d+%l*()'), 0
+    if after and string.sub(record, after, after) ~= '\n' then
+      local _, _, _, read = header(record)
+      priority = read
+    end
     if priority == 0 then
-      table.insert(scores, int(job[3])) table.insert(scores, job[1])
+      if due ~= due_of then due_of, score_of = due, int(due) end
+      table.insert(scores, score_of) table.insert(scores, id)
     else
-      table.insert(ranked_args, int(ranked_score(priority, job[3]))) table.insert(ranked_args, job[1])
+      table.insert(ranked_args, int(ranked_score(priority, due))) table.insert(ranked_args, id)
     end
   end
   if #ranked_args > 0 then zsets(ranked) end

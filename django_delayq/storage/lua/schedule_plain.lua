@@ -15,11 +15,13 @@
 --         anything else, whatever the outcome, as schedule.lua does.
 -- The job waits in `pending`; a worker is woken (an entry pushed on `wake`, at most 8 kept)
 -- when no pending job is due before it, as schedule.lua wakes.
--- Returns {'created', id, due_at} (due_at in epoch milliseconds), or {'done', id, ''}.
+-- Returns the job's due_at (an integer, epoch milliseconds): it was created; or 0: it was
+-- done (one integer, not schedule.lua's {outcome, id, due_at}: the caller knows the id, and
+-- an integer is the cheapest reply to send and read).
 -- Idempotent: the same call sent again (same id and record) changes nothing and returns
--- {'created', id, due_at of the stored job} while the job waits, runs or lies dead, and
--- {'done', id, ''} when it already finished (its id in `done`, kept DONE_TTL for records
--- with flag 'i'; checked only when ARGV[6] is '1'), as schedule.lua answers.
+-- the due_at of the stored job while the job waits, runs or lies dead ('created'), and 0
+-- when it already finished (its id in `done`, kept DONE_TTL for records with flag 'i';
+-- checked only when ARGV[6] is '1'), as schedule.lua answers 'done'.
 -- Errors: 'DELAYQ_DUPLICATE_ID' if the id is taken by another record (never happens with
 -- ULIDs); 'DELAYQ_BAD_DUE' if the due time is not an epoch before year 2286.
 -- It names one helper, wake_worker (each helper a script names is a closure Lua makes on
@@ -41,9 +43,9 @@ local at = string.format('%d', due)
 if ARGV[6] == '1' then
   local stored = redis.call('HGET', jobs, id)
   if stored == record then  -- this very call, sent again
-    return {'created', id, tonumber(redis.call('ZSCORE', pending, id)) or due}
+    return tonumber(redis.call('ZSCORE', pending, id)) or due
   end
-  if not stored and redis.call('ZSCORE', done, id) then return {'done', id, ''} end
+  if not stored and redis.call('ZSCORE', done, id) then return 0 end
 end
 -- Reads before writes: is a pending job due before this one (if not, wake a worker: its
 -- sleep may be too long; the read also checks the pending key's type, LLEN the wake's).
@@ -51,10 +53,10 @@ local earliest = #redis.call('ZRANGEBYSCORE', pending, '-inf', '(' .. at, 'LIMIT
 if earliest then redis.call('LLEN', wake) end
 if redis.call('HSETNX', jobs, id, record) == 0 then
   if redis.call('HGET', jobs, id) == record then  -- this very call, sent again
-    return {'created', id, tonumber(redis.call('ZSCORE', pending, id)) or due}
+    return tonumber(redis.call('ZSCORE', pending, id)) or due
   end
   return redis.error_reply('DELAYQ_DUPLICATE_ID ' .. id)
 end
 redis.call('ZADD', pending, at, id)
 if earliest then wake_worker() end
-return {'created', id, due}
+return due
