@@ -195,8 +195,9 @@ def test_calls_of_one_plan_encode_as_calls_of_fresh_plans():
         assert again.plain == fresh.plain and again.encoded.flags == fresh.encoded.flags
     assert {(True, False, False), (False, True, True)} <= set(shared.encodings)
     with override_settings(DELAYQ={"CHECK_NAMES": False}):
-        grouped = Plan("other.code.task", {"group": "t-1", "delay": 999})
-        Prepared(grouped, [1], {})  # its Redis shape, kept
+        # (a group through the outbox, the check this used, is accepted since 0.8)
+        held = Plan("other.code.task", {"key": "k", "unique_until": "end", "delay": 999})
+        Prepared(held, [1], {})  # its unlinked shape, kept
         for _ in range(2):
-            with pytest.raises(ValueError, match="group"):
-                Prepared(grouped, [1], {}, outbox=True)
+            with pytest.raises(ValueError, match="batch or chain"):
+                Prepared(held, [1], {}, link='{"b":"x"}')
