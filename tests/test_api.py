@@ -291,6 +291,10 @@ def test_schedule_many(store):
     with pytest.raises(TypeError, match="argument 0"):
         schedule_many(t.add, [(1, 2), (dt.date.today(), 1)])
     assert store.client.zcard(store.key("default", "pending")) == 2  # nothing of the bad batch
+    # on_commit is a schedule() option (the message used to list it as one of the options)
+    with pytest.raises(TypeError, match=r"schedule_many\(\) takes no on_commit=.*on_commit\(\)"):
+        schedule_many(t.add, [(5, 6)], on_commit=True)
+    assert store.client.zcard(store.key("default", "pending")) == 2
 
 
 def test_schedule_when_redis_is_down_raises():

@@ -151,6 +151,12 @@ def schedule_many(
     with one through schedule.lua, all in the chunk's one round trip. A chunk whose
     reply was lost is sent again (it is idempotent), so no job is stored twice.
     """
+    if "on_commit" in options:
+        raise TypeError(
+            "schedule_many() takes no on_commit=: it stores its jobs when it is called. To "
+            "store them only if a transaction commits, call it from transaction.on_commit(), "
+            "or schedule each job with schedule(..., on_commit=True)"
+        )
     base = cached_plan(task, options)
     tracer = tracing.tracer()
     if tracer is None:
