@@ -45,26 +45,65 @@ LOOK_AGAIN_MS = 60_000  # an open batch is looked at again this much later
 KEEP_LISTED_MS = 30 * 86_400_000  # the list of batches forgets batches older than this
 
 
-def forward_ids(store: Store, ended: Iterable[tuple[str, str]]) -> int:
+class Drops:
+    """Forward entries forwarded and not deleted yet (the worker's forwarder): deleted in the
+    round trip that reads the next ones of their queue (:func:`forward_ids`), or on their own
+    once no end came for a moment (:meth:`send`), which saves a forwarding one round trip. A
+    crash before leaves them for the sweep, which forwards them again harmlessly (step 1's
+    derived ids, batch_ended.lua answering the same twice), as after a crash in step 3."""
+
+    def __init__(self) -> None:
+        self.entries: list[Ended] = []
+
+    def take(self, queue: str) -> list[Ended]:
+        """The entries of ``queue``, no longer held here."""
+        taken = [e for e in self.entries if e.queue == queue]
+        self.entries = [e for e in self.entries if e.queue != queue]
+        return taken
+
+    def send(self, store: Store) -> None:
+        entries, self.entries = self.entries, []
+        _drop(store, entries)
+
+
+def forward_ids(store: Store, ended: Iterable[tuple[str, str]], drops: Drops | None = None) -> int:
     """Forward the entries of (queue, job id) pairs: jobs this process just ended. Returns
-    how many jobs the forwarding stored (chain steps, callbacks, on_death jobs)."""
+    how many jobs the forwarding stored (chain steps, callbacks, on_death jobs). With
+    ``drops``, the entries forwarded are left there, to be deleted later (:class:`Drops`),
+    and those it held are deleted in this call's reads."""
     by_queue: dict[str, list[str]] = {}
     for queue, job_id in ended:
         by_queue.setdefault(queue, []).append(job_id)
     entries: list[Ended] = []
     try:
         for queue, ids in by_queue.items():
-            entries += store.batches.read_forward(queue, ids)
+            entries += _read(store, queue, ids, drops)
     except Exception as exc:
         logger.warning("batches and chains: outcomes left for the sweep (%s)", exc)
         return 0
-    return forward(store, entries)
+    return forward(store, entries, drops)
 
 
-def forward(store: Store, entries: Sequence[Ended]) -> int:
-    """Take each entry to its chain and batch, then delete it (see the module docstring).
-    Returns how many jobs it stored (a chain's next step or on_death, a batch's callbacks),
-    sent again or not: the worker wakes its dispatcher only then (worker/forwarder.py)."""
+def _read(store: Store, queue: str, ids: list[str], drops: Drops | None) -> list[Ended]:
+    """The forward entries of ``ids``, after deleting in the same round trip the ones
+    ``drops`` held for ``queue`` (an error there leaves them for the sweep)."""
+    dropped = drops.take(queue) if drops is not None else []
+    if not dropped:
+        return store.batches.read_forward(queue, ids)
+    drop = store.batches.drop_forward_op(queue, [e.field for e in dropped])
+    result, found = store.run([drop, store.batches.read_forward_op(queue, ids)])
+    if isinstance(result, Exception):  # forwarded again by the sweep: harmless
+        logger.info("batches and chains: forward entries left (%s)", result)
+    if isinstance(found, Exception):
+        raise found
+    return found
+
+
+def forward(store: Store, entries: Sequence[Ended], drops: Drops | None = None) -> int:
+    """Take each entry to its chain and batch, then delete it (see the module docstring;
+    with ``drops``, left there for the caller to delete). Returns how many jobs it stored
+    (a chain's next step or on_death, a batch's callbacks), sent again or not: the worker
+    wakes its dispatcher only then (worker/forwarder.py)."""
     stored_jobs = 0
     for_batches: dict[str, list[tuple[str, str]]] = {}
     taken: list[tuple[Ended, Any]] = []  # (entry, its batch id) of each entry taken
@@ -88,7 +127,11 @@ def forward(store: Store, entries: Sequence[Ended]) -> int:
         except Exception as exc:
             logger.warning("batch %s: outcomes not recorded yet (%s)", batch_id, exc)
             refused.add(batch_id)
-    _drop(store, [e for e, batch_id in taken if batch_id not in refused])
+    done = [e for e, batch_id in taken if batch_id not in refused]
+    if drops is None:
+        _drop(store, done)
+    else:
+        drops.entries += done
     return stored_jobs
 
 
