@@ -47,19 +47,13 @@ KEEP_LISTED_MS = 30 * 86_400_000  # the list of batches forgets batches older th
 
 class Drops:
     """Forward entries forwarded and not deleted yet (the worker's forwarder): deleted in the
-    round trip that reads the next ones of their queue (:func:`forward_ids`), or on their own
-    once no end came for a moment (:meth:`send`), which saves a forwarding one round trip. A
-    crash before leaves them for the sweep, which forwards them again harmlessly (step 1's
-    derived ids, batch_ended.lua answering the same twice), as after a crash in step 3."""
+    round trip that reads the next ones (:func:`forward_ids`), or on their own once no end
+    came for a moment (:meth:`send`), which saves a forwarding one round trip. A crash
+    before leaves them for the sweep, which forwards them again harmlessly (step 1's derived
+    ids, batch_ended.lua answering the same twice), as after a crash in step 3."""
 
     def __init__(self) -> None:
         self.entries: list[Ended] = []
-
-    def take(self, queue: str) -> list[Ended]:
-        """The entries of ``queue``, no longer held here."""
-        taken = [e for e in self.entries if e.queue == queue]
-        self.entries = [e for e in self.entries if e.queue != queue]
-        return taken
 
     def send(self, store: Store) -> None:
         entries, self.entries = self.entries, []
@@ -70,33 +64,37 @@ def forward_ids(store: Store, ended: Iterable[tuple[str, str]], drops: Drops | N
     """Forward the entries of (queue, job id) pairs: jobs this process just ended. Returns
     how many jobs the forwarding stored (chain steps, callbacks, on_death jobs). With
     ``drops``, the entries forwarded are left there, to be deleted later (:class:`Drops`),
-    and those it held are deleted in this call's reads."""
+    and those it held are deleted in the round trip of this call's reads."""
     by_queue: dict[str, list[str]] = {}
     for queue, job_id in ended:
         by_queue.setdefault(queue, []).append(job_id)
     entries: list[Ended] = []
     try:
-        for queue, ids in by_queue.items():
-            entries += _read(store, queue, ids, drops)
+        if drops is None:
+            for queue, ids in by_queue.items():
+                entries += store.batches.read_forward(queue, ids)
+        else:
+            entries = _read_dropping(store, by_queue, drops)
     except Exception as exc:
         logger.warning("batches and chains: outcomes left for the sweep (%s)", exc)
         return 0
     return forward(store, entries, drops)
 
 
-def _read(store: Store, queue: str, ids: list[str], drops: Drops | None) -> list[Ended]:
-    """The forward entries of ``ids``, after deleting in the same round trip the ones
-    ``drops`` held for ``queue`` (an error there leaves them for the sweep)."""
-    dropped = drops.take(queue) if drops is not None else []
-    if not dropped:
-        return store.batches.read_forward(queue, ids)
-    drop = store.batches.drop_forward_op(queue, [e.field for e in dropped])
-    result, found = store.run([drop, store.batches.read_forward_op(queue, ids)])
-    if isinstance(result, Exception):  # forwarded again by the sweep: harmless
-        logger.info("batches and chains: forward entries left (%s)", result)
-    if isinstance(found, Exception):
-        raise found
-    return found
+def _read_dropping(store: Store, by_queue: dict[str, list[str]], drops: Drops) -> list[Ended]:
+    """The forward entries of ``by_queue``'s ids, read in the round trip that deletes the
+    ones ``drops`` held (an error there leaves those for the sweep)."""
+    dropping = _drop_ops(store, drops.entries)
+    drops.entries = []
+    reads = [store.batches.read_forward_op(queue, ids) for queue, ids in by_queue.items()]
+    results = store.run([*dropping, *reads])
+    _log_left(results[: len(dropping)])
+    entries: list[Ended] = []
+    for found in results[len(dropping) :]:
+        if isinstance(found, Exception):
+            raise found
+        entries += found
+    return entries
 
 
 def forward(store: Store, entries: Sequence[Ended], drops: Drops | None = None) -> int:
@@ -136,14 +134,22 @@ def forward(store: Store, entries: Sequence[Ended], drops: Drops | None = None) 
 
 
 def _drop(store: Store, entries: Sequence[Ended]) -> None:
+    ops = _drop_ops(store, entries)
+    if ops:
+        _log_left(store.run(ops, 1.0))
+
+
+def _drop_ops(store: Store, entries: Sequence[Ended]) -> list[Any]:
     by_queue: dict[str, list[str]] = {}
     for entry in entries:
         by_queue.setdefault(entry.queue, []).append(entry.field)
-    ops = [store.batches.drop_forward_op(queue, ids) for queue, ids in by_queue.items()]
-    if ops:
-        for result in store.run(ops, 1.0):
-            if isinstance(result, Exception):  # forwarded again by the sweep: harmless
-                logger.info("batches and chains: forward entries left (%s)", result)
+    return [store.batches.drop_forward_op(queue, ids) for queue, ids in by_queue.items()]
+
+
+def _log_left(results: Sequence[Any]) -> None:
+    for result in results:
+        if isinstance(result, Exception):  # forwarded again by the sweep: harmless
+            logger.info("batches and chains: forward entries left (%s)", result)
 
 
 def _chain_end(store: Store, entry: Ended, link: dict[str, Any]) -> tuple[str | None, int]:
