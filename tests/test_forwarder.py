@@ -7,8 +7,6 @@ tests check the wake itself, and that what it wakes for is in Redis, due."""
 
 from __future__ import annotations
 
-import time
-
 from django_delayq import batch
 from django_delayq.worker.dispatch import Worker
 from tests.test_batches import T, _runs, runs  # noqa: F401 - _runs: autouse
@@ -88,43 +86,3 @@ def test_a_burst_waiting_for_a_forwarding_alone_is_woken_when_it_ends(store):
     forwarder.flush()
     assert forwarder.stored == 0 and wake.is_set()
     assert worker._nothing_left()
-
-
-def forward_fields(store) -> set[str]:
-    return {f.decode() for f in store.client.hkeys(store.key("default", "forward"))}
-
-
-def test_the_forwarder_thread_deletes_entries_with_its_next_read_or_alone_when_idle(store):
-    """The forwarder's thread leaves the entries it forwarded until its next forwarding,
-    whose read deletes them in the same round trip; with no end coming, it deletes them on
-    their own after DROP_AFTER; what a stop leaves, close() deletes. The batch takes each
-    outcome once either way."""
-    with batch(on_complete=t.record_batch.call(T("b-complete"))) as b:
-        for i in range(3):
-            t.record.schedule(T("b-member"), str(i))
-    first, second, third = ended_unforwarded(store)
-    worker = Worker(["default"], burst=True)
-    forwarder = worker.parts.forwarder
-    drops = forwarder._drops
-    forwarder.notify([first])
-    forwarder.flush(drops)  # as the thread does
-    assert forward_fields(store) == {first[1], second[1], third[1]}  # first's left, held
-    assert [e.field for e in drops.entries] == [first[1]]
-    forwarder.notify([second])
-    forwarder.flush(drops)
-    assert forward_fields(store) == {second[1], third[1]}  # deleted with second's read
-    assert [e.field for e in drops.entries] == [second[1]]
-    thread = forwarder.thread()
-    thread.start()
-    deadline = time.monotonic() + 5
-    while drops.entries and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert forward_fields(store) == {third[1]}  # alone, no end having come
-    forwarder.notify([third])
-    worker._stopped.set()
-    forwarder.close()
-    assert forward_fields(store) == set() and not drops.entries
-    assert forwarder.forwarded == 3 and forwarder.stored == 1
-    assert store.client.hget(store.batch_keys(b.id)[0], "n:succeeded") == b"3"
-    assert Worker(["default"], burst=True).run() == 0  # the callback the last end stored
-    assert runs(T("b-complete")) == [b.id]

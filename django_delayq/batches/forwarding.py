@@ -45,63 +45,26 @@ LOOK_AGAIN_MS = 60_000  # an open batch is looked at again this much later
 KEEP_LISTED_MS = 30 * 86_400_000  # the list of batches forgets batches older than this
 
 
-class Drops:
-    """Forward entries forwarded and not deleted yet (the worker's forwarder): deleted in the
-    round trip that reads the next ones (:func:`forward_ids`), or on their own once no end
-    came for a moment (:meth:`send`), which saves a forwarding one round trip. A crash
-    before leaves them for the sweep, which forwards them again harmlessly (step 1's derived
-    ids, batch_ended.lua answering the same twice), as after a crash in step 3."""
-
-    def __init__(self) -> None:
-        self.entries: list[Ended] = []
-
-    def send(self, store: Store) -> None:
-        entries, self.entries = self.entries, []
-        _drop(store, entries)
-
-
-def forward_ids(store: Store, ended: Iterable[tuple[str, str]], drops: Drops | None = None) -> int:
+def forward_ids(store: Store, ended: Iterable[tuple[str, str]]) -> int:
     """Forward the entries of (queue, job id) pairs: jobs this process just ended. Returns
-    how many jobs the forwarding stored (chain steps, callbacks, on_death jobs). With
-    ``drops``, the entries forwarded are left there, to be deleted later (:class:`Drops`),
-    and those it held are deleted in the round trip of this call's reads."""
+    how many jobs the forwarding stored (chain steps, callbacks, on_death jobs)."""
     by_queue: dict[str, list[str]] = {}
     for queue, job_id in ended:
         by_queue.setdefault(queue, []).append(job_id)
     entries: list[Ended] = []
     try:
-        if drops is None:
-            for queue, ids in by_queue.items():
-                entries += store.batches.read_forward(queue, ids)
-        else:
-            entries = _read_dropping(store, by_queue, drops)
+        for queue, ids in by_queue.items():
+            entries += store.batches.read_forward(queue, ids)
     except Exception as exc:
         logger.warning("batches and chains: outcomes left for the sweep (%s)", exc)
         return 0
-    return forward(store, entries, drops)
+    return forward(store, entries)
 
 
-def _read_dropping(store: Store, by_queue: dict[str, list[str]], drops: Drops) -> list[Ended]:
-    """The forward entries of ``by_queue``'s ids, read in the round trip that deletes the
-    ones ``drops`` held (an error there leaves those for the sweep)."""
-    dropping = _drop_ops(store, drops.entries)
-    drops.entries = []
-    reads = [store.batches.read_forward_op(queue, ids) for queue, ids in by_queue.items()]
-    results = store.run([*dropping, *reads])
-    _log_left(results[: len(dropping)])
-    entries: list[Ended] = []
-    for found in results[len(dropping) :]:
-        if isinstance(found, Exception):
-            raise found
-        entries += found
-    return entries
-
-
-def forward(store: Store, entries: Sequence[Ended], drops: Drops | None = None) -> int:
-    """Take each entry to its chain and batch, then delete it (see the module docstring;
-    with ``drops``, left there for the caller to delete). Returns how many jobs it stored
-    (a chain's next step or on_death, a batch's callbacks), sent again or not: the worker
-    wakes its dispatcher only then (worker/forwarder.py)."""
+def forward(store: Store, entries: Sequence[Ended]) -> int:
+    """Take each entry to its chain and batch, then delete it (see the module docstring).
+    Returns how many jobs it stored (a chain's next step or on_death, a batch's callbacks),
+    sent again or not: the worker wakes its dispatcher only then (worker/forwarder.py)."""
     stored_jobs = 0
     for_batches: dict[str, list[tuple[str, str]]] = {}
     taken: list[tuple[Ended, Any]] = []  # (entry, its batch id) of each entry taken
@@ -125,31 +88,19 @@ def forward(store: Store, entries: Sequence[Ended], drops: Drops | None = None) 
         except Exception as exc:
             logger.warning("batch %s: outcomes not recorded yet (%s)", batch_id, exc)
             refused.add(batch_id)
-    done = [e for e, batch_id in taken if batch_id not in refused]
-    if drops is None:
-        _drop(store, done)
-    else:
-        drops.entries += done
+    _drop(store, [e for e, batch_id in taken if batch_id not in refused])
     return stored_jobs
 
 
 def _drop(store: Store, entries: Sequence[Ended]) -> None:
-    ops = _drop_ops(store, entries)
-    if ops:
-        _log_left(store.run(ops, 1.0))
-
-
-def _drop_ops(store: Store, entries: Sequence[Ended]) -> list[Any]:
     by_queue: dict[str, list[str]] = {}
     for entry in entries:
         by_queue.setdefault(entry.queue, []).append(entry.field)
-    return [store.batches.drop_forward_op(queue, ids) for queue, ids in by_queue.items()]
-
-
-def _log_left(results: Sequence[Any]) -> None:
-    for result in results:
-        if isinstance(result, Exception):  # forwarded again by the sweep: harmless
-            logger.info("batches and chains: forward entries left (%s)", result)
+    ops = [store.batches.drop_forward_op(queue, ids) for queue, ids in by_queue.items()]
+    if ops:
+        for result in store.run(ops, 1.0):
+            if isinstance(result, Exception):  # forwarded again by the sweep: harmless
+                logger.info("batches and chains: forward entries left (%s)", result)
 
 
 def _chain_end(store: Store, entry: Ended, link: dict[str, Any]) -> tuple[str | None, int]:

@@ -252,17 +252,10 @@ class BatchStore:
         """The forward entries of ``ids`` that are there."""
         if not ids:
             return []
-        return self._store.call(self.read_forward_op(queue, ids))
-
-    def read_forward_op(self, queue: str, ids: Sequence[str]) -> Op:
-        """:meth:`read_forward` as an op (one HMGET), to send beside others."""
         key = self._store.key(queue, "forward")
-
-        def parse(reply: list) -> list[Ended]:
-            found = [_entry(job_id, queue, raw) for job_id, raw in zip(ids, reply, strict=True)]
-            return [e for e in found if e is not None]
-
-        return Op((b"HMGET", key, *ids), parse, route=key.encode())
+        reply = self._store.call(self._store.command(b"HMGET", key, *ids, route=key))
+        found = [_entry(job_id, queue, raw) for job_id, raw in zip(ids, reply, strict=True)]
+        return [e for e in found if e is not None]
 
     def scan_forward(self, queue: str, cursor: int, count: int) -> tuple[int, list[Ended]]:
         """One HSCAN step over the queue's forward entries (the sweep of what a crash left)."""

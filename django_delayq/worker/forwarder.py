@@ -1,9 +1,8 @@
 """The ends of linked jobs (batch members, chain steps) this worker acknowledged or
 dead-lettered, forwarded to their batches and chains (batches/forwarding.py) by a thread of
-their own, so the dispatcher's round trips never wait for the forwarding's (read the
-entries, batch_ended.lua, delete them: the deletion rides on the next forwarding's read, or
-goes alone once no end came for DROP_AFTER). Ends that come in while one forwarding runs go
-in the next, together: one batch_ended.lua call for all the ends of a batch.
+their own, so the dispatcher's round trips never wait for the forwarding's three (read the
+entries, batch_ended.lua, delete them). Ends that come in while one forwarding runs go in
+the next, together: one batch_ended.lua call for all the ends of a batch.
 
 The forwarder wakes the dispatcher only after a forwarding that stored a job (a chain's next
 step, a batch's callback, an on_death: due now, perhaps, in a queue this worker claims), and,
@@ -19,12 +18,8 @@ from __future__ import annotations
 
 import threading
 
-from django_delayq.batches.forwarding import Drops, forward_ids
+from django_delayq.batches.forwarding import forward_ids
 from django_delayq.storage.store import Store
-
-# Seconds without a new end after which the entries forwarded are deleted on their own (until
-# then they ride on the next forwarding's read: batches/forwarding.py, Drops).
-DROP_AFTER = 0.05
 
 
 class Forwarder:
@@ -42,7 +37,6 @@ class Forwarder:
         self.generation = 0  # forwardings that stored a job (due now, perhaps)
         self.stored = 0  # jobs the forwardings stored
         self._thread: threading.Thread | None = None
-        self._drops = Drops()  # the forwarder thread's only
 
     def notify(self, ended: list[tuple[str, str]]) -> None:
         """(queue, job id) of linked jobs that ended: forward them soon."""
@@ -61,20 +55,15 @@ class Forwarder:
             self._more.set()  # wakes the thread at once: it sees ``stopped`` and ends
             self._thread.join(timeout)
         self.flush()
-        if self._thread is None or not self._thread.is_alive():
-            self._drops.send(self.store)  # what the thread left to delete
 
     def run(self) -> None:
         while not self.stopped.is_set():
-            if self._more.wait(DROP_AFTER if self._drops.entries else 0.5):
-                self.flush(self._drops)
-            elif self._drops.entries:
-                self._drops.send(self.store)
+            if self._more.wait(0.5):
+                self.flush()
 
-    def flush(self, drops: Drops | None = None) -> None:
+    def flush(self) -> None:
         """Forward every end notified so far (forward_ids never raises: what it could not
-        forward stays for the sweep); with ``drops`` (the thread's), their entries are
-        deleted later (run), else at once."""
+        forward stays for the sweep)."""
         with self._lock:
             self._more.clear()
             ended, self._ended = self._ended, []
@@ -82,7 +71,7 @@ class Forwarder:
         if ended:
             stored = 1  # until forward_ids says: an exception may follow a stored job
             try:
-                stored = forward_ids(self.store, ended, drops)
+                stored = forward_ids(self.store, ended)
             finally:
                 self.forwarded += len(ended)
                 self.stored += stored
