@@ -109,3 +109,37 @@ def test_a_requeued_middle_step_that_dies_again_stores_on_death_once(store):
             assert store.requeue("default", [dead_id]) == [1]
     assert runs(T("b-step")) == ["0"]
     assert runs(T("b-chain-death")) == ["x"]
+
+
+def test_outcomes_sent_in_one_batch_ended_call_count_as_sent_one_by_one(store):
+    """batch_ended.lua reads and writes a call's members at once: a member that moves twice
+    in one call (dead, then succeeded once requeued; again dead), outcomes repeated, leave
+    the batch's counts and `ended` as the same outcomes sent one call each."""
+    outcomes = [
+        ("m1", "dead"),
+        ("m2", "succeeded"),
+        ("m1", "succeeded"),
+        ("m3", "cancelled"),
+        ("m2", "succeeded"),
+        ("m3", "dead"),
+        ("m4", "expired"),
+    ]
+    store.call(store.batches.ended_op("together", outcomes))
+    for pair in outcomes:
+        store.call(store.batches.ended_op("apart", [pair]))
+    for one, other in zip(store.batch_keys("together"), store.batch_keys("apart"), strict=True):
+        assert store.client.hgetall(one) == store.client.hgetall(other)
+    batch_key, ended_key = store.batch_keys("together")[:2]
+    assert store.client.hgetall(ended_key) == {
+        b"m1": b"succeeded",
+        b"m2": b"succeeded",
+        b"m3": b"dead",
+        b"m4": b"expired",
+    }
+    counts = {k: v for k, v in store.client.hgetall(batch_key).items() if k.startswith(b"n:")}
+    assert counts == {
+        b"n:dead": b"1",
+        b"n:succeeded": b"2",
+        b"n:cancelled": b"0",
+        b"n:expired": b"1",
+    }

@@ -215,8 +215,8 @@ def test_an_ack_with_a_unique_key_goes_through_claim_lua(store, monkeypatch):
 
 
 def test_plain_ack_takes_the_flags_that_leave_feature_keys_alone():
-    assert all(map(plain_ack, ["", "i", "k", "u", "iku"]))
-    assert not any(map(plain_ack, ["=k", "i=k", "ie", "l", "g", "t", "ilt"]))
+    assert all(map(plain_ack, ["", "i", "k", "u", "iku", "l", "ikl"]))  # 'l': a link's end
+    assert not any(map(plain_ack, ["=k", "i=k", "ie", "g", "t", "ilt", "lg", "l=k"]))
 
 
 def test_a_lost_reply_to_the_claim_after_features_is_sent_again_through_claim_lua(

@@ -224,7 +224,34 @@ def test_a_claim_plain_sent_again_returns_its_jobs_on_a_queue_turned_general(sto
     assert again.next_due == T0 + 2  # claim.lua, sent next, tells where the next job is
 
 
-@pytest.mark.parametrize("info", ["=k", "i=k", "l", "g", "t", "ie"])
+@pytest.mark.parametrize("info", ["l", "il"])
+def test_linked_jobs_acked_through_either_script_leave_the_same_forward_entries(store, info):
+    """A batch member's or chain step's ack (flag 'l'): claim_plain.lua writes its end to
+    `forward` and deletes its link as claim.lua does, several in one call, and a second
+    entry of an id waiting already goes under "<id>#<ms>" there too."""
+    ids = [new_job_id() for _ in range(3)]
+    for q in QUEUES:
+        for i, job_id in enumerate(ids):
+            rec = record(args=(i,), flags="l")
+            link = "" if i == 2 else f'{{"b":"batch-{i}"}}'  # the last: its link gone
+            store.schedule(q, job_id, rec, delay=i / 1000, now=T0, link=link)
+        store.client.hset(store.key(q, "forward"), ids[1], "dead 1\n{}")  # an end waiting
+    first = both(store, 3, "w#1", T0 + 1)
+    same(store, first)
+    second = both(store, 0, "w#2", T0 + 2, acks_of(first[0], "w#1", info=info))
+    same(store, second)
+    assert second[1].acked == [1, 1, 1]
+    forward = store.client.hgetall(store.key("plain", "forward"))
+    at = int(T0 + 2) * 1000
+    assert forward == {
+        ids[0].encode(): b'succeeded %d\n{"b":"batch-0"}' % at,
+        ids[1].encode(): b"dead 1\n{}",
+        f"{ids[1]}#{at}".encode(): b'succeeded %d\n{"b":"batch-1"}' % at,
+    }
+    assert not store.client.exists(store.key("plain", "links"))
+
+
+@pytest.mark.parametrize("info", ["=k", "i=k", "g", "t", "ie", "lg"])
 def test_claim_plain_refuses_an_ack_it_cannot_do_before_any_write(store, info):
     put_both(store, 1)
     first = both(store, 1, "w#1", T0 + 1)

@@ -49,8 +49,8 @@ class Found:
 
 def plain_ack(info: str) -> bool:
     """Whether claim_plain.lua takes the ack of a job of this info (its flags and unique
-    key): flags i, k, u only (lua/claim_plain.lua)."""
-    return not info.strip("iku")
+    key): flags i, k, l, u only (lua/claim_plain.lua)."""
+    return not info.strip("ikul")
 
 
 class Exchange:

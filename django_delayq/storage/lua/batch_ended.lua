@@ -12,15 +12,34 @@
 --- @include "batch"
 local now = clock(ARGV[1])
 hashes(batch, ended, members)
-local saw_dead = false
+local ids = {}
+for i = 2, #ARGV, 2 do ids[#ids + 1] = ARGV[i] end
+-- The members' outcomes as stored, read at once; then moved here, pair by pair, and
+-- written with one HSET and one HINCRBY per outcome counted.
+local last, saw_dead, moved, is_moved, deltas, counted = {}, false, {}, {}, {}, {}
+local stored = #ids > 0 and batched('HMGET', ended, ids) or {}
+for j, id in ipairs(ids) do
+  if last[id] == nil then last[id] = stored[j] end
+end
+local function count(outcome, by)
+  if not deltas[outcome] then deltas[outcome] = 0 counted[#counted + 1] = outcome end
+  deltas[outcome] = deltas[outcome] + by
+end
 for i = 2, #ARGV, 2 do
   local id, outcome = ARGV[i], ARGV[i + 1]
   saw_dead = saw_dead or outcome == 'dead'
-  local was = redis.call('HGET', ended, id)
+  local was = last[id]
   if was ~= outcome then
-    redis.call('HSET', ended, id, outcome)
-    redis.call('HINCRBY', batch, 'n:' .. outcome, 1)
-    if was then redis.call('HINCRBY', batch, 'n:' .. was, -1) end
+    if not is_moved[id] then moved[#moved + 1] = id is_moved[id] = true end
+    last[id] = outcome
+    count(outcome, 1)
+    if was then count(was, -1) end
   end
+end
+if #moved > 0 then
+  local fields = {}
+  for _, id in ipairs(moved) do fields[#fields + 1] = id fields[#fields + 1] = last[id] end
+  batched('HSET', ended, fields)
+  for _, outcome in ipairs(counted) do redis.call('HINCRBY', batch, 'n:' .. outcome, deltas[outcome]) end
 end
 return decide(now, saw_dead)

@@ -4,7 +4,7 @@
 -- those jobs (controls.lua: "paused", "qconc", "qhold", "fair", their tasks' "rate:<task>" and
 -- "conc:<task>", a grouped job's task's "gconc:<task>" and "grate:<task>"; a limit of
 -- another task does not count), with only the keys and the Lua that path needs.
--- KEYS: pending running dead jobs state claims wake stats errors done finished kept ranked control parked
+-- KEYS: pending running dead jobs state claims wake stats errors done finished kept ranked control parked links forward
 -- ARGV[1] now (epoch milliseconds) or '' for Redis TIME
 -- ARGV[2] limit (integer >= 0; 0 only acknowledges and reports the next due time)
 -- ARGV[3] lease (integer milliseconds)
@@ -13,9 +13,10 @@
 -- ARGV[6] finished jobs' max age (integer milliseconds; 0: keep none), as claim.lua's
 -- ARGV[7] finished jobs' max count per queue, as claim.lua's
 -- ARGV[8..] optional quadruples: job id, lease token, info, attempt summary of finished jobs,
---           as claim.lua's, each info made of the flags i, k, u only (no unique key, no
---           link, group, trace or day-long tombstone: the worker sends claim.lua for a round
---           trip carrying any other); 'i' leaves a tombstone in `done`, as claim.lua's ack.
+--           as claim.lua's, each info made of the flags i, k, l, u only (no unique key,
+--           group, trace or day-long tombstone: the worker sends claim.lua for a round trip
+--           carrying any other); 'i' leaves a tombstone in `done`, 'l' (a batch member, a
+--           chain step) its end in `forward` and its link deleted, as claim.lua's ack.
 -- Returns, when the queue is plain for the due jobs it read (those fields read in one HMGET
 -- after their records, only while `control` exists):
 --   {now, next_due, {ack flags}, {id1, record1, attempt1, due1, id2, ...}, 'plain'},
@@ -47,8 +48,8 @@
 local limit, lease, token, instance = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], ARGV[5]
 local now = clock(ARGV[1])
 for i = 10, #ARGV, 4 do
-  if string.find(ARGV[i], '[^iku]') then
-    return redis.error_reply('DELAYQ_NOT_PLAIN claim_plain.lua takes acks of the flags i, k, u only, got ' .. ARGV[i] .. ' for ' .. ARGV[i - 2] .. ': send claim.lua')
+  if string.find(ARGV[i], '[^ikul]') then
+    return redis.error_reply('DELAYQ_NOT_PLAIN claim_plain.lua takes acks of the flags i, k, l, u only, got ' .. ARGV[i] .. ' for ' .. ARGV[i - 2] .. ': send claim.lua')
   end
 end
 -- Reads first (they check their keys' types too); then the keys this call will write

@@ -86,7 +86,7 @@ local function ack_from(first, now, out, released, keep)
       if keep then summaries[id] = ARGV[i + 3] or '' end
       if has(flags, 'i') then table.insert(marked, id) end
       if has(flags, 'e') then long[id] = true end
-      if has(flags, 'l') then forward_end(id, 'succeeded', now) table.insert(linked_ids, id) end
+      if has(flags, 'l') then table.insert(linked_ids, id) end
       if has(flags, 't') then table.insert(traces, id) end
       group_left(id, flags, true, released and released[id])
       table.insert(out, 1)
@@ -95,25 +95,31 @@ local function ack_from(first, now, out, released, keep)
     end
   end
   if #acked_ids > 0 then
+    forward_ends(linked_ids, 'succeeded', now)  -- their ends, for the worker to forward
     finish_acked(acked_ids, summaries, marked, long, now, keep)
     if #linked_ids > 0 then batched('HDEL', links, linked_ids) end
     if #traces > 0 then batched('HDEL', trace, traces) end
   end
 end
 
--- ack_from for entries whose info holds only the flags i, k, u (claim_plain.lua checks it):
--- no unique key, link, group, trace or day-long tombstone, so none of their keys is read.
+-- ack_from for entries whose info holds only the flags i, k, l, u (claim_plain.lua checks it):
+-- no unique key, group, trace or day-long tombstone, so none of their keys is read; `links`
+-- and `forward` only when an entry is linked (its end goes to `forward`, as in ack_from).
 local function ack_plain(first, now, out, keep)
   local ids = {}
   for i = first, #ARGV, 4 do table.insert(ids, ARGV[i]) end
   if #ids == 0 then return end
   local states = batched('HMGET', state, ids)
   zsets(running) hashes(jobs, errors, stats)
+  local flagged, linked = false, false
   for i = first + 2, #ARGV, 4 do
-    if has(ARGV[i], 'i') then zsets(done) break end
+    flagged = flagged or has(ARGV[i], 'i')
+    linked = linked or has(ARGV[i], 'l')
   end
+  if flagged then zsets(done) end
+  if linked then hashes(links, forward) end
   if keep then zsets(finished) hashes(kept) end
-  local acked_ids, marked, summaries = {}, {}, {}
+  local acked_ids, marked, summaries, linked_ids = {}, {}, {}, {}
   for j, id in ipairs(ids) do
     local i = first + (j - 1) * 4
     local _, t, held = parse_state(states[j])
@@ -121,10 +127,15 @@ local function ack_plain(first, now, out, keep)
       table.insert(acked_ids, id)
       if keep then summaries[id] = ARGV[i + 3] or '' end
       if has(ARGV[i + 2], 'i') then table.insert(marked, id) end
+      if linked and has(ARGV[i + 2], 'l') then table.insert(linked_ids, id) end
       table.insert(out, 1)
     else
       table.insert(out, not_acked(id, states[j]))
     end
   end
-  if #acked_ids > 0 then finish_acked(acked_ids, summaries, marked, nil, now, keep) end
+  if #acked_ids > 0 then
+    forward_ends(linked_ids, 'succeeded', now)
+    finish_acked(acked_ids, summaries, marked, nil, now, keep)
+    if #linked_ids > 0 then batched('HDEL', links, linked_ids) end
+  end
 end
