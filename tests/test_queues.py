@@ -104,5 +104,5 @@ def test_one_schedule_is_one_command_with_one_reply_off_a_cluster(store, monkeyp
     head = sent[0][0].args
     assert head[2] == b"5" and head[7] == store.queues_key.encode()  # 4 keys + the registry
     head = sent[1][0].args
-    assert head[2] == b"16" and head[18] == store.queues_key.encode()  # 15 keys + the registry
+    assert head[2] == b"17" and head[19] == store.queues_key.encode()  # 16 keys + the registry
     assert {"elsewhere", "keyed"} <= set(store.queues())
