@@ -4,8 +4,10 @@ taken from git, started on a data server of its own."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
+import sys
 from typing import Any
 
 from django_delayq.storage.store import Store
@@ -22,6 +24,20 @@ def old_0_7_worker(
     env = worker_env(data.url, runs_server.url, prefix)
     tree = old_tree(tmp_path, RELEASE_0_7, "0.7.0")
     return data, Store(data.client(), prefix), start_old_worker(tree, env, tmp_path / "o", queue)
+
+
+def run_0_7(tree: str, env: dict[str, str], source: str, *argv: str) -> None:
+    """``source`` run by the 0.7.0 code in ``tree`` (django set up, ``argv`` as sys.argv[1:]):
+    a 0.7.0 producer beside this version's workers."""
+    environ = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.reliability.settings",
+        "PYTHONPATH": tree,
+        **env,
+    }
+    environ.pop("DELAYQ_TEST_DB", None)
+    code = "import django\ndjango.setup()\n" + source
+    subprocess.run([sys.executable, "-c", code, *argv], cwd=tree, env=environ, check=True)
 
 
 def wait_every_job_ran(store: Store, runs_client: Any, tag: str, count: int) -> None:
