@@ -87,3 +87,53 @@ def test_every_job_of_a_fair_queue_runs_once_beside_a_0_7_worker(
     assert set(counts.values()) == {1}, {v: n for v, n in counts.items() if n > 1}
     assert sizes(store, "fair") == {"pending": 0, "running": 0, "dead": 0, "records": 0}
     assert (old_code, new_code) == (0, 0), ((tmp_path / "o").read_text(), new.output())
+
+
+def test_a_0_7_worker_left_alone_on_a_fair_queue_runs_what_the_new_one_left(
+    servers, runs_server, runs_client, workers, prefix, tag, tmp_path, report
+):
+    """A rollback, or the new workers stopped first: a new worker starts a backlog of a fair
+    queue's grouped jobs (its claims sort them into turns) and is stopped (SIGTERM) part way;
+    a 0.7.0 worker alone then runs every job left, each once (queue-control.rst: an older
+    worker's sweep hands the waiting jobs back to pending)."""
+    data = servers.redis("data")
+    store = Store(data.client(), prefix)
+    env = worker_env(data.url, runs_server.url, prefix, QUEUES=json.dumps(FAIR), MAX_SLEEP=1)
+    tree = old_tree(tmp_path, RELEASE_0_7, "0.7.0")
+    jobs = [
+        {"args": [tag, f"g{g}-{i}"], "group": f"g{g}"} for g in range(GROUPS) for i in range(500)
+    ]
+    with installed(store, QUEUES=FAIR):
+        schedule_many(mark_pid, jobs, queue="fair")
+    new = workers.start(env, "--concurrency", "1", "--queues", "fair", "-v", "0", name="new")
+    wait_until(lambda: len(runs(runs_client, tag)) >= 20, 60, "the new worker's first runs")
+    new.signal(signal.SIGTERM)
+    assert new.wait(30) == 0, new.output()
+    by_new = len(runs(runs_client, tag))
+    old = start_old_worker(
+        tree, worker_env(data.url, runs_server.url, prefix, MAX_SLEEP=1), tmp_path / "o", "fair"
+    )
+    try:
+
+        def drained() -> bool:
+            state = sizes(store, "fair")
+            return len(runs(runs_client, tag)) >= len(jobs) and state["pending"] == 0
+
+        wait_until(drained, 180, "the 0.7.0 worker to run every job left")
+        wait_until(lambda: sizes(store, "fair")["running"] == 0, 60, "the last acks")
+    finally:
+        old.send_signal(signal.SIGTERM)
+        code = old.wait(30)
+    counts = Counter(line.split()[0] for line in runs(runs_client, tag))
+    report(
+        scenario="upgrade: a 0.7.0 worker alone after a new one on a fair queue",
+        jobs=len(jobs),
+        lost=len(jobs) - len(counts),
+        duplicates=sum(n - 1 for n in counts.values()),
+        by_new=by_new,
+    )
+    assert by_new < len(jobs)  # the new worker left jobs behind (in their turns)
+    assert sorted(counts) == sorted(j["args"][1] for j in jobs), "a job never ran"
+    assert set(counts.values()) == {1}, {v: n for v, n in counts.items() if n > 1}
+    assert sizes(store, "fair") == {"pending": 0, "running": 0, "dead": 0, "records": 0}
+    assert code == 0, (tmp_path / "o").read_text()
