@@ -63,7 +63,9 @@ def test_a_0_7_relay_moves_new_rows_without_their_cap_or_group(
                 mark.schedule(tag, "plain", on_commit="pg")
             assert later.outcome == in_group.outcome == "deferred"
             wait_until(lambda: row_count() == 0, 60, "the 0.7.0 relay to move every row")
-            pending = dict(store.client.zrange(store.key("default", "pending"), 0, -1, withscores=True))
+            pending = dict(
+                store.client.zrange(store.key("default", "pending"), 0, -1, withscores=True)
+            )
             # The debounce replaced the key's job (the first call's never runs) at its own
             # due time: the cap (first due time + max_wait) is lost.
             assert runs(runs_client, tag) in ([], ["plain"])  # "first" did not run

@@ -80,7 +80,9 @@ def test_a_0_7_worker_runs_the_leader_and_its_follower_waits_for_the_next_schedu
             assert get_job(first.id).status == "waiting"
             assert started(runs_client, rest) == []
             # The key's next schedule promotes it first: "keep" answers the follower.
-            again = schedule(held, rest, "third", 60, key=key, unique_until="end", on_conflict="keep")
+            again = schedule(
+                held, rest, "third", 60, key=key, unique_until="end", on_conflict="keep"
+            )
             assert (again.outcome, again.id) == ("kept", first.id)
             release(runs_client, rest)
             wait_until(lambda: "second" in runs(runs_client, rest), 60, "the follower's run")
