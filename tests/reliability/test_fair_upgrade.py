@@ -24,6 +24,7 @@ from tests.reliability.harness import (
     waiting_workers,
     worker_env,
 )
+from tests.reliability.old_workers import wait_every_job_ran
 from tests.reliability.tasks import mark_pid
 from tests.reliability.test_batch_outbox_edges import RELEASE_0_7
 from tests.reliability.test_batch_upgrade import old_tree, start_old_worker
@@ -59,13 +60,7 @@ def test_every_job_of_a_fair_queue_runs_once_beside_a_0_7_worker(
             # second due over the next few seconds, while both workers claim.
             schedule_many(mark_pid, [{**j, "delay": 0} for j in jobs[::2]], queue="fair")
             schedule_many(mark_pid, jobs[1::2], queue="fair")
-
-        def drained() -> bool:
-            state = sizes(store, "fair")
-            return len(runs(runs_client, tag)) >= len(jobs) and state["pending"] == 0
-
-        wait_until(drained, 120, "every job of the fair queue to run")
-        wait_until(lambda: sizes(store, "fair")["running"] == 0, 60, "the last acks")
+        wait_every_job_ran(store, runs_client, tag, len(jobs), "fair", 120)
     finally:
         if old.poll() is None:
             old.send_signal(signal.SIGTERM)
@@ -114,13 +109,7 @@ def test_a_0_7_worker_left_alone_on_a_fair_queue_runs_what_the_new_one_left(
         tree, worker_env(data.url, runs_server.url, prefix, MAX_SLEEP=1), tmp_path / "o", "fair"
     )
     try:
-
-        def drained() -> bool:
-            state = sizes(store, "fair")
-            return len(runs(runs_client, tag)) >= len(jobs) and state["pending"] == 0
-
-        wait_until(drained, 180, "the 0.7.0 worker to run every job left")
-        wait_until(lambda: sizes(store, "fair")["running"] == 0, 60, "the last acks")
+        wait_every_job_ran(store, runs_client, tag, len(jobs), "fair", 180)
     finally:
         old.send_signal(signal.SIGTERM)
         code = old.wait(30)
