@@ -5,7 +5,8 @@ The producer's commit-time relay is off (as when the producer died right after i
 or could not reach Redis), so the rows wait for the worker's relay pass. Every row is relayed
 and its job runs (nothing lost); what the 0.7.0 relay loses: the cap (the debounced row
 replaces the key's Redis job at its own due time, past the first due time plus max_wait)
-and the group (the job is stored in no group: no ``groups`` entry)."""
+and the group (the job is stored in no group: no ``groups`` entry). The first due time left
+behind then names a job that is gone: the key's next debounce starts afresh."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import time
 import pytest
 from django.db import transaction
 
+from django_delayq import cancel
 from django_delayq.outbox import relay as relaying
 from django_delayq.storage.store import Store
 from tests.reliability.harness import installed, runs, sizes, wait_until, worker_env
@@ -97,3 +99,17 @@ def test_a_0_7_relay_moves_new_rows_without_their_cap_or_group(
     assert runs(runs_client, grouped) == ["grouped g1"]
     assert sizes(store) == {"pending": 0, "running": 0, "dead": 0, "records": 0}
     assert code == 0, (tmp_path / "o").read_text()
+    # The first call's first due time ("\0d" + key) is left behind, naming the job the 0.7.0
+    # relay replaced; the key's next debounce finds it names another job and starts afresh:
+    # capped from its own first due time, not from the stale one (long past: due at once).
+    keys = store.key("default", "keys")
+    assert store.client.hget(keys, f"\0d{key}").decode().startswith(f"{first.id}|")
+    with installed(store):
+        before = time.time()
+        again = stamp.schedule(tag, "again", key=key, delay=30, max_wait=5)
+        stamp.schedule(tag, "again2", key=key, delay=60, max_wait=5)  # replaces it, capped
+        after = time.time()
+        held = store.client.hget(keys, key).decode()
+        due = store.client.zscore(store.key("default", "pending"), held) / 1000
+        assert before + 30 - 0.5 <= due <= after + 35 + 0.5, (due - before, again)
+        assert cancel(held)
