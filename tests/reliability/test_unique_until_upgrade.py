@@ -11,6 +11,8 @@ job beside that leader; a follower a new producer stored still waits for its own
 
 from __future__ import annotations
 
+import signal
+
 import pytest
 
 from django_delayq import get_job, schedule
@@ -89,7 +91,7 @@ def test_a_0_7_worker_runs_the_leader_and_its_follower_waits_for_the_next_schedu
             wait_until(lambda: sizes(store)["running"] == 0, 60, "the follower's ack")
     finally:
         code = stop(old)
-    new.signal(15)
+    new.signal(signal.SIGTERM)
     assert new.wait(30) == 0, new.output()
     done = runs(runs_client, rest)
     report(
@@ -139,7 +141,7 @@ def test_a_0_7_producer_beside_new_workers_holds_its_keys_as_0_7_did(
         for t in (a, b, d):
             release(runs_client, t)
         wait_until(lambda: sizes(store)["running"] == 0 == sizes(store)["pending"], 60, "ends")
-    new.signal(15)
+    new.signal(signal.SIGTERM)
     assert new.wait(30) == 0, new.output()
     done = runs(runs_client, a) + runs(runs_client, b) + runs(runs_client, d)
     report(
