@@ -5,6 +5,7 @@ the buckets consistent (they hold due jobs only, and are pending to every reader
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
@@ -211,3 +212,67 @@ def test_a_replace_keeps_the_job_in_its_turn(store):
     assert len(parked) == 1 and parked[0].startswith(f"{TASK}\nb\n") and parked[0].endswith(first)
     assert claim(store, T0 + 2, "w#1") == [first]
     assert store.client.hget(store.key(Q, "groups"), first) == f"{TASK}\nb".encode()
+
+
+def _bulk_task():
+    return task(name=f"tests.fair_bulk_{uuid.uuid4().hex}", queue=Q)(lambda n: None)
+
+
+def _claims_until(store, job_id, now, most=3):
+    """The claims (of 4 jobs each) it takes until ``job_id`` is claimed (most + 1: not yet)."""
+    for n in range(1, most + 1):
+        if job_id in claim(store, now + n, f"w#{n}"):
+            return n
+    return most + 1
+
+
+@pytest.mark.parametrize("way", ["schedule", "schedule_many"])
+def test_a_schedule_many_backlog_holds_another_group_back_by_one_claim(store, way):
+    """schedule_many() sends a grouped job through schedule.lua (storage/bulk.py), so each
+    of its due jobs is in its turn from its schedule: 3,000 of them wait for no intake."""
+    from django_delayq import schedule_many
+    from django_delayq.scheduling.registry import unregister
+    from tests.conftest import more_settings
+
+    fair(store)
+    bulk = _bulk_task()
+    try:
+        with more_settings(store, QUEUES={Q: {"fair": True}}):
+            backlog = schedule_many(bulk, [{"args": [i], "group": "a"} for i in range(3000)])
+            if way == "schedule":
+                b = schedule(bulk, -1, group="b")
+            else:
+                (b,) = schedule_many(bulk, [(-1,)], group="b")
+        assert store.client.zcard(store.key(Q, "parked")) == 3001  # no intake needed
+        assert store.client.zcard(store.key(Q, "pending")) == 0
+        assert _claims_until(store, b.id, time.time()) == 1
+        assert len({j.id for j in backlog}) == 3000
+    finally:
+        unregister(bulk.name)
+
+
+def test_schedule_many_on_a_fair_queue_retries_and_replaces(store):
+    """A grouped job of schedule_many() comes back in its turn after a failure, and a keyed
+    one replaces the key's job in its turn (the replaced job leaves its bucket)."""
+    from django_delayq import schedule_many
+    from django_delayq.scheduling.registry import unregister
+    from tests.conftest import more_settings
+
+    fair(store)
+    bulk = _bulk_task()
+    try:
+        with more_settings(store, QUEUES={Q: {"fair": True}}):
+            a = schedule_many(bulk, [(i,) for i in range(3)], group="a")
+            kept = schedule_many(bulk, [{"args": [9], "key": "k", "group": "b"}])[0]
+            again = schedule_many(bulk, [{"args": [10], "key": "k", "group": "c"}])[0]
+        assert again.id == kept.id  # replaced: the key's job, now of group c, in c's turn
+        assert sorted(m.split("\n")[1] for m in members(store, "parked")) == ["a", "a", "a", "c"]
+        now = time.time()
+        assert sorted(claim(store, now, "w#1", limit=2)) == sorted([a[0].id, kept.id])
+        error = {"type": "x", "message": "y"}
+        store.fail(Q, a[0].id, "w#1", error, delay=0, default_max_retries=3, now=now, **DEAD_OPTS)
+        got = claim(store, now + 1, "w#2", limit=10)
+        assert sorted(got) == sorted([a[0].id, a[1].id, a[2].id])
+        assert store.client.exists(store.key(Q, "parked")) == 0
+    finally:
+        unregister(bulk.name)
