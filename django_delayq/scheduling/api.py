@@ -147,8 +147,8 @@ def schedule_many(
     ``expires`` overriding ``options`` (a relative ``expires`` counts from this call, the
     same moment for every job of it).
     Every call is validated before anything is stored. Jobs without a unique key
-    go to Redis in one script call per queue and chunk (schedule_many.lua), jobs
-    with one through schedule.lua, all in the chunk's one round trip. A chunk whose
+    or group go to Redis in one script call per queue and chunk (schedule_many.lua),
+    jobs with either through schedule.lua, all in the chunk's one round trip. A chunk whose
     reply was lost is sent again (it is idempotent), so no job is stored twice.
     """
     if "on_commit" in options:
