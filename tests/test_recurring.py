@@ -339,6 +339,36 @@ def test_a_claim_of_many_occurrences_costs_two_statements(sim_at):
         assert successor in _pending_ids(sim)
 
 
+def test_the_claiming_thread_never_waits_for_the_database(sim_at, monkeypatch):
+    """The claim only hands its occurrences to the recorder's thread: while that thread
+    waits for the database, claimed() has returned and the occurrences wait (their event
+    unset); once it reads, they are decided and recorded before the event is set."""
+    from django_delayq.recurring import claims
+
+    sim, names, base = _db_schedules(sim_at, 3)
+    sim.t += 10
+    attempts = _attempts([(name, base + 10_000) for name in names])
+    entered, release = threading.Event(), threading.Event()
+    read = claims._read_states
+
+    def slow(hashes):
+        entered.set()
+        release.wait(30)
+        return read(hashes)
+
+    monkeypatch.setattr(claims, "_read_states", slow)
+    claims.claimed(sim.store, sim.t, attempts, sim.t)
+    assert entered.wait(30)  # the recorder's thread is in the read: the claim returned
+    ready = attempts[0].ready
+    assert ready is not None and all(a.ready is ready for a in attempts)
+    assert not ready.is_set()
+    release.set()
+    assert ready.wait(30) and claims.recorder.idle(30)
+    assert [a.skip for a in attempts] == [None] * 3
+    for state in ScheduleState.objects.filter(name__in=names):
+        assert state.last_fire_ms == base + 10_000 and state.last_outcome == "running"
+
+
 def test_an_occurrence_of_a_replaced_definition_does_not_run_after_the_change(sim_at):
     """Another worker changed the schedule (generation + 1) after this process's pass: the
     claim reads the state, so the old definition's occurrence due after the change does not
