@@ -258,21 +258,30 @@ def test_the_successor_is_created_when_an_occurrence_starts(sim_at):
     assert state.last_fire_ms == base + 50_000 and state.last_outcome == "succeeded"
 
 
-def _claim(sim, occurrences: list[tuple[str, int]]) -> tuple[list, list[str]]:
+def _claim(sim, occurrences: list[tuple[str, int]]) -> tuple[list, dict[str, list[str]]]:
     """Hand ``occurrences`` ((schedule, fire time)) to claims.claimed as one claim's, at
-    the sim's time: the attempts (``.skip`` set on those that do not run) and the SQL."""
+    the sim's time: the attempts (``.skip`` set on those that do not run, once their event
+    is set) and the SQL each thread ran (by thread name), on every connection."""
+    from unittest import mock
 
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
+    from django.db.backends.utils import CursorWrapper
 
     from django_delayq.recurring import claims
 
     attempts = _attempts(occurrences)
-    with CaptureQueriesContext(connection) as queries:
+    ran: dict[str, list[str]] = {}
+    real = CursorWrapper._execute
+
+    def execute(self, sql, *args, **kwargs):
+        ran.setdefault(threading.current_thread().name, []).append(sql)
+        return real(self, sql, *args, **kwargs)
+
+    with mock.patch.object(CursorWrapper, "_execute", execute):
         claims.claimed(sim.store, sim.t, attempts, sim.t)
-    for attempt in attempts:  # the records are committed by the recorder's thread
-        assert attempt.ready is None or attempt.ready.wait(30)
-    return attempts, [q["sql"] for q in queries.captured_queries]
+        for attempt in attempts:  # decided and committed by the recorder's thread
+            assert attempt.ready is not None and attempt.ready.wait(30)
+        claims.recorder.idle(30)  # and the successors stored, after the commit
+    return attempts, ran
 
 
 def _attempts(occurrences: list[tuple[str, int]]) -> list:
@@ -308,17 +317,18 @@ def _pending_ids(sim) -> set[str]:
 
 
 def test_a_claim_of_many_occurrences_costs_two_statements(sim_at):
-    """Twenty schedules firing in the same second: the claim that returns their occurrences
-    reads their states once (the only statement on the claiming thread: the durable records
-    are one UPDATE on the recorder's thread, committed before any of them runs), and stores
-    every successor (one script call); never the Schedule rows."""
+    """Twenty schedules firing in the same second: the claiming thread runs no statement;
+    the recorder's thread reads their states once and writes their durable records in one
+    UPDATE, committed before any of them runs, then stores every successor (one script
+    call); never the Schedule rows."""
     sim, names, base = _db_schedules(sim_at, 20)
     for step in (1, 2):
         sim.t += 10
-        attempts, sql = _claim(sim, [(name, base + step * 10_000) for name in names])
+        attempts, ran = _claim(sim, [(name, base + step * 10_000) for name in names])
         assert [a.skip for a in attempts] == [None] * 20
-    shown = [statement.split()[0] for statement in _rows(sql)]
-    assert shown == ["SELECT"], sql
+    assert _rows(ran.get(threading.current_thread().name, [])) == []
+    sql = _rows(ran.get("delayq-recurring-records", []))
+    assert [statement.split()[0] for statement in sql] == ["SELECT", "WITH"], sql
     assert "django_delayq_schedule " not in sql[0]  # the states only
     from django_delayq.recurring.ids import occurrence_id
     from django_delayq.recurring.reconcile import version_of
@@ -327,6 +337,36 @@ def test_a_claim_of_many_occurrences_costs_two_statements(sim_at):
         assert state.last_fire_ms == base + 20_000 and state.last_outcome == "running"
         successor = occurrence_id(state.name, version_of(state), base + 30_000)
         assert successor in _pending_ids(sim)
+
+
+def test_the_claiming_thread_never_waits_for_the_database(sim_at, monkeypatch):
+    """The claim only hands its occurrences to the recorder's thread: while that thread
+    waits for the database, claimed() has returned and the occurrences wait (their event
+    unset); once it reads, they are decided and recorded before the event is set."""
+    from django_delayq.recurring import claims
+
+    sim, names, base = _db_schedules(sim_at, 3)
+    sim.t += 10
+    attempts = _attempts([(name, base + 10_000) for name in names])
+    entered, release = threading.Event(), threading.Event()
+    read = claims._read_states
+
+    def slow(hashes):
+        entered.set()
+        release.wait(30)
+        return read(hashes)
+
+    monkeypatch.setattr(claims, "_read_states", slow)
+    claims.claimed(sim.store, sim.t, attempts, sim.t)
+    assert entered.wait(30)  # the recorder's thread is in the read: the claim returned
+    ready = attempts[0].ready
+    assert ready is not None and all(a.ready is ready for a in attempts)
+    assert not ready.is_set()
+    release.set()
+    assert ready.wait(30) and claims.recorder.idle(30)
+    assert [a.skip for a in attempts] == [None] * 3
+    for state in ScheduleState.objects.filter(name__in=names):
+        assert state.last_fire_ms == base + 10_000 and state.last_outcome == "running"
 
 
 def test_an_occurrence_of_a_replaced_definition_does_not_run_after_the_change(sim_at):
@@ -351,7 +391,7 @@ def test_an_occurrence_of_a_replaced_definition_does_not_run_after_the_change(si
     later = SimpleNamespace(id=occurrence_id("db", old_version, base + 10_000), skip=None, number=1)
     ScheduleState.objects.filter(name="db").update(generation=2, since_ms=base + 5_000)
     claims.claimed(sim.store, sim.t, [owed, later], sim.t)
-    assert owed.ready.wait(30)
+    assert owed.ready.wait(30) and claims.recorder.idle(30)
     assert owed.skip is None  # due before the change took effect: owed, it runs
     assert later.skip and "changed" in later.skip
     assert ScheduleState.objects.get(name="db").last_fire_ms == base + 10_000
@@ -496,8 +536,9 @@ def test_a_retry_or_a_redelivery_of_an_occurrence_runs_however_late(sim_at):
     first = SimpleNamespace(id=occurrence_id("m", version, fire), skip=None, number=1)
     again = SimpleNamespace(id=occurrence_id("m", version, fire), skip=None, number=2)
     claims.claimed(sim.store, sim.t, [again], sim.t)
-    assert again.skip is None
+    assert again.skip is None and getattr(again, "ready", None) is None  # not decided
     claims.claimed(sim.store, sim.t, [first], sim.t)
+    assert first.ready.wait(30)
     assert first.skip and "skip" in first.skip
 
 

@@ -122,3 +122,27 @@ def test_the_records_update_raises_fire_times_and_never_lowers_them(alias, form,
         "c": (9000, "", "", False),
         "d": (1, "", "", False),
     }
+
+
+def test_a_runner_s_wait_for_the_commit_is_not_its_task_s_run_time():
+    """Executor.prepare waits for the occurrence's event, then takes that moment as the
+    attempt's start: the prefetch, sized by the tasks' run times, is not shrunk by commits."""
+    import time
+
+    from django_delayq.jobs.record import JobSpec, encode_job
+    from django_delayq.worker.execution import Attempt, Executor
+
+    record = encode_job(JobSpec("tests.nowhere.f", [], {}, None, 0, 0)).data
+    attempt = Attempt("default", "01KBMXYZ00000000000000000A", "token", record, 1)
+    attempt.started = time.monotonic()
+    attempt.ready = threading.Event()
+    taken = attempt.started
+    timer = threading.Timer(0.2, attempt.ready.set)
+    timer.start()
+    executor = Executor("w", default_max_retries=0, retry_backoff=1.0, retry_backoff_max=1.0)
+    executor.prepare(attempt)
+    timer.join()
+    assert attempt.ready.is_set() and attempt.started - taken >= 0.2
+    already = attempt.started
+    executor.prepare(attempt)  # decided already: no wait, its start stays
+    assert attempt.started == already

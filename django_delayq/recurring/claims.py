@@ -1,18 +1,22 @@
 """What a worker does with the occurrences of a claim, before any of them runs: one batch
-for all the occurrences a claim returned (10,000 schedules firing in the same second cost a
-few statements per claim, not two per occurrence).
+for all the occurrences the claims of a moment returned (10,000 schedules firing in the same
+second cost a few statements per turn of the recorder, not two per occurrence). The claim
+only hands them to recorder.py's thread (the dispatcher goes on claiming), which, before
+any of them runs:
 
-1. read the schedules' states (one SELECT);
-2. decide each occurrence: a missed fire time by its schedule's ``missed`` policy
-   (policy.py), an occurrence of a replaced definition by the change's time (one due before
-   the change took effect still runs; a later one does not), and mark those that do not run
-   (``attempt.skip``: acknowledged without calling the task);
+1. reads the schedules' states (one SELECT);
+2. decides each occurrence: a missed fire time by its schedule's ``missed`` policy
+   (policy.py, at the claim's time), an occurrence of a replaced definition by the
+   change's time (one due before the change took effect still runs; a later one does
+   not), and marks those that do not run (``attempt.skip``: acknowledged without calling
+   the task);
 3. the durable record: each schedule's ``last_fire_ms`` raised to its latest fire time here
-   (one statement, committed by recorder.py's thread before any of these occurrences
-   runs), so no occurrence at or before it is created again, whatever Redis loses;
-4. the successors: the next fire time of each schedule, stored by occur.lua (one call per
-   queue), from the definition recorded in the database, so a worker whose own settings are
-   older or newer keeps the chain of the recorded one (a rolling deploy).
+   (one statement, committed before any of these occurrences runs), so no occurrence at
+   or before it is created again, whatever Redis loses;
+4. then lets them run, and stores the successors: the next fire time of each schedule,
+   stored by occur.lua (one call per queue), from the definition recorded in the
+   database, so a worker whose own settings are older or newer keeps the chain of the
+   recorded one (a rolling deploy).
 
 A worker that cannot read or write the database logs it and runs the occurrences anyway
 (successors from what its last reconcile pass saw). The outcomes (succeeded, failed, dead)
@@ -29,7 +33,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import DatabaseError, close_old_connections
 from django.utils import timezone
@@ -43,7 +47,7 @@ from django_delayq.recurring.ids import (
 )
 from django_delayq.recurring.occurrences import Occurrences, recorded_definition
 from django_delayq.recurring.policy import Verdict, verdict
-from django_delayq.recurring.recorder import Recorder
+from django_delayq.recurring.recorder import WAIT, Decided, Recorder
 
 logger = logging.getLogger("django_delayq.recurring")
 
@@ -94,8 +98,10 @@ def _definitions(states: dict[int, dict]) -> None:
 
 
 def claimed(store: Any, now_s: float, attempts: Sequence[Any], clock_now: float | None) -> None:
-    """Decide, record and continue the occurrences among ``attempts`` (one claim's),
-    claimed at ``now_s`` (Redis's clock, epoch seconds). Never raises."""
+    """Hand the occurrences among ``attempts`` (one claim's, claimed at ``now_s``: Redis's
+    clock, epoch seconds) to the recorder's thread, which decides, records and continues
+    them (``_decide``); each gets the event (``attempt.ready``) set once that is done. Never
+    raises."""
     occurrences = []
     for attempt in attempts:
         # Only a first attempt is decided: a retry, or a job recovered after its worker
@@ -108,9 +114,24 @@ def claimed(store: Any, now_s: float, attempts: Sequence[Any], clock_now: float 
     if not occurrences:
         return
     try:
-        _claimed(store, round(now_s * 1000), occurrences, clock_now)
+        claim = Claimed(store, round(now_s * 1000), time.monotonic(), occurrences, clock_now)
+        ready = recorder.hand(claim)
+        for attempt, *_ in occurrences:
+            attempt.ready = ready  # a runner waits for it before calling the task
     except Exception:  # never lose a claim to this: the occurrences run
         logger.exception("recurring schedules: could not handle the occurrences of a claim")
+
+
+class Claimed(NamedTuple):
+    """One claim's occurrences as the recorder's thread takes them: (attempt, fire time,
+    name hash, version) each, claimed at ``now_ms`` on Redis's clock (``at``: this
+    process's monotonic clock then)."""
+
+    store: Any
+    now_ms: int
+    at: float
+    occurrences: list[tuple[Any, int, int, int]]
+    clock_now: float | None
 
 
 def _state_table(write: bool) -> tuple[Any, str, Callable[[str], str]]:
@@ -128,8 +149,7 @@ def _state_table(write: bool) -> tuple[Any, str, Callable[[str], str]]:
 
 def _read_states(hashes: set[int]) -> dict[int, dict] | None:
     """The states of these name hashes, by hash (one SELECT, without the ORM's compile:
-    it runs for every claim that has occurrences); None when the database cannot say."""
-    close_old_connections()
+    it runs for every turn of the recorder); None when the database cannot say."""
     connection, table, column = _state_table(write=False)
     columns = ", ".join(column(name) for name in FIELDS)
     listed = ", ".join(str(int(h)) for h in hashes)  # integers: literals, nothing to parse
@@ -145,11 +165,42 @@ def _read_states(hashes: set[int]) -> dict[int, dict] | None:
         return None
 
 
-def _claimed(store: Any, now_ms: int, occurrences: list, clock_now: float | None) -> None:
-    states = _read_states({hashed for _, _, hashed, _ in occurrences})
+def _decide_claims(claims: list[Claimed]) -> Decided:
+    """The recorder's turn (recorder.py): the states of every occurrence of ``claims``
+    (one SELECT), each decided (``attempt.skip`` set on those that do not run), the
+    records to commit, and what stores the successors once they are committed. When the
+    states cannot be read, the occurrences run, nothing is recorded, and the successors
+    follow what this process's last pass saw."""
+    read_at = time.monotonic()  # the states read below are at least this recent
+    states = _read_states({hashed for claim in claims for _, _, hashed, _ in claim.occurrences})
     records: dict[int, tuple[int, str, str]] = {}  # hash -> (fire, job id, outcome)
-    successors = Occurrences()
-    for attempt, fire, hashed, version in occurrences:
+    # By store (one a worker): [store, successors, decided at, clock]; decided at: when the
+    # durable record was read, on Redis's clock (occur.lua's STALE), the earliest claim's.
+    by_store: dict[int, list[Any]] = {}
+    for claim in claims:
+        decided_ms = claim.now_ms + round((read_at - claim.at) * 1000)
+        group = by_store.setdefault(
+            id(claim.store), [claim.store, Occurrences(), decided_ms, claim.clock_now]
+        )
+        group[2] = min(group[2], decided_ms)
+        _decide_claim(claim, states, records, group[1])
+    if states is None:
+        records = {}
+
+    def after() -> None:
+        for store, following, decided_ms, clock_now in by_store.values():
+            _store_successors(store, following, decided_ms, clock_now)
+
+    return records, after
+
+
+def _decide_claim(
+    claim: Claimed, states: dict[int, dict] | None, records: dict, successors: Occurrences
+) -> None:
+    """Decide ``claim``'s occurrences into ``records`` (each schedule's latest fire time)
+    and ``successors``."""
+    now_ms = claim.now_ms
+    for attempt, fire, hashed, version in claim.occurrences:
         state = states.get(hashed) if states is not None else _known_state(hashed)
         if state is None:
             continue  # no schedule has this name hash any more: it runs, nothing follows
@@ -170,11 +221,6 @@ def _claimed(store: Any, now_ms: int, occurrences: list, clock_now: float | None
             after = max(result.after_ms, state["since_ms"], state["last_fire_ms"] or 0)
             queue = _parsed.get((state["name"], state["digest"]), (None, None))[1]
             successors.add(definition, version, [next_fire(definition, after)], queue)
-    if states is not None and records:
-        committed = recorder.submit(records)
-        for attempt, *_ in occurrences:
-            attempt.ready = committed  # a runner waits for it before calling the task
-    _store_successors(store, successors, now_ms, clock_now)
 
 
 def _decide(
@@ -321,6 +367,13 @@ def write_outcomes() -> None:
         _warn("cannot record the outcomes of recurring occurrences", exc)
 
 
+def worker_stopped() -> None:
+    """A worker's dispatcher stopped: the recorder's turn under way ends (its successors
+    stored), then the buffered outcomes are written."""
+    recorder.idle(WAIT)
+    write_outcomes()
+
+
 def _warn(message: str, exc: Exception) -> None:
     """Log a database or Redis problem at most once a minute."""
     global _warned_at
@@ -335,4 +388,4 @@ def _shown(fire_ms: int) -> str:
     return datetime.fromtimestamp(fire_ms / 1000, UTC).isoformat(timespec="seconds")
 
 
-recorder = Recorder(_record_fires)
+recorder = Recorder(_record_fires, _decide_claims)

@@ -211,6 +211,7 @@ class Loop(Pool):
         executor = self.executor
         if attempt.ready is not None and not attempt.ready.is_set():  # recurring/recorder.py
             await asyncio.get_running_loop().run_in_executor(None, attempt.ready.wait, RECORD_WAIT)
+            attempt.started = time.monotonic()  # the wait is not its run time (prefetch.py)
         prepared = executor.prepare(attempt)
         if isinstance(prepared, Outcome):
             return prepared

@@ -43,7 +43,7 @@ from django_delayq.conf import delayq_settings
 from django_delayq.conf.queues import queue_limits
 from django_delayq.exceptions import DelayQError
 from django_delayq.jobs.state import encode_instance_name
-from django_delayq.recurring.claims import write_outcomes as recurring_outcomes
+from django_delayq.recurring.claims import worker_stopped as recurring_stopped
 from django_delayq.recurring.passes import duty as recurring_duty
 from django_delayq.storage.connection import get_store
 from django_delayq.storage.queues import check_queue_name
@@ -205,7 +205,7 @@ class Worker:
             code = self._dispatch_loop()
         finally:
             self._close()
-            recurring_outcomes()  # the occurrences' last outcomes (else the passes write them)
+            recurring_stopped()  # successors stored, the occurrences' last outcomes written
         logger.info(
             "worker %s stopped: %s done, %s",
             self.name,

@@ -107,9 +107,10 @@ class Attempt:
     timed_out: bool = False
     on_loop: bool = False  # run by the worker's event loop (aio.py), not a runner thread
     # Why the task is not called (a recurring occurrence its missed policy skips, decided
-    # when it was claimed: recurring/claims.py); the attempt is acknowledged as done.
+    # before it runs: recurring/claims.py); the attempt is acknowledged as done.
     skip: str | None = None
-    # Set when its durable record is committed (recurring/recorder.py): the task waits.
+    # Set when it is decided and its durable record committed (recurring/recorder.py): the
+    # task waits.
     ready: threading.Event | None = None
     # The context of the span that scheduled it (record flag 't'), read by the claim only
     # when tracing is on (claiming.py): its attempt's span links to it.
@@ -230,8 +231,11 @@ class Executor:
             logger.error(CORRUPT_LINE, attempt.id, exc)
             return Outcome(attempt, ok=False, error=self.error_info(exc, attempt.number))
         job = self.job(attempt)
-        if attempt.ready is not None:  # a recurring occurrence's record, committed first
-            attempt.ready.wait(RECORD_WAIT)
+        if attempt.ready is not None and not attempt.ready.is_set():  # recurring/recorder.py
+            attempt.ready.wait(RECORD_WAIT)  # a recurring occurrence: decided, committed first
+            # Its start is now: the wait for the commit is not the task's run time, which
+            # sizes the prefetch (prefetch.py), and so the claims.
+            attempt.started = time.monotonic()
         if attempt.skip is not None:  # not run: acknowledged (claims.py logged why)
             return Outcome(attempt, ok=True, job=job)
         task = find_task(job.task)
