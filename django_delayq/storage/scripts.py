@@ -58,6 +58,7 @@ SCRIPTS = (
     "requeue",
     "run_now",
     "reschedule",  # a pending job's due time moved (storage/reschedule.py)
+    "promote_followers",  # followers an older worker left waiting (storage/followers.py)
     "delete",
     "fetch",
     "upgrade",

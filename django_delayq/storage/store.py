@@ -20,6 +20,7 @@ from django_delayq.storage.batches import BatchStore
 from django_delayq.storage.calls import API_BUDGET, WORKER_BUDGET
 from django_delayq.storage.control import ControlStore
 from django_delayq.storage.finished import FinishedStore, Keep, keep_setting
+from django_delayq.storage.followers import FollowerStore
 from django_delayq.storage.history import HistoryStore
 from django_delayq.storage.manual import PURGE_CHUNK, ManualOps  # noqa: F401 (PURGE_CHUNK: its 0.6 path)
 from django_delayq.storage.marks import StartMarks
@@ -69,6 +70,7 @@ class Store(PlainSchedule, Reschedule, Reads, ManualOps):
     control = cached_property(ControlStore)  # pause, ranked set, published limits (control.py)
     roster = cached_property(Roster)  # the live workers (roster.py)
     finished = cached_property(FinishedStore)  # finished jobs kept (finished.py)
+    followers = cached_property(FollowerStore)  # followers left waiting (followers.py)
     recurring = cached_property(RecurringStore)  # occurrences, schedule versions (recurring.py)
     traces = cached_property(TraceStore)  # trace contexts beside traced jobs (traces.py)
     history = cached_property(HistoryStore)  # per-minute counts, kept 72 h (history.py)

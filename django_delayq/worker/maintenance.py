@@ -1,8 +1,9 @@
 """A worker's background duties, each on a thread of its own so one never waits for another:
 heartbeats (extend the leases of the attempts it holds) and recovery (move jobs whose lease
-expired, because their worker died, back to pending or to the dead-letter set), both run by
-duties.py's loop; and waking (wait for a schedule() that makes a job due sooner than the
-dispatcher's sleep).
+expired, because their worker died, back to pending or to the dead-letter set; then the
+sweep of what a crash left of batches and chains, and a step of the scan for followers a
+0.7.0 worker left waiting), both run by duties.py's loop; and waking (wait for a schedule()
+that makes a job due sooner than the dispatcher's sleep).
 
 Recovery is bounded: at most ``RECOVER_PER_PASS`` jobs per queue per pass, in calls of
 ``store.RECOVER_LIMIT``, each reply carrying what the signals need, so a backlog of expired
@@ -158,12 +159,14 @@ class Recovery:
         self.options, self.default_max_retries = options, default_max_retries
         self.stopped, self.now, self.every = stopped, now, every
         self._tokens = itertools.count(1)
+        self._follower_scans: dict[str, int] = {}  # queue -> its scan's cursor
         self.passes = 0
         self.history: HistoryCounts | None = None  # counts its failures and deaths
 
     def step(self) -> float:
         self.run_pass()
         self.sweep()  # what a crash left of batches and chains
+        self.promote_followers()  # what a 0.7.0 worker's end of a leader left waiting
         return self.every
 
     def retry_in(self, exc: Exception, backoff: float) -> float:
@@ -174,6 +177,28 @@ class Recovery:
         most LEFTOVER_AFTER), as expired leases are recovered after one."""
         leftover = min(forwarding.LEFTOVER_AFTER, max(self.every * 2, 1.0))
         forwarding.sweep(self.store, self.queues, leftover_after=leftover)
+
+    def promote_followers(self) -> list[str]:
+        """One step of each queue's scan for followers whose leader ended without promoting
+        them (a 0.7.0 worker's ack, failure or recovery), in one round trip: those it made
+        pending (storage/followers.py). Raises what Redis raises (the duty's backoff)."""
+        now = self.now()
+        ops = [
+            self.store.followers.promote_op(q, self._follower_scans.get(q, 0), now=now)
+            for q in self.queues
+        ]
+        promoted, failed = [], None
+        for queue, reply in zip(self.queues, self.store.run(ops), strict=True):
+            if isinstance(reply, Exception):
+                failed = reply  # that queue's step is taken again at the next pass
+                continue
+            self._follower_scans[queue], ids = reply
+            for fid in ids:
+                logger.info("job %s: its key's job ended on an older worker; pending now", fid)
+            promoted += ids
+        if failed is not None:
+            raise failed
+        return promoted
 
     def run_pass(self, limit: int = RECOVER_PER_PASS) -> int:
         """Recover up to ``limit`` jobs per queue; returns how many were moved."""

@@ -2,9 +2,8 @@
 the follower in the ``keys`` hash under "\\0f" + key: docs/howto/upgrading.rst, "From 0.7.0").
 
 A 0.7.0 worker runs a new producer's leader (it decodes the flag and runs the call) but its
-ack promotes no follower: the follower stays ``waiting``, in no set, even beside a new
-worker, and never runs beside its leader; the key's next ``schedule()`` promotes it (here
-with on_conflict="keep", which answers it) and it runs once: nothing is lost. A 0.7.0
+ack promotes no follower; a new worker's recovery duty (lua/promote_followers.lua) does once
+the leader has ended, never while it runs, and the follower runs once: nothing is lost. A 0.7.0
 producer knows no ``unique_until``: its keyed job held by a new worker holds its key only
 while pending, as 0.7.0 always did, and its schedule while a new leader runs stores a second
 job beside that leader; a follower a new producer stored still waits for its own leader."""
@@ -12,6 +11,7 @@ job beside that leader; a follower a new producer stored still waits for its own
 from __future__ import annotations
 
 import signal
+import time
 
 import pytest
 
@@ -50,11 +50,12 @@ def release(runs_client, tag: str) -> None:
     runs_client.set(f"runs:{tag}:release", 1)
 
 
-def test_a_0_7_worker_runs_the_leader_and_its_follower_waits_for_the_next_schedule(
+def test_a_0_7_worker_runs_the_leader_and_a_new_worker_promotes_its_follower(
     servers, runs_server, runs_client, workers, prefix, tag, tmp_path, report
 ):
     data, store, old = old_0_7_worker(servers, runs_server, prefix, tmp_path)
     lead, rest, key = f"{tag}-lead", f"{tag}-rest", f"{tag}:customer"
+    new = None
     try:
         with installed(store):
             leader = schedule(held, lead, "leader", 60, key=key, unique_until="end")
@@ -67,30 +68,29 @@ def test_a_0_7_worker_runs_the_leader_and_its_follower_waits_for_the_next_schedu
                 leader.id,
             )
             assert (second.outcome, second.id) == ("replaced", first.id)
-            release(runs_client, lead)
-            wait_until(lambda: runs(runs_client, lead) == ["leader"], 60, "the leader's end")
-            wait_until(lambda: sizes(store)["running"] == 0, 60, "the 0.7.0 ack")
-            # 0.7.0's ack promoted nothing: the follower waits, in no set.
-            assert get_job(first.id).status == "waiting"
-            assert sizes(store)["pending"] == 0
-            # Nor does a new worker beside it: it runs a job of the queue, not the follower.
+            # A new worker beside the running leader: its recovery duty (every 2.5 s here,
+            # its first pass at once) leaves the follower waiting while the leader runs.
             env = worker_env(data.url, runs_server.url, prefix)
             new = workers.start(env, "-v", "0", name="new")
-            wait_until(lambda: waiting_workers(data) >= 2, 60, "the new worker up")
+            live = store.roster.live
+            up = lambda: "new" in {w.name for w in live(store.server_time())}  # noqa: E731
+            wait_until(up, 60, "the new worker on the roster")
             mark.schedule(rest, "probe")
             wait_until(lambda: "probe" in runs(runs_client, rest), 60, "the probe")
+            time.sleep(6)  # two of its passes at least; the next lines hold whatever the pause
             assert get_job(first.id).status == "waiting"
-            assert started(runs_client, rest) == []
-            # The key's next schedule promotes it first: "keep" answers the follower.
-            again = schedule(
-                held, rest, "third", 60, key=key, unique_until="end", on_conflict="keep"
-            )
-            assert (again.outcome, again.id) == ("kept", first.id)
+            assert started(runs_client, rest) == [] and sizes(store)["pending"] == 0
+            release(runs_client, lead)
+            wait_until(lambda: runs(runs_client, lead) == ["leader"], 60, "the leader's end")
+            # 0.7.0's ack promotes nothing; the new worker's next pass does: it runs once.
+            wait_until(lambda: started(runs_client, rest), 60, "the follower promoted")
+            assert runs(runs_client, lead) == ["leader"]  # its leader had ended
             release(runs_client, rest)
             wait_until(lambda: "second" in runs(runs_client, rest), 60, "the follower's run")
             wait_until(lambda: sizes(store)["running"] == 0, 60, "the follower's ack")
     finally:
         code = stop(old)
+    assert new is not None
     new.signal(signal.SIGTERM)
     assert new.wait(30) == 0, new.output()
     done = runs(runs_client, rest)
