@@ -773,9 +773,10 @@ def test_totals_count_every_outcome_since_the_queue_began(store):
 
 
 def test_a_subject_store_is_built_once_per_store_and_sends_through_it(redis_client):
-    """store.batches, .control, .roster, .finished, .recurring, .traces, .history, .old_layout:
-    each an object of its own, made on first use and kept, whose operations go through the
-    Store it belongs to (no transport of its own: one Store, one set of connections)."""
+    """store.batches, .control, .roster, .finished, .recurring, .traces, .history, .old_layout,
+    .followers: each an object of its own, made on first use and kept, whose operations go
+    through the Store it belongs to (no transport of its own: one Store, one set of
+    connections)."""
     import django_delayq.storage as module
 
     line = module.__doc__.split("- subject stores", 1)[1].split("\n- ", 1)[0]
@@ -789,6 +790,7 @@ def test_a_subject_store_is_built_once_per_store_and_sends_through_it(redis_clie
         "traces",
         "history",
         "old_layout",
+        "followers",
     ]
     store, other = Store(redis_client), Store(redis_client)
     for name in names:

@@ -23,11 +23,11 @@ tests/test_store.py compares this list with the class. A subject store is an att
 holding one subject's operations (``store.batches.ended_op(...)``), built on first use:
 batches.py's BatchStore, control.py's ControlStore, roster.py's Roster, finished.py's
 FinishedStore, recurring.py's RecurringStore, traces.py's TraceStore, history.py's
-HistoryStore, old_layout.py's OldLayoutStore (``bulk`` builds the
+HistoryStore, old_layout.py's OldLayoutStore, followers.py's FollowerStore (``bulk`` builds the
 round trip of many schedules from a store):
 
 - subject stores (store.py): batches, control, roster, finished, recurring, traces, history,
-  old_layout
+  old_layout, followers
 - transitions (store.py): schedule, schedule_op, schedule_with_result, schedule_many_op,
   unmark_relayed_op, claim, claim_op, ack, ack_op, fail, fail_op, mark_op, marker, settle,
   extend, recover, release, forget_worker, cancel, cancel_op, wait_for_wake,
