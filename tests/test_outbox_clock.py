@@ -147,3 +147,29 @@ def test_use_tz_off_rows_are_written_read_and_relayed(store, alias, naive):  # n
     assert cancel(key="k") is True and cancel(near.id) is True
     run_burst(store)
     assert t.CALLS == []
+
+
+def test_a_row_takes_its_due_and_relay_times_from_one_reading_of_sqlites_clock(store, monkeypatch):
+    """SQLite's clock is this process's, read as each SQL time is made: a row's due and relay
+    times come from one reading, so the gap between them is the one asked for whatever the
+    clock does between the two (read twice, they drifted apart under load: a test of the
+    same gap in a move failed by 0.5 ms). A clock that moves 1 s at each reading shows it."""
+    ticks = iter(range(10_000))
+    start = time.time()
+    jumpy = types.SimpleNamespace(time=lambda: start + next(ticks), monotonic=time.monotonic)
+    with override_settings(DELAYQ={**settings.DELAYQ, "HORIZON": 600}):
+        connection._stores[(None, False, "default", store.prefix)] = store
+        try:
+            steady = t.remember.schedule(1, delay=3600)
+            monkeypatch.setattr(database_time, "time", jumpy)
+            created = t.remember.schedule(2, delay=3600)
+            replaced = t.remember.schedule(3, delay=3600, key="gap")
+            replaced = t.remember.schedule(4, delay=3600, key="gap")
+            monkeypatch.undo()
+            assert {steady.waits_in, created.waits_in, replaced.waits_in} == {"database"}
+            found = {r.id: r for r in OutboxJob.objects.using("default").all()}
+            gaps = {i: found[i].due_at - found[i].relay_at for i in (steady.id, created.id)}
+            gaps[replaced.id] = found[replaced.id].due_at - found[replaced.id].relay_at
+            assert len(set(gaps.values())) == 1, gaps
+        finally:
+            OutboxJob.objects.using("default").all().delete()

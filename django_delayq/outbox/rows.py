@@ -140,8 +140,10 @@ def write_lock(alias: str) -> None:
             cursor.execute(f"DELETE FROM {table} WHERE id = %s", [""])
 
 
-def _due_sql(alias: str, row: Row) -> Any:
-    return sql_time(alias, When(row.due_at, False) if row.delay is None else When(row.delay))
+def _due_sql(alias: str, row: Row, moment: Any) -> Any:
+    return sql_time(
+        alias, When(row.due_at, False) if row.delay is None else When(row.delay), moment
+    )
 
 
 def _save(
@@ -162,10 +164,11 @@ def _save(
             if ended is not None and held.link and held.link != row.link:
                 ended(alias, _row(held))  # as schedule.lua forwards a replaced holder's link
             row, due, relay_at, first = debounce.replacing(alias, row, _row(held), relay_at)
+            moment = now_sql(alias)  # once: on SQLite, the process's clock read as made
             _rows(alias).filter(id=held.id).update(
                 record=row.record,
-                due_at=_due_sql(alias, row) if due is None else column_time(due),
-                relay_at=sql_time(alias, relay_at),
+                due_at=_due_sql(alias, row, moment) if due is None else column_time(due),
+                relay_at=sql_time(alias, relay_at, moment),
                 relative=row.delay is not None,
                 on_conflict=row.on_conflict,
                 link=row.link,
@@ -174,12 +177,13 @@ def _save(
                 **first,
             )
             return "replaced", replace(row, id=held.id)
-    due = _due_sql(alias, row)  # once: on SQLite, the process's clock read as it is made
+    moment = now_sql(alias)  # once: on SQLite, the process's clock read as made
+    due = _due_sql(alias, row, moment)
     _rows(alias).create(
         id=row.id,
         queue=row.queue,
         due_at=due,
-        relay_at=sql_time(alias, relay_at),
+        relay_at=sql_time(alias, relay_at, moment),
         relative=row.delay is not None,
         key=row.key,
         key_hash=hashed,
