@@ -141,9 +141,8 @@ def write_lock(alias: str) -> None:
 
 
 def _due_sql(alias: str, row: Row, moment: Any) -> Any:
-    return sql_time(
-        alias, When(row.due_at, False) if row.delay is None else When(row.delay), moment
-    )
+    when = When(row.due_at, False) if row.delay is None else When(row.delay)
+    return sql_time(alias, when, moment)
 
 
 def _save(
